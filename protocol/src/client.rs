@@ -1,0 +1,180 @@
+//! A small async client: connect, `hello`, send messages, read messages, and run a
+//! call to its `result`. The CLI and the end-to-end tests use it.
+
+use crate::frame::{self, FrameError};
+use crate::message::{CallRequest, ClientMessage, KNOWN_SERVER_TYPES, ServerMessage, ToolResult};
+use crate::{DEFAULT_MAX_FRAME_BYTES, Id, PROTOCOL_VERSION};
+use std::collections::VecDeque;
+use std::path::Path;
+use tokio::io::AsyncWriteExt;
+use tokio::net::UnixStream;
+use tokio::net::unix::{OwnedReadHalf, OwnedWriteHalf};
+
+#[derive(Debug, thiserror::Error)]
+pub enum ClientError {
+    #[error("cannot connect to {path}: {source}")]
+    Connect {
+        path: String,
+        source: std::io::Error,
+    },
+    #[error(transparent)]
+    Frame(#[from] FrameError),
+    #[error("undecodable message from the server: {0}")]
+    Decode(#[from] crate::DecodeError),
+    #[error("the server closed the connection")]
+    Closed,
+    #[error("the server refused: {0:?}")]
+    Refused(crate::ErrorBody),
+    #[error("unexpected message from the server: {0:?}")]
+    Unexpected(Box<ServerMessage>),
+}
+
+/// Everything a call produced, in order.
+#[derive(Debug, Default)]
+pub struct CallTranscript {
+    pub outputs: Vec<(String, String)>,
+    pub confirmations: Vec<ServerMessage>,
+    pub result: Option<ToolResult>,
+}
+
+/// One connection to the supervisor.
+pub struct Client {
+    rd: OwnedReadHalf,
+    wr: OwnedWriteHalf,
+    /// Messages read while waiting for something else.
+    backlog: VecDeque<ServerMessage>,
+    pub session: String,
+}
+
+impl Client {
+    /// Connect and say `hello`.
+    pub async fn connect(path: &Path, name: &str, interactive: bool) -> Result<Self, ClientError> {
+        let stream = UnixStream::connect(path)
+            .await
+            .map_err(|source| ClientError::Connect {
+                path: path.display().to_string(),
+                source,
+            })?;
+        let (rd, wr) = stream.into_split();
+        let mut client = Client {
+            rd,
+            wr,
+            backlog: VecDeque::new(),
+            session: String::new(),
+        };
+        client
+            .send(&ClientMessage::Hello {
+                protocol: PROTOCOL_VERSION,
+                client: name.to_owned(),
+                interactive: Some(interactive),
+            })
+            .await?;
+        match client.recv().await? {
+            ServerMessage::Welcome { session, .. } => client.session = session,
+            ServerMessage::Error { error, .. } => return Err(ClientError::Refused(error)),
+            other => return Err(ClientError::Unexpected(Box::new(other))),
+        }
+        Ok(client)
+    }
+
+    pub async fn send(&mut self, msg: &ClientMessage) -> Result<(), ClientError> {
+        let bytes = frame::encode(msg)?;
+        self.send_raw(&bytes).await
+    }
+
+    /// Send bytes as they are (tests use this for malformed frames).
+    pub async fn send_raw(&mut self, bytes: &[u8]) -> Result<(), ClientError> {
+        self.wr.write_all(bytes).await.map_err(FrameError::Io)?;
+        Ok(())
+    }
+
+    /// The next message, from the backlog first.
+    pub async fn recv(&mut self) -> Result<ServerMessage, ClientError> {
+        if let Some(m) = self.backlog.pop_front() {
+            return Ok(m);
+        }
+        self.read_one().await
+    }
+
+    async fn read_one(&mut self) -> Result<ServerMessage, ClientError> {
+        let body = frame::read_frame(&mut self.rd, DEFAULT_MAX_FRAME_BYTES)
+            .await?
+            .ok_or(ClientError::Closed)?;
+        Ok(frame::decode(&body, KNOWN_SERVER_TYPES)?)
+    }
+
+    /// Read until `pick` accepts a message; the others wait in the backlog.
+    pub async fn recv_matching<T>(
+        &mut self,
+        mut pick: impl FnMut(&ServerMessage) -> Option<T>,
+    ) -> Result<(T, ServerMessage), ClientError> {
+        if let Some(pos) = self.backlog.iter().position(|m| pick(m).is_some()) {
+            let m = self.backlog.remove(pos).ok_or(ClientError::Closed)?;
+            let t = pick(&m).ok_or(ClientError::Closed)?;
+            return Ok((t, m));
+        }
+        loop {
+            let m = self.read_one().await?;
+            if let Some(t) = pick(&m) {
+                return Ok((t, m));
+            }
+            self.backlog.push_back(m);
+        }
+    }
+
+    /// Send a request with an `id` and wait for the answer that echoes it.
+    pub async fn request(&mut self, msg: &ClientMessage, id: &Id) -> Result<ServerMessage, ClientError> {
+        self.send(msg).await?;
+        let (_, m) = self.recv_matching(|m| answers(m, id).then_some(())).await?;
+        Ok(m)
+    }
+
+    /// Run one call to its result; `output` sees streamed output as it arrives.
+    pub async fn call(
+        &mut self,
+        req: CallRequest,
+        mut output: impl FnMut(&str, &str),
+    ) -> Result<CallTranscript, ClientError> {
+        let id = req.id.clone();
+        self.send(&ClientMessage::Call(req)).await?;
+        let mut t = CallTranscript::default();
+        loop {
+            let (_, m) = self.recv_matching(|m| belongs_to_call(m, &id).then_some(())).await?;
+            match m {
+                ServerMessage::Output { stream, data, .. } => {
+                    output(&stream, &data);
+                    t.outputs.push((stream, data));
+                }
+                ServerMessage::Result(r) => {
+                    t.result = Some(r);
+                    return Ok(t);
+                }
+                ServerMessage::Error { error, .. } => return Err(ClientError::Refused(error)),
+                other => t.confirmations.push(other),
+            }
+        }
+    }
+}
+
+/// Whether `m` is the answer to a request with id `id`.
+pub fn answers(m: &ServerMessage, id: &Id) -> bool {
+    match m {
+        ServerMessage::Tools { id: i, .. }
+        | ServerMessage::Result(crate::ToolResult { id: i, .. })
+        | ServerMessage::BatchDone { id: i, .. }
+        | ServerMessage::Token { id: i, .. }
+        | ServerMessage::Subscribed { id: i }
+        | ServerMessage::Status { id: i, .. }
+        | ServerMessage::Ack { id: i }
+        | ServerMessage::Pong { id: i } => i == id,
+        ServerMessage::Error { id: Some(i), .. } => i == id,
+        _ => false,
+    }
+}
+
+fn belongs_to_call(m: &ServerMessage, id: &Id) -> bool {
+    match m {
+        ServerMessage::Output { id: i, .. } | ServerMessage::ConfirmRequired { id: i, .. } => i == id,
+        other => answers(other, id),
+    }
+}

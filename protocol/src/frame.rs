@@ -1,0 +1,226 @@
+//! Framing: a 4-byte big-endian length N, then N bytes of MessagePack (a map with
+//! string keys and a string `type`).
+//!
+//! The length is checked before any body byte is buffered, and decoding caps nesting
+//! at [`MAX_DEPTH`] so hostile input yields an error, never a stack overflow.
+
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+
+/// Deepest nesting of arrays and maps a frame may have.
+pub const MAX_DEPTH: usize = 32;
+
+/// Failure to read or write one frame. After `TooLarge` the stream cannot be resynchronised.
+#[derive(Debug, thiserror::Error)]
+pub enum FrameError {
+    #[error("frame of {len} bytes exceeds the limit of {max} bytes")]
+    TooLarge { len: usize, max: usize },
+    #[error("connection closed in the middle of a frame")]
+    Truncated,
+    #[error("i/o: {0}")]
+    Io(#[from] std::io::Error),
+    #[error("encode: {0}")]
+    Encode(#[from] rmp_serde::encode::Error),
+}
+
+/// Why a complete frame's body was refused.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum DecodeError {
+    /// Not MessagePack, nested too deeply, not a map, or no string `type`.
+    #[error("{0}")]
+    Malformed(String),
+    /// A map with a string `type` this side does not know.
+    #[error("unknown message type `{0}`")]
+    UnknownType(String),
+    /// A known `type` whose fields are missing or of the wrong type; `id` is echoed.
+    #[error("{message}")]
+    BadFields {
+        message: String,
+        id: Option<crate::Id>,
+    },
+}
+
+/// Serialize `msg` as a named map and prefix the length.
+pub fn encode<T: Serialize>(msg: &T) -> Result<Vec<u8>, FrameError> {
+    let mut buf = vec![0u8; 4];
+    rmp_serde::encode::write_named(&mut buf, msg)?;
+    let len = u32::try_from(buf.len() - 4).map_err(|_| FrameError::TooLarge {
+        len: buf.len() - 4,
+        max: u32::MAX as usize,
+    })?;
+    buf[..4].copy_from_slice(&len.to_be_bytes());
+    Ok(buf)
+}
+
+/// Read one frame body. `Ok(None)` is a clean end of stream between frames.
+pub async fn read_frame<R: AsyncRead + Unpin>(
+    rd: &mut R,
+    max: usize,
+) -> Result<Option<Vec<u8>>, FrameError> {
+    let mut head = [0u8; 4];
+    let mut got = 0;
+    while got < 4 {
+        let n = rd.read(&mut head[got..]).await?;
+        if n == 0 {
+            return if got == 0 {
+                Ok(None)
+            } else {
+                Err(FrameError::Truncated)
+            };
+        }
+        got += n;
+    }
+    let len = u32::from_be_bytes(head) as usize;
+    if len > max {
+        return Err(FrameError::TooLarge { len, max });
+    }
+    let mut body = vec![0u8; len];
+    rd.read_exact(&mut body).await.map_err(|e| match e.kind() {
+        std::io::ErrorKind::UnexpectedEof => FrameError::Truncated,
+        _ => FrameError::Io(e),
+    })?;
+    Ok(Some(body))
+}
+
+/// Write one already-encoded frame.
+pub async fn write_frame<W: AsyncWrite + Unpin>(wr: &mut W, frame: &[u8]) -> std::io::Result<()> {
+    wr.write_all(frame).await
+}
+
+/// Decode a frame body into `T`, classifying failures as the protocol requires.
+///
+/// `known` lists the `type` values `T` accepts; a map whose `type` is not among them is
+/// [`DecodeError::UnknownType`].
+pub fn decode<T: DeserializeOwned>(body: &[u8], known: &[&str]) -> Result<T, DecodeError> {
+    let value = decode_value(body)?;
+    let rmpv::Value::Map(entries) = &value else {
+        return Err(DecodeError::Malformed("message is not a map".into()));
+    };
+    let kind = field(entries, "type")
+        .and_then(|v| v.as_str())
+        .ok_or_else(|| DecodeError::Malformed("message has no string `type`".into()))?;
+    if !known.contains(&kind) {
+        return Err(DecodeError::UnknownType(kind.to_owned()));
+    }
+    let mut de = rmp_serde::Deserializer::from_read_ref(body);
+    de.set_max_depth(MAX_DEPTH);
+    T::deserialize(&mut de).map_err(|e| DecodeError::BadFields {
+        message: format!("bad `{kind}` message: {e}"),
+        id: field(entries, "id").and_then(id_of),
+    })
+}
+
+/// Parse a body as a generic MessagePack value with the depth cap, and check that
+/// nothing trails it.
+pub fn decode_value(body: &[u8]) -> Result<rmpv::Value, DecodeError> {
+    let mut rd = body;
+    let value = rmpv::decode::read_value_with_max_depth(&mut rd, MAX_DEPTH)
+        .map_err(|e| DecodeError::Malformed(format!("not valid MessagePack: {e}")))?;
+    if !rd.is_empty() {
+        return Err(DecodeError::Malformed(format!(
+            "{} bytes after the message",
+            rd.len()
+        )));
+    }
+    Ok(value)
+}
+
+fn field<'a>(entries: &'a [(rmpv::Value, rmpv::Value)], key: &str) -> Option<&'a rmpv::Value> {
+    entries
+        .iter()
+        .find(|(k, _)| k.as_str() == Some(key))
+        .map(|(_, v)| v)
+}
+
+fn id_of(v: &rmpv::Value) -> Option<crate::Id> {
+    match v {
+        rmpv::Value::String(s) => s.as_str().map(crate::Id::from),
+        rmpv::Value::Integer(n) => n.as_i64().map(crate::Id::Int),
+        _ => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::message::{ClientMessage, KNOWN_CLIENT_TYPES};
+
+    fn body(v: &rmpv::Value) -> Vec<u8> {
+        let mut out = Vec::new();
+        rmpv::encode::write_value(&mut out, v).unwrap();
+        out
+    }
+
+    #[test]
+    fn deep_nesting_is_an_error_not_an_abort() {
+        let mut b = vec![0x91u8; 200_000];
+        b.push(0xc0);
+        let err = decode::<ClientMessage>(&b, KNOWN_CLIENT_TYPES).unwrap_err();
+        assert!(matches!(err, DecodeError::Malformed(_)), "{err:?}");
+    }
+
+    #[test]
+    fn lying_lengths_are_errors() {
+        for b in [&[0xdd, 0xff, 0xff, 0xff, 0xff][..], &[0xdb, 0xff, 0xff, 0xff, 0xff]] {
+            assert!(matches!(
+                decode::<ClientMessage>(b, KNOWN_CLIENT_TYPES),
+                Err(DecodeError::Malformed(_))
+            ));
+        }
+    }
+
+    #[test]
+    fn not_a_map_and_no_type_are_malformed() {
+        let arr = body(&rmpv::Value::Array(vec![1.into()]));
+        assert!(matches!(
+            decode::<ClientMessage>(&arr, KNOWN_CLIENT_TYPES),
+            Err(DecodeError::Malformed(_))
+        ));
+        let no_type = body(&rmpv::Value::Map(vec![("id".into(), "x".into())]));
+        assert!(matches!(
+            decode::<ClientMessage>(&no_type, KNOWN_CLIENT_TYPES),
+            Err(DecodeError::Malformed(_))
+        ));
+    }
+
+    #[test]
+    fn unknown_type_and_bad_fields_are_told_apart() {
+        let unknown = body(&rmpv::Value::Map(vec![("type".into(), "dance".into())]));
+        assert_eq!(
+            decode::<ClientMessage>(&unknown, KNOWN_CLIENT_TYPES),
+            Err(DecodeError::UnknownType("dance".into()))
+        );
+        let bad = body(&rmpv::Value::Map(vec![
+            ("type".into(), "call".into()),
+            ("id".into(), "c1".into()),
+            ("tool".into(), 5.into()),
+        ]));
+        match decode::<ClientMessage>(&bad, KNOWN_CLIENT_TYPES) {
+            Err(DecodeError::BadFields { id, .. }) => assert_eq!(id, Some("c1".into())),
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[tokio::test]
+    async fn oversized_length_is_refused_before_reading_the_body() {
+        let mut input: &[u8] = &[0xff, 0xff, 0xff, 0xf0];
+        match read_frame(&mut input, 1024).await {
+            Err(FrameError::TooLarge { len, max }) => {
+                assert_eq!((len, max), (0xffff_fff0, 1024))
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[tokio::test]
+    async fn truncated_frame_is_reported() {
+        let mut input: &[u8] = &[0, 0, 0, 9, 1, 2];
+        assert!(matches!(
+            read_frame(&mut input, 1024).await,
+            Err(FrameError::Truncated)
+        ));
+        let mut empty: &[u8] = &[];
+        assert!(matches!(read_frame(&mut empty, 1024).await, Ok(None)));
+    }
+}

@@ -1,0 +1,34 @@
+//! Request ids. The protocol says strings; integer ids are accepted too and echoed
+//! back in the form they came in, so a client can match answers by equality.
+
+use serde::{Deserialize, Serialize};
+use std::fmt;
+
+/// An id chosen by the client for a call, batch or request.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(untagged)]
+pub enum Id {
+    Str(String),
+    Int(i64),
+}
+
+impl fmt::Display for Id {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Id::Str(s) => f.write_str(s),
+            Id::Int(n) => write!(f, "{n}"),
+        }
+    }
+}
+
+impl From<&str> for Id {
+    fn from(s: &str) -> Self {
+        Id::Str(s.to_owned())
+    }
+}
+
+impl From<String> for Id {
+    fn from(s: String) -> Self {
+        Id::Str(s)
+    }
+}

@@ -1,0 +1,185 @@
+//! The supervisor ↔ worker protocol: the same frame codec as clients, its own messages.
+//!
+//! A worker is `toolvisor worker --group G`, with its control socket on fd 3. The
+//! supervisor sends `init`; the worker confines itself and answers `ready`; then the
+//! supervisor sends `run` and `cancel` frames and the worker answers with `output` and
+//! exactly one `done` per call.
+
+use crate::message::{Guards, Status, Truncated};
+use crate::ErrorBody;
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value};
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+
+/// The file descriptor on which a worker finds its control socket.
+pub const CONTROL_FD: i32 = 3;
+
+pub const KNOWN_TO_WORKER: &[&str] = &["init", "run", "cancel", "shutdown"];
+pub const KNOWN_FROM_WORKER: &[&str] = &["ready", "output", "done"];
+
+/// Truncation thresholds and size caps (`[limits]`).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct Limits {
+    pub file_max: usize,
+    pub file_keep: usize,
+    pub shell_max: usize,
+    pub shell_head: usize,
+    pub shell_tail: usize,
+    pub list_max: usize,
+    pub list_keep: usize,
+    pub search_max: usize,
+    pub search_keep: usize,
+    pub max_frame_bytes: usize,
+    pub artifacts_max_bytes: u64,
+    pub artifacts_total_bytes: u64,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits {
+            file_max: 10240,
+            file_keep: 5120,
+            shell_max: 10240,
+            shell_head: 1024,
+            shell_tail: 4096,
+            list_max: 1000,
+            list_keep: 500,
+            search_max: 100,
+            search_keep: 50,
+            max_frame_bytes: crate::DEFAULT_MAX_FRAME_BYTES,
+            artifacts_max_bytes: 64 << 20,
+            artifacts_total_bytes: 512 << 20,
+        }
+    }
+}
+
+/// The roots paths resolve against; `private` is the workspace itself.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Roots {
+    pub private: PathBuf,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub shared: Option<PathBuf>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub public: Option<PathBuf>,
+}
+
+/// Settings of the exec group a worker needs.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct ExecSettings {
+    pub env_passthrough: Vec<String>,
+    pub env: BTreeMap<String, String>,
+    pub writable: Vec<PathBuf>,
+    pub max_jobs: usize,
+    /// The supervisor instance's marker, put into every command's environment.
+    pub instance: String,
+    /// The toolvisor binary, to run commands under `toolvisor reap`.
+    pub exe: PathBuf,
+}
+
+/// The first frame a worker receives.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct WorkerInit {
+    pub group: String,
+    pub index: u32,
+    pub roots: Roots,
+    /// Paths no tool may show, read or write (state directory, config file).
+    pub protected: Vec<PathBuf>,
+    pub state_dir: PathBuf,
+    pub limits: Limits,
+    pub exec: ExecSettings,
+}
+
+/// Supervisor → worker.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum ToWorker {
+    Init(WorkerInit),
+    Run {
+        call: u64,
+        /// The client's call id, used to name artifacts.
+        name: String,
+        tool: String,
+        args: Value,
+        #[serde(default)]
+        stream: bool,
+        /// Milliseconds the call may run (the effective deadline).
+        #[serde(default)]
+        timeout_ms: Option<u64>,
+    },
+    Cancel {
+        call: u64,
+    },
+    Shutdown,
+}
+
+/// How a call ended inside a worker.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Outcome {
+    pub status: Status,
+    pub content: String,
+    pub display: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<ErrorBody>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub truncated: Option<Truncated>,
+    #[serde(default)]
+    pub meta: Map<String, Value>,
+}
+
+impl Outcome {
+    /// A successful outcome whose display is its content.
+    pub fn ok(content: String) -> Self {
+        Outcome {
+            status: Status::Ok,
+            display: content.clone(),
+            content,
+            error: None,
+            truncated: None,
+            meta: Map::new(),
+        }
+    }
+
+    /// A failed outcome: `content` says what went wrong, for the model.
+    pub fn err(error: ErrorBody) -> Self {
+        let status = if error.kind.is_policy() {
+            Status::Denied
+        } else {
+            match error.kind {
+                crate::ErrorType::Timeout => Status::Timeout,
+                crate::ErrorType::Cancelled => Status::Cancelled,
+                crate::ErrorType::WorkerCrashed => Status::Crashed,
+                _ => Status::Error,
+            }
+        };
+        let content = format!("Error: {}", error.message);
+        Outcome {
+            status,
+            display: content.clone(),
+            content,
+            error: Some(error),
+            truncated: None,
+            meta: Map::new(),
+        }
+    }
+}
+
+/// Worker → supervisor.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum FromWorker {
+    Ready {
+        pid: u32,
+        guards: Guards,
+    },
+    Output {
+        call: u64,
+        stream: String,
+        data: String,
+    },
+    Done {
+        call: u64,
+        outcome: Outcome,
+    },
+}

@@ -1,0 +1,1 @@
+fn main() { toolvisor_supervisor::cli::main() }

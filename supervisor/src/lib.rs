@@ -1,0 +1,1 @@
+pub mod cli { pub fn main() {} }

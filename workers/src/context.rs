@@ -1,0 +1,126 @@
+//! What a tool gets to do its work: the worker's settings, a path resolver, a
+//! cancellation flag and (when the call streams) a sink for output frames.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Instant;
+
+use toolvisor_protocol::worker::{FromWorker, Outcome, WorkerInit};
+use toolvisor_protocol::{ErrorBody, ErrorType};
+
+use crate::paths::Resolver;
+
+/// Set when the supervisor cancels a call; long loops check it and stop.
+#[derive(Clone, Debug, Default)]
+pub struct CancelFlag {
+    flag: Arc<AtomicBool>,
+    notify: Arc<tokio::sync::Notify>,
+}
+
+impl CancelFlag {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    pub fn cancel(&self) {
+        self.flag.store(true, Ordering::SeqCst);
+        self.notify.notify_waiters();
+    }
+
+    pub fn is_cancelled(&self) -> bool {
+        self.flag.load(Ordering::Relaxed)
+    }
+
+    /// Resolves once the call is cancelled (for async tools).
+    pub async fn cancelled(&self) {
+        loop {
+            let notified = self.notify.notified();
+            if self.is_cancelled() {
+                return;
+            }
+            notified.await;
+        }
+    }
+
+    /// `Err(Cancelled)` once cancelled: `ctx.cancel.check()?` in loops.
+    pub fn check(&self) -> Result<(), ToolError> {
+        if self.is_cancelled() {
+            Err(ToolError::new(ErrorType::Cancelled, "the call was cancelled"))
+        } else {
+            Ok(())
+        }
+    }
+}
+
+/// Where a streaming call's output frames go (to the supervisor).
+#[derive(Clone, Debug)]
+pub struct OutputSink {
+    pub call: u64,
+    pub tx: tokio::sync::mpsc::Sender<FromWorker>,
+}
+
+impl OutputSink {
+    /// Send one chunk, waiting while the supervisor is behind (backpressure).
+    pub async fn send(&self, stream: &str, data: String) {
+        let _ = self
+            .tx
+            .send(FromWorker::Output {
+                call: self.call,
+                stream: stream.to_owned(),
+                data,
+            })
+            .await;
+    }
+}
+
+/// One call's context.
+#[derive(Clone, Debug)]
+pub struct ToolContext {
+    pub init: Arc<WorkerInit>,
+    pub resolver: Arc<Resolver>,
+    /// The supervisor's number for this call.
+    pub call: u64,
+    /// The client's call id, safe for a file name (artifacts).
+    pub name: String,
+    pub cancel: CancelFlag,
+    /// Present when the client asked for `stream: true`.
+    pub output: Option<OutputSink>,
+    /// When the call must end (the effective deadline), if any.
+    pub deadline: Option<Instant>,
+}
+
+/// A tool failure with its contract error type.
+#[derive(Clone, Debug, PartialEq, thiserror::Error)]
+#[error("{kind}: {message}")]
+pub struct ToolError {
+    pub kind: ErrorType,
+    pub message: String,
+}
+
+impl ToolError {
+    pub fn new(kind: ErrorType, message: impl Into<String>) -> Self {
+        ToolError {
+            kind,
+            message: message.into(),
+        }
+    }
+
+    pub fn invalid(message: impl Into<String>) -> Self {
+        Self::new(ErrorType::InvalidParams, message)
+    }
+
+    pub fn internal(message: impl Into<String>) -> Self {
+        Self::new(ErrorType::InternalError, message)
+    }
+}
+
+impl From<ToolError> for Outcome {
+    fn from(e: ToolError) -> Self {
+        Outcome::err(ErrorBody::new(e.kind, e.message))
+    }
+}
+
+/// Turn a tool's `Result` into the outcome sent to the supervisor.
+pub fn outcome(r: Result<Outcome, ToolError>) -> Outcome {
+    r.unwrap_or_else(Outcome::from)
+}

@@ -1,0 +1,17 @@
+//! toolvisor's worker side: the tools of each group and the loop a worker process runs.
+//!
+//! A worker is the toolvisor binary re-executed as `toolvisor worker --group G`; see
+//! [`worker::main`]. Each group's tools live in their own module: [`search`], [`edit`],
+//! [`exec`]. Paths go through [`paths::Resolver`]; long output through [`truncate`].
+
+pub mod context;
+pub mod edit;
+pub mod exec;
+pub mod paths;
+pub mod reap;
+pub mod sandbox;
+pub mod search;
+pub mod truncate;
+pub mod worker;
+
+pub use context::{CancelFlag, OutputSink, ToolContext, ToolError};

@@ -1,0 +1,6 @@
+//! The worker main loop. OWNER: lead.
+
+/// Entry point of `toolvisor worker --group G`; returns the exit code.
+pub fn main(_group: &str) -> i32 {
+    70
+}
