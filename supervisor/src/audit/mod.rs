@@ -1,0 +1,1 @@
+//! The audit log (DESIGN §7). OWNER: audit helper.

@@ -1,0 +1,2 @@
+//! Command line. OWNER: lead.
+pub fn main() {}

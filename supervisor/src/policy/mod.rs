@@ -1,0 +1,1 @@
+//! Policy engine (DESIGN §6). OWNER: policy helper.
