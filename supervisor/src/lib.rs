@@ -3,5 +3,26 @@
 
 pub mod audit;
 pub mod cli;
+pub mod commands;
 pub mod config;
+pub mod confirm;
+pub mod events;
+pub mod grants;
+pub mod leftovers;
+pub mod listener;
+pub mod outbox;
 pub mod policy;
+pub mod pool;
+pub mod previews;
+pub mod reload;
+pub mod restart;
+pub mod router;
+pub mod serve;
+pub mod service;
+pub mod session;
+pub mod spawn;
+pub mod state;
+pub mod status;
+pub mod subscribe;
+pub mod validate;
+pub mod worker;

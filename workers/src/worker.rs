@@ -1,6 +1,264 @@
-//! The worker main loop. OWNER: lead.
+//! The worker process: `toolvisor worker --group G`.
+//!
+//! It reads `init` from its control socket (fd 3), confines itself, answers `ready`,
+//! then serves `run` and `cancel` frames concurrently, answering each `run` with
+//! exactly one `done`. EOF on the control socket means the supervisor is gone: the
+//! worker stops its jobs and exits.
+
+use std::collections::HashMap;
+use std::os::fd::FromRawFd;
+use std::os::unix::net::UnixStream as StdUnixStream;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+use tokio::io::AsyncWriteExt;
+use tokio::net::UnixStream;
+use tokio::sync::mpsc;
+use toolvisor_protocol::frame;
+use toolvisor_protocol::message::Guards;
+use toolvisor_protocol::worker::{
+    CONTROL_FD, FromWorker, KNOWN_TO_WORKER, Outcome, ToWorker, WorkerInit,
+};
+
+use crate::context::{CancelFlag, OutputSink, ToolContext, ToolError};
+use crate::exec::ExecState;
+use crate::paths::Resolver;
+
+/// Exit code for a configuration error: the supervisor does not restart on it.
+pub const EXIT_CONFIG: i32 = 78;
+/// Exit code for a broken control channel or runtime.
+pub const EXIT_SOFTWARE: i32 = 70;
+
+/// How long the worker waits for `init` before giving up.
+const INIT_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Frames queued towards the supervisor before producers wait.
+const OUTBOX: usize = 256;
 
 /// Entry point of `toolvisor worker --group G`; returns the exit code.
-pub fn main(_group: &str) -> i32 {
-    70
+pub fn main(group: &str) -> i32 {
+    // SAFETY: the supervisor passes the control socket as fd 3 and nothing else in this
+    // process owns that descriptor.
+    let control = unsafe { StdUnixStream::from_raw_fd(CONTROL_FD) };
+    let init = match read_init(&control) {
+        Ok(init) if init.group == group => init,
+        Ok(init) => {
+            eprintln!("worker: asked for group {group} but init says {}", init.group);
+            return EXIT_CONFIG;
+        }
+        Err(e) => {
+            eprintln!("worker {group}: no valid init frame: {e}");
+            return EXIT_CONFIG;
+        }
+    };
+    let landlock = crate::sandbox::confine(&init);
+    let resolver = match Resolver::new(&init.roots, &init.protected) {
+        Ok(r) => Arc::new(r),
+        Err(e) => {
+            eprintln!("worker {group}: cannot open the workspace roots: {e}");
+            return EXIT_CONFIG;
+        }
+    };
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .max_blocking_threads(64)
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("worker {group}: cannot start a runtime: {e}");
+            return EXIT_SOFTWARE;
+        }
+    };
+    let guards = Guards {
+        landlock,
+        openat2: crate::paths::openat2_available(),
+        subreaper: init.group == "exec",
+        cgroup: false,
+    };
+    runtime.block_on(serve(control, Arc::new(init), resolver, guards))
+}
+
+/// Read the `init` frame synchronously, before any thread exists.
+fn read_init(control: &StdUnixStream) -> Result<WorkerInit, String> {
+    use std::io::Read;
+    control
+        .set_read_timeout(Some(INIT_TIMEOUT))
+        .map_err(|e| e.to_string())?;
+    let mut head = [0u8; 4];
+    (&*control).read_exact(&mut head).map_err(|e| e.to_string())?;
+    let len = u32::from_be_bytes(head) as usize;
+    if len > toolvisor_protocol::DEFAULT_MAX_FRAME_BYTES {
+        return Err(format!("init frame of {len} bytes"));
+    }
+    let mut body = vec![0u8; len];
+    (&*control).read_exact(&mut body).map_err(|e| e.to_string())?;
+    control.set_read_timeout(None).map_err(|e| e.to_string())?;
+    match frame::decode::<ToWorker>(&body, KNOWN_TO_WORKER).map_err(|e| e.to_string())? {
+        ToWorker::Init(init) => Ok(init),
+        other => Err(format!("expected init, got {other:?}")),
+    }
+}
+
+/// Calls running in this worker, by the supervisor's call number.
+type Running = Arc<Mutex<HashMap<u64, CancelFlag>>>;
+
+async fn serve(
+    control: StdUnixStream,
+    init: Arc<WorkerInit>,
+    resolver: Arc<Resolver>,
+    guards: Guards,
+) -> i32 {
+    let stream = match control
+        .set_nonblocking(true)
+        .and_then(|_| UnixStream::from_std(control))
+    {
+        Ok(s) => s,
+        Err(e) => {
+            eprintln!("worker: control socket: {e}");
+            return EXIT_SOFTWARE;
+        }
+    };
+    let (mut rd, wr) = stream.into_split();
+    let (tx, rx) = mpsc::channel::<FromWorker>(OUTBOX);
+    let writer = tokio::spawn(write_loop(wr, rx));
+    let pid = std::process::id();
+    if tx.send(FromWorker::Ready { pid, guards }).await.is_err() {
+        return EXIT_SOFTWARE;
+    }
+    let exec = Arc::new(ExecState::new(&init));
+    let running: Running = Arc::default();
+    let max = init.limits.max_frame_bytes.max(toolvisor_protocol::DEFAULT_MAX_FRAME_BYTES);
+    loop {
+        let body = match frame::read_frame(&mut rd, max).await {
+            Ok(Some(body)) => body,
+            Ok(None) => break,
+            Err(e) => {
+                eprintln!("worker {}: control socket: {e}", init.group);
+                break;
+            }
+        };
+        let msg = match frame::decode::<ToWorker>(&body, KNOWN_TO_WORKER) {
+            Ok(m) => m,
+            Err(e) => {
+                eprintln!("worker {}: bad frame from supervisor: {e}", init.group);
+                continue;
+            }
+        };
+        match msg {
+            ToWorker::Run {
+                call,
+                name,
+                tool,
+                args,
+                stream,
+                timeout_ms,
+            } => {
+                let cancel = CancelFlag::new();
+                lock(&running).insert(call, cancel.clone());
+                let ctx = ToolContext {
+                    init: init.clone(),
+                    resolver: resolver.clone(),
+                    call,
+                    name,
+                    cancel,
+                    output: stream.then(|| OutputSink {
+                        call,
+                        tx: tx.clone(),
+                    }),
+                    deadline: timeout_ms.map(|ms| Instant::now() + Duration::from_millis(ms)),
+                };
+                let job = Job {
+                    tool,
+                    args,
+                    ctx,
+                    exec: exec.clone(),
+                    running: running.clone(),
+                    tx: tx.clone(),
+                };
+                tokio::spawn(job.run());
+            }
+            ToWorker::Cancel { call } => {
+                if let Some(flag) = lock(&running).get(&call) {
+                    flag.cancel();
+                }
+            }
+            ToWorker::Shutdown => break,
+            ToWorker::Init(_) => eprintln!("worker {}: ignoring a second init", init.group),
+        }
+    }
+    for flag in lock(&running).values() {
+        flag.cancel();
+    }
+    exec.shutdown().await;
+    drop(tx);
+    let _ = writer.await;
+    0
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+/// One `run` request on its way to a `done`.
+struct Job {
+    tool: String,
+    args: Value,
+    ctx: ToolContext,
+    exec: Arc<ExecState>,
+    running: Running,
+    tx: mpsc::Sender<FromWorker>,
+}
+
+impl Job {
+    async fn run(self) {
+        let call = self.ctx.call;
+        let group = self.ctx.init.group.clone();
+        let outcome = match group.as_str() {
+            "exec" => crate::exec::run(&self.exec, &self.tool, &self.args, &self.ctx).await,
+            _ => {
+                let (tool, args, ctx) = (self.tool, self.args, self.ctx);
+                let handle = tokio::task::spawn_blocking(move || match group.as_str() {
+                    "search" => crate::search::run(&tool, &args, &ctx),
+                    "edit" => crate::edit::run(&tool, &args, &ctx),
+                    other => ToolError::internal(format!("unknown group {other}")).into(),
+                });
+                handle.await.unwrap_or_else(|e| panicked(&e))
+            }
+        };
+        lock(&self.running).remove(&call);
+        let _ = self.tx.send(FromWorker::Done { call, outcome }).await;
+    }
+}
+
+/// A tool that panicked still answers, as an internal error.
+fn panicked(e: &tokio::task::JoinError) -> Outcome {
+    ToolError::internal(format!("the tool failed unexpectedly: {e}")).into()
+}
+
+async fn write_loop(mut wr: tokio::net::unix::OwnedWriteHalf, mut rx: mpsc::Receiver<FromWorker>) {
+    let mut buf = Vec::with_capacity(64 * 1024);
+    while let Some(msg) = rx.recv().await {
+        push(&mut buf, &msg);
+        // Coalesce whatever else is ready into one write.
+        while buf.len() < 256 * 1024 {
+            match rx.try_recv() {
+                Ok(m) => push(&mut buf, &m),
+                Err(_) => break,
+            }
+        }
+        if wr.write_all(&buf).await.is_err() {
+            return;
+        }
+        buf.clear();
+    }
+}
+
+fn push(buf: &mut Vec<u8>, msg: &FromWorker) {
+    match frame::encode(msg) {
+        Ok(bytes) => buf.extend_from_slice(&bytes),
+        Err(e) => eprintln!("worker: cannot encode a frame: {e}"),
+    }
 }

@@ -1,25 +1,135 @@
 //! The `exec` group's tools. OWNER: exec helper.
+//!
+//! - [`run_command`]: `sh -c` under the `toolvisor reap` shim, bounded output capture,
+//!   streaming, deadline and cancel;
+//! - [`jobs`]: background processes (`background: true`, `list_processes`,
+//!   `read_output`, `kill_process`);
+//! - [`output`]: head/tail capture, artifact files, stream coalescing, the pipe pump;
+//! - [`launch`]: starting a command and the kill path (SIGTERM, SIGKILL after 2 s);
+//! - [`env`]: the scrubbed environment.
+
+mod env;
+mod jobs;
+mod launch;
+mod output;
+mod run_command;
+
+use std::os::fd::OwnedFd;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use serde_json::Value;
-use toolvisor_protocol::worker::Outcome;
+use toolvisor_protocol::ErrorType;
+use toolvisor_protocol::worker::{Outcome, WorkerInit};
 
-use crate::ToolContext;
+use crate::{ToolContext, ToolError, context::outcome};
+use launch::Launcher;
+use output::Artifacts;
 
-/// State of one exec worker: its background jobs.
-#[derive(Debug, Default)]
-pub struct ExecState {}
+/// State of one exec worker: how commands start, the artifacts directory, and the
+/// background jobs.
+#[derive(Debug)]
+pub struct ExecState {
+    launcher: Launcher,
+    artifacts: Arc<Artifacts>,
+    jobs: jobs::Jobs,
+}
 
 impl ExecState {
-    pub fn new(_init: &toolvisor_protocol::worker::WorkerInit) -> Self {
-        ExecState {}
+    /// Commands run under `init.exec.exe reap` when that binary exists; otherwise
+    /// directly in their own process group (logged: no orphan protection).
+    pub fn new(init: &WorkerInit) -> Self {
+        let exe = &init.exec.exe;
+        let launcher = if !exe.as_os_str().is_empty() && exe.is_file() {
+            Launcher::Shim {
+                program: exe.clone(),
+                prefix: vec!["reap".into()],
+                args_env: None,
+                writable: crate::sandbox::command_writable(init),
+            }
+        } else {
+            tracing::warn!(
+                "no toolvisor binary at {:?}: commands run without the reap shim",
+                exe
+            );
+            Launcher::Direct
+        };
+        Self::with_launcher(init, launcher)
+    }
+
+    fn with_launcher(init: &WorkerInit, launcher: Launcher) -> Self {
+        ExecState {
+            launcher,
+            artifacts: Artifacts::new(&init.state_dir, &init.limits),
+            jobs: jobs::Jobs::new(init),
+        }
+    }
+
+    /// Whether commands run under the subreaper shim (the `subreaper` guard).
+    pub fn subreaper(&self) -> bool {
+        self.launcher.is_shim()
     }
 
     /// Kill and record every background job (worker shutdown).
-    pub async fn shutdown(&self) {}
+    pub async fn shutdown(&self) {
+        self.jobs.shutdown().await;
+    }
+}
+
+/// Whether a per-command cgroup v2 (`cgroup.kill`) is used: not implemented, so
+/// always false (the `cgroup` guard); the shim's /proc walk does the tree kill.
+pub fn cgroup() -> bool {
+    false
 }
 
 /// Run one `exec` tool. Runs on the worker's tokio runtime; must honour
 /// `ctx.cancel` and `ctx.deadline`.
-pub async fn run(_state: &ExecState, tool: &str, _args: &Value, _ctx: &ToolContext) -> Outcome {
-    crate::ToolError::internal(format!("tool {tool} is not implemented yet")).into()
+pub async fn run(state: &ExecState, tool: &str, args: &Value, ctx: &ToolContext) -> Outcome {
+    outcome(match tool {
+        "run_command" | "shell" => run_command::run(state, args, ctx).await,
+        "list_processes" => Ok(state.jobs.list()),
+        "read_output" => state.jobs.read_output(args),
+        "kill_process" => state.jobs.kill(args).await,
+        _ => Err(ToolError::new(
+            ErrorType::ToolNotFound,
+            format!("the exec group has no tool {tool}"),
+        )),
+    })
 }
+
+/// Open the command's working directory: `cwd` resolved inside a root, or the
+/// workspace root. It must be a directory.
+fn open_cwd(ctx: &ToolContext, cwd: Option<&str>) -> Result<(OwnedFd, PathBuf), ToolError> {
+    let (fd, host) = match cwd.filter(|c| !c.is_empty()) {
+        Some(c) => {
+            let r = ctx.resolver.resolve(c)?;
+            (ctx.resolver.open_dir(&r)?, r.host)
+        }
+        None => {
+            let root = workspace(ctx).to_path_buf();
+            let f = std::fs::File::open(&root)
+                .map_err(|e| ToolError::internal(format!("cannot open the workspace: {e}")))?;
+            (OwnedFd::from(f), root)
+        }
+    };
+    let st = nix::sys::stat::fstat(&fd)
+        .map_err(|e| ToolError::internal(format!("cannot stat cwd: {e}")))?;
+    if st.st_mode & libc::S_IFMT != libc::S_IFDIR {
+        return Err(ToolError::invalid(format!(
+            "cwd {} is not a directory",
+            host.display()
+        )));
+    }
+    Ok((fd, host))
+}
+
+/// The workspace root (the private root, canonical).
+fn workspace(ctx: &ToolContext) -> &Path {
+    ctx.resolver
+        .roots
+        .first()
+        .map_or(ctx.init.roots.private.as_path(), |r| r.1.as_path())
+}
+
+#[cfg(test)]
+mod tests;

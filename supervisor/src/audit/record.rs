@@ -1,0 +1,417 @@
+//! Typed audit records (DESIGN §7). Callers build a struct and hand it to
+//! [`super::Audit::record`]; the field names live here only, so a misspelt field is a
+//! compile error rather than a record no tool can query.
+
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use serde_json::{Map, Value, json};
+
+use super::{canonical, redact};
+
+/// A record kind with its fields. `fields` never contains the chain's own keys
+/// (`seq`, `ts`, `kind`, `prev`, `hash`).
+pub trait Record {
+    /// The `kind` written in the record.
+    const KIND: &'static str;
+    /// The record's own fields.
+    fn fields(&self) -> Map<String, Value>;
+}
+
+/// `ts` and every other time in the log: RFC 3339, UTC, milliseconds
+/// (`2026-08-07T12:34:56.789Z`). Times before 1970 print as the epoch.
+pub fn rfc3339_millis(t: SystemTime) -> String {
+    let d = t.duration_since(UNIX_EPOCH).unwrap_or_default();
+    let secs = d.as_secs();
+    let (y, m, day) = civil_from_days((secs / 86_400) as i64);
+    let sod = secs % 86_400;
+    format!(
+        "{y:04}-{m:02}-{day:02}T{:02}:{:02}:{:02}.{:03}Z",
+        sod / 3600,
+        sod % 3600 / 60,
+        sod % 60,
+        d.subsec_millis()
+    )
+}
+
+/// Days since 1970-01-01 → (year, month, day), proleptic Gregorian (H. Hinnant's
+/// `civil_from_days`), so no date crate is needed for one formatter.
+fn civil_from_days(days: i64) -> (i64, u32, u32) {
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = doy - (153 * mp + 2) / 5 + 1;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 };
+    let y = yoe + era * 400 + i64::from(m <= 2);
+    (y, m as u32, d as u32)
+}
+
+fn obj(v: Value) -> Map<String, Value> {
+    match v {
+        Value::Object(m) => m,
+        _ => Map::new(),
+    }
+}
+
+/// The policy engine's verdict as recorded.
+#[derive(Clone, Debug)]
+pub struct PolicyVerdict<'a> {
+    /// `allow`, `deny` or `ask`.
+    pub decision: &'a str,
+    pub reason: &'a str,
+    /// The rule that decided, if one did (null for the mode's default).
+    pub rule: Option<&'a str>,
+}
+
+/// `requested`: written (durably) before a tool starts. Arguments are stored only as
+/// a hash and a redacted preview.
+#[derive(Clone, Debug)]
+pub struct Requested<'a> {
+    pub trace_id: &'a str,
+    pub call_id: &'a str,
+    pub session: &'a str,
+    pub client: &'a str,
+    pub tool: &'a str,
+    pub args: &'a Value,
+    pub policy: PolicyVerdict<'a>,
+}
+
+impl Record for Requested<'_> {
+    const KIND: &'static str = "requested";
+    fn fields(&self) -> Map<String, Value> {
+        obj(json!({
+            "trace_id": self.trace_id,
+            "call_id": self.call_id,
+            "session": self.session,
+            "client": self.client,
+            "tool": self.tool,
+            "args_sha256": canonical::args_sha256(self.args),
+            "args_preview": redact::preview(self.args),
+            "policy": {
+                "decision": self.policy.decision,
+                "reason": self.policy.reason,
+                "rule": self.policy.rule,
+            },
+        }))
+    }
+}
+
+/// `rejected`: a call refused before it ran (invalid params, policy denial); it has
+/// no `requested`/`completed` pair.
+#[derive(Clone, Debug)]
+pub struct Rejected<'a> {
+    pub call: Requested<'a>,
+    pub status: &'a str,
+    pub error_type: &'a str,
+}
+
+impl Record for Rejected<'_> {
+    const KIND: &'static str = "rejected";
+    fn fields(&self) -> Map<String, Value> {
+        let mut m = self.call.fields();
+        m.insert("status".into(), self.status.into());
+        m.insert("error_type".into(), self.error_type.into());
+        m
+    }
+}
+
+/// The worker that ran a call.
+#[derive(Clone, Debug)]
+pub struct WorkerRef<'a> {
+    pub group: &'a str,
+    pub pid: Option<u32>,
+}
+
+/// `completed`: durable before the client gets the result.
+#[derive(Clone, Debug)]
+pub struct Completed<'a> {
+    pub call_id: &'a str,
+    pub status: &'a str,
+    pub error_type: Option<&'a str>,
+    pub summary: &'a str,
+    pub started_at: SystemTime,
+    pub ended_at: SystemTime,
+    pub worker: Option<WorkerRef<'a>>,
+    pub output_bytes: u64,
+    pub truncated: bool,
+}
+
+impl Record for Completed<'_> {
+    const KIND: &'static str = "completed";
+    fn fields(&self) -> Map<String, Value> {
+        let dur = self
+            .ended_at
+            .duration_since(self.started_at)
+            .unwrap_or(Duration::ZERO);
+        obj(json!({
+            "call_id": self.call_id,
+            "status": self.status,
+            "error_type": self.error_type,
+            "summary": self.summary,
+            "started_at": rfc3339_millis(self.started_at),
+            "ended_at": rfc3339_millis(self.ended_at),
+            "duration_ms": u64::try_from(dur.as_millis()).unwrap_or(u64::MAX),
+            "worker": self.worker.as_ref().map(|w| json!({"group": w.group, "pid": w.pid})),
+            "output_bytes": self.output_bytes,
+            "truncated": self.truncated,
+        }))
+    }
+}
+
+/// The `completed` recovery writes for a `requested` whose call never finished
+/// (supervisor killed). `interrupted` is an audit status only, never sent on the wire.
+pub(crate) fn interrupted(call_id: &str, requested_at: &str) -> Map<String, Value> {
+    obj(json!({
+        "call_id": call_id,
+        "status": "interrupted",
+        "error_type": null,
+        "summary": "the supervisor stopped before this call completed",
+        "started_at": requested_at,
+        "ended_at": rfc3339_millis(SystemTime::now()),
+        "duration_ms": null,
+        "worker": null,
+        "output_bytes": null,
+        "truncated": false,
+    }))
+}
+
+/// `confirm_requested`: a person was asked to approve a call.
+#[derive(Clone, Debug)]
+pub struct ConfirmRequested<'a> {
+    pub trace_id: &'a str,
+    pub call_id: &'a str,
+    pub tool: &'a str,
+    pub reason: &'a str,
+    pub rule: Option<&'a str>,
+}
+
+impl Record for ConfirmRequested<'_> {
+    const KIND: &'static str = "confirm_requested";
+    fn fields(&self) -> Map<String, Value> {
+        obj(json!({
+            "trace_id": self.trace_id, "call_id": self.call_id, "tool": self.tool,
+            "reason": self.reason, "rule": self.rule,
+        }))
+    }
+}
+
+/// `confirm_answered`: the answer (`approved`, `denied`, `timeout`) and who gave it.
+#[derive(Clone, Debug)]
+pub struct ConfirmAnswered<'a> {
+    pub call_id: &'a str,
+    pub answer: &'a str,
+    pub by: &'a str,
+}
+
+impl Record for ConfirmAnswered<'_> {
+    const KIND: &'static str = "confirm_answered";
+    fn fields(&self) -> Map<String, Value> {
+        obj(json!({"call_id": self.call_id, "answer": self.answer, "by": self.by}))
+    }
+}
+
+/// `grant_issued`. `grant_id` is a fingerprint of the token, never the token itself:
+/// whoever can read the log must not be able to use a grant.
+#[derive(Clone, Debug)]
+pub struct GrantIssued<'a> {
+    pub grant_id: &'a str,
+    pub tools: &'a [String],
+    pub trace_id: Option<&'a str>,
+    pub paths: &'a [String],
+    pub expires_at: SystemTime,
+    pub reusable: bool,
+    pub issued_by: &'a str,
+}
+
+impl Record for GrantIssued<'_> {
+    const KIND: &'static str = "grant_issued";
+    fn fields(&self) -> Map<String, Value> {
+        obj(json!({
+            "grant_id": self.grant_id, "tools": self.tools, "trace_id": self.trace_id,
+            "paths": self.paths, "expires_at": rfc3339_millis(self.expires_at),
+            "reusable": self.reusable, "issued_by": self.issued_by,
+        }))
+    }
+}
+
+/// `grant_used`: a call passed an `ask` with a grant.
+#[derive(Clone, Debug)]
+pub struct GrantUsed<'a> {
+    pub grant_id: &'a str,
+    pub call_id: &'a str,
+    pub tool: &'a str,
+}
+
+impl Record for GrantUsed<'_> {
+    const KIND: &'static str = "grant_used";
+    fn fields(&self) -> Map<String, Value> {
+        obj(json!({"grant_id": self.grant_id, "call_id": self.call_id, "tool": self.tool}))
+    }
+}
+
+/// `worker_started`.
+#[derive(Clone, Debug)]
+pub struct WorkerStarted<'a> {
+    pub group: &'a str,
+    pub index: usize,
+    pub pid: u32,
+}
+
+impl Record for WorkerStarted<'_> {
+    const KIND: &'static str = "worker_started";
+    fn fields(&self) -> Map<String, Value> {
+        obj(json!({"group": self.group, "index": self.index, "pid": self.pid}))
+    }
+}
+
+/// `worker_exited`: exit `code` or `signal` (one of them is null).
+#[derive(Clone, Debug)]
+pub struct WorkerExited<'a> {
+    pub group: &'a str,
+    pub index: usize,
+    pub pid: u32,
+    pub code: Option<i32>,
+    pub signal: Option<i32>,
+    pub reason: &'a str,
+}
+
+impl Record for WorkerExited<'_> {
+    const KIND: &'static str = "worker_exited";
+    fn fields(&self) -> Map<String, Value> {
+        obj(json!({
+            "group": self.group, "index": self.index, "pid": self.pid,
+            "code": self.code, "signal": self.signal, "reason": self.reason,
+        }))
+    }
+}
+
+/// `supervisor_started`.
+#[derive(Clone, Debug)]
+pub struct SupervisorStarted<'a> {
+    pub pid: u32,
+    pub version: &'a str,
+    pub workspace: &'a str,
+    pub instance_id: &'a str,
+}
+
+impl Record for SupervisorStarted<'_> {
+    const KIND: &'static str = "supervisor_started";
+    fn fields(&self) -> Map<String, Value> {
+        obj(json!({
+            "pid": self.pid, "version": self.version,
+            "workspace": self.workspace, "instance_id": self.instance_id,
+        }))
+    }
+}
+
+/// `supervisor_stopped`: why (`SIGTERM`, `SIGINT`, …).
+#[derive(Clone, Debug)]
+pub struct SupervisorStopped<'a> {
+    pub reason: &'a str,
+}
+
+impl Record for SupervisorStopped<'_> {
+    const KIND: &'static str = "supervisor_stopped";
+    fn fields(&self) -> Map<String, Value> {
+        obj(json!({"reason": self.reason}))
+    }
+}
+
+/// `config_reloaded`: `config_sha256` lets an operator tie behaviour to a file version.
+#[derive(Clone, Debug)]
+pub struct ConfigReloaded<'a> {
+    pub path: &'a str,
+    pub config_sha256: &'a str,
+}
+
+impl Record for ConfigReloaded<'_> {
+    const KIND: &'static str = "config_reloaded";
+    fn fields(&self) -> Map<String, Value> {
+        obj(json!({"path": self.path, "config_sha256": self.config_sha256}))
+    }
+}
+
+/// `config_reload_failed`: the old config stays in force.
+#[derive(Clone, Debug)]
+pub struct ConfigReloadFailed<'a> {
+    pub path: &'a str,
+    pub error: &'a str,
+}
+
+impl Record for ConfigReloadFailed<'_> {
+    const KIND: &'static str = "config_reload_failed";
+    fn fields(&self) -> Map<String, Value> {
+        obj(json!({"path": self.path, "error": self.error}))
+    }
+}
+
+/// `recovered`: written by the audit log itself. `reason` is one of `torn_tail`,
+/// `chain_break`, `cut_short`, `resumed`; the other fields depend on it.
+pub(crate) fn recovered(reason: &str, details: Value) -> Map<String, Value> {
+    let mut m = obj(details);
+    m.insert("reason".into(), reason.into());
+    m
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn at(secs: u64, ms: u64) -> SystemTime {
+        UNIX_EPOCH + Duration::from_secs(secs) + Duration::from_millis(ms)
+    }
+
+    #[test]
+    fn timestamps_are_rfc3339_utc_millis() {
+        assert_eq!(rfc3339_millis(at(0, 0)), "1970-01-01T00:00:00.000Z");
+        assert_eq!(rfc3339_millis(at(951_782_400, 7)), "2000-02-29T00:00:00.007Z");
+        assert_eq!(rfc3339_millis(at(1_700_000_000, 999)), "2023-11-14T22:13:20.999Z");
+        assert_eq!(rfc3339_millis(at(4_107_542_399, 0)), "2100-02-28T23:59:59.000Z");
+        assert_eq!(rfc3339_millis(at(1_709_164_800, 0)), "2024-02-29T00:00:00.000Z");
+        assert_eq!(rfc3339_millis(at(1_735_689_599, 0)), "2024-12-31T23:59:59.000Z");
+    }
+
+    #[test]
+    fn requested_hashes_and_redacts_args() {
+        let args = json!({"command": "ls", "api_token": "abc"});
+        let r = Requested {
+            trace_id: "t",
+            call_id: "c",
+            session: "s",
+            client: "cl",
+            tool: "run_command",
+            args: &args,
+            policy: PolicyVerdict { decision: "allow", reason: "rule", rule: Some("r1") },
+        };
+        let f = r.fields();
+        assert_eq!(f["args_sha256"], canonical::args_sha256(&args).as_str());
+        assert!(!f["args_preview"].as_str().unwrap().contains("abc"));
+        assert_eq!(f["policy"]["rule"], "r1");
+        let rej = Rejected { call: r, status: "denied", error_type: "PolicyDenied" }.fields();
+        assert_eq!(rej["status"], "denied");
+        assert_eq!(rej["tool"], "run_command");
+    }
+
+    #[test]
+    fn completed_has_every_field() {
+        let c = Completed {
+            call_id: "c",
+            status: "ok",
+            error_type: None,
+            summary: "done",
+            started_at: at(10, 0),
+            ended_at: at(10, 250),
+            worker: Some(WorkerRef { group: "exec", pid: Some(42) }),
+            output_bytes: 12,
+            truncated: false,
+        }
+        .fields();
+        assert_eq!(c["duration_ms"], 250);
+        assert_eq!(c["worker"]["pid"], 42);
+        let keys: Vec<&str> = c.keys().map(String::as_str).collect();
+        let i: Vec<String> = interrupted("c", "x").keys().cloned().collect();
+        assert_eq!(keys, i, "interrupted completions have the same shape");
+    }
+}

@@ -1,0 +1,152 @@
+//! Where the log lives on disk: the active file, rotated segments and `audit.head`.
+//! Rotation and recovery both move files by name, so the naming rules sit in one place.
+
+use std::fs::{self, File, OpenOptions};
+use std::io::{self, Write};
+use std::os::unix::fs::OpenOptionsExt;
+use std::path::{Path, PathBuf};
+
+use serde_json::{Value, json};
+
+use super::canonical;
+
+/// The file new records go to.
+pub const ACTIVE: &str = "audit.jsonl";
+/// Last committed seq and hash, replaced after every group commit.
+pub const HEAD: &str = "audit.head";
+
+/// `audit.jsonl` in `dir`.
+pub fn active_path(dir: &Path) -> PathBuf {
+    dir.join(ACTIVE)
+}
+
+/// Rotated segments `audit.<N>.jsonl`, oldest (smallest N) first.
+pub fn rotated(dir: &Path) -> io::Result<Vec<(u64, PathBuf)>> {
+    let mut out = Vec::new();
+    for entry in fs::read_dir(dir)? {
+        let entry = entry?;
+        let name = entry.file_name();
+        let Some(name) = name.to_str() else { continue };
+        let n = name
+            .strip_prefix("audit.")
+            .and_then(|r| r.strip_suffix(".jsonl"))
+            .and_then(|n| n.parse::<u64>().ok());
+        if let Some(n) = n {
+            out.push((n, entry.path()));
+        }
+    }
+    out.sort();
+    Ok(out)
+}
+
+/// Every segment of `dir` in chain order: rotated ones, then the active file.
+pub fn all(dir: &Path) -> io::Result<Vec<PathBuf>> {
+    let mut files: Vec<PathBuf> = rotated(dir)?.into_iter().map(|(_, p)| p).collect();
+    let active = active_path(dir);
+    if active.exists() {
+        files.push(active);
+    }
+    Ok(files)
+}
+
+/// Renames the active file to the next `audit.<N>.jsonl` and makes the rename durable.
+/// The file's bytes are never touched: rotation and quarantine are renames only.
+pub fn roll(dir: &Path) -> io::Result<PathBuf> {
+    let next = rotated(dir)?.last().map_or(1, |(n, _)| n + 1);
+    let to = dir.join(format!("audit.{next}.jsonl"));
+    fs::rename(active_path(dir), &to)?;
+    sync_dir(dir)?;
+    Ok(to)
+}
+
+/// Opens (creating) the active file for appending and reading, mode 0600.
+pub fn open_active(dir: &Path) -> io::Result<File> {
+    let path = active_path(dir);
+    let created = !path.exists();
+    let f = OpenOptions::new()
+        .read(true)
+        .append(true)
+        .create(true)
+        .mode(0o600)
+        .open(&path)?;
+    if created {
+        sync_dir(dir)?;
+    }
+    Ok(f)
+}
+
+/// fsync of the directory, so a create or rename survives a crash (ALICE).
+pub fn sync_dir(dir: &Path) -> io::Result<()> {
+    File::open(dir)?.sync_all()
+}
+
+/// What `audit.head` says.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Head {
+    pub seq: u64,
+    pub hash: String,
+}
+
+/// Reads `audit.head`; `Ok(None)` when there is none yet, `Err` when it is unreadable
+/// or not `{"hash":…,"seq":…}`.
+pub fn read_head(dir: &Path) -> Result<Option<Head>, String> {
+    let bytes = match fs::read(dir.join(HEAD)) {
+        Ok(b) => b,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(format!("cannot read {HEAD}: {e}")),
+    };
+    let v: Value = serde_json::from_slice(&bytes).map_err(|e| format!("{HEAD} is not JSON: {e}"))?;
+    let seq = v.get("seq").and_then(Value::as_u64);
+    let hash = v.get("hash").and_then(Value::as_str);
+    match (seq, hash) {
+        (Some(seq), Some(hash)) => Ok(Some(Head { seq, hash: hash.to_owned() })),
+        _ => Err(format!("{HEAD} lacks seq or hash")),
+    }
+}
+
+/// Replaces `audit.head` (temp file + rename). Not fsynced: the log itself is synced
+/// first, so a head lost in a crash is only older than the log, never ahead of it.
+pub fn write_head(dir: &Path, seq: u64, hash: &str) -> io::Result<()> {
+    let tmp = dir.join("audit.head.tmp");
+    let mut bytes = canonical::to_vec(&json!({"seq": seq, "hash": hash}));
+    bytes.push(b'\n');
+    let mut f = OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(0o600)
+        .open(&tmp)?;
+    f.write_all(&bytes)?;
+    drop(f);
+    fs::rename(&tmp, dir.join(HEAD))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn segments_sort_numerically_and_active_is_last() {
+        let dir = tempfile::tempdir().unwrap();
+        for n in [10, 2, 1] {
+            fs::write(dir.path().join(format!("audit.{n}.jsonl")), "").unwrap();
+        }
+        fs::write(dir.path().join("audit.broken.jsonl"), "").unwrap();
+        fs::write(active_path(dir.path()), "").unwrap();
+        let names: Vec<String> = all(dir.path())
+            .unwrap()
+            .iter()
+            .map(|p| p.file_name().unwrap().to_string_lossy().into_owned())
+            .collect();
+        assert_eq!(names, ["audit.1.jsonl", "audit.2.jsonl", "audit.10.jsonl", "audit.jsonl"]);
+        assert_eq!(roll(dir.path()).unwrap(), dir.path().join("audit.11.jsonl"));
+    }
+
+    #[test]
+    fn head_round_trips() {
+        let dir = tempfile::tempdir().unwrap();
+        assert_eq!(read_head(dir.path()), Ok(None));
+        write_head(dir.path(), 9, "ab").unwrap();
+        assert_eq!(read_head(dir.path()), Ok(Some(Head { seq: 9, hash: "ab".into() })));
+    }
+}

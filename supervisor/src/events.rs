@@ -1,0 +1,97 @@
+//! The event bus behind `subscribe`: calls, confirmations and workers.
+//!
+//! A `broadcast` channel of bounded capacity: a subscriber that reads too slowly
+//! misses events (and is told how many in `dropped`) instead of growing our memory.
+
+use serde_json::{Map, Value, json};
+use tokio::sync::broadcast;
+use toolvisor_protocol::message::Topic;
+
+use crate::worker::WorkerShared;
+
+/// Events kept for slow subscribers before they start losing them.
+const CAPACITY: usize = 1024;
+
+#[derive(Clone, Debug)]
+pub struct Event {
+    pub topic: Topic,
+    pub name: &'static str,
+    pub fields: Map<String, Value>,
+}
+
+#[derive(Clone, Copy, Debug)]
+pub enum WorkerEvent {
+    Started,
+    Failed,
+}
+
+/// Also the hook by which worker life events reach the audit log.
+pub type AuditHook = std::sync::Arc<dyn Fn(&'static str, Map<String, Value>) + Send + Sync>;
+
+#[derive(Clone)]
+pub struct Events {
+    tx: broadcast::Sender<Event>,
+    audit: std::sync::Arc<std::sync::OnceLock<AuditHook>>,
+}
+
+impl Default for Events {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Events {
+    pub fn new() -> Self {
+        let (tx, _) = broadcast::channel(CAPACITY);
+        Events {
+            tx,
+            audit: Default::default(),
+        }
+    }
+
+    /// Route worker life events to the audit log too.
+    pub fn set_audit(&self, hook: AuditHook) {
+        let _ = self.audit.set(hook);
+    }
+
+    pub fn subscribe(&self) -> broadcast::Receiver<Event> {
+        self.tx.subscribe()
+    }
+
+    pub fn publish(&self, topic: Topic, name: &'static str, fields: Map<String, Value>) {
+        let _ = self.tx.send(Event { topic, name, fields });
+    }
+
+    fn audit(&self, kind: &'static str, fields: &Map<String, Value>) {
+        if let Some(hook) = self.audit.get() {
+            hook(kind, fields.clone());
+        }
+    }
+
+    pub fn worker(&self, what: WorkerEvent, w: &WorkerShared, pid: Option<u32>) {
+        let fields = obj(json!({"group": w.group, "index": w.index, "pid": pid}));
+        let name = match what {
+            WorkerEvent::Started => "worker_started",
+            WorkerEvent::Failed => "worker_failed",
+        };
+        if matches!(what, WorkerEvent::Started) {
+            self.audit("worker_started", &fields);
+        }
+        self.publish(Topic::Workers, name, fields);
+    }
+
+    pub fn worker_exited(&self, w: &WorkerShared, pid: Option<u32>, code: Option<i32>, signal: Option<i32>) {
+        let fields = obj(json!({
+            "group": w.group, "index": w.index, "pid": pid, "exit_code": code, "signal": signal,
+        }));
+        self.audit("worker_exited", &fields);
+        self.publish(Topic::Workers, "worker_exited", fields);
+    }
+}
+
+pub fn obj(v: Value) -> Map<String, Value> {
+    match v {
+        Value::Object(m) => m,
+        _ => Map::new(),
+    }
+}

@@ -1,0 +1,419 @@
+//! Grant tokens (DESIGN §3 `grant`, §6; the seeds' confirm_token): a person or script
+//! approves in advance, so a non-interactive agent can pass an `ask` it could not
+//! answer itself. A token never passes a `deny`, and a token that does not fit a call
+//! says why and stays usable.
+//!
+//! Time is passed in (`now`) so expiry is tested without sleeping.
+
+use std::collections::HashMap;
+use std::io::Read;
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use toolvisor_protocol::tools::{ToolSpec, catalog, find};
+
+use crate::config::Action;
+use crate::policy::paths::{ScopedPath, Scopes};
+
+/// What a `grant` message asks for.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct GrantRequest {
+    /// Tool names or aliases.
+    pub tools: Vec<String>,
+    pub trace_id: Option<String>,
+    /// Workspace-relative prefixes (`src`, `shared:/data`); empty means anywhere.
+    pub paths: Vec<String>,
+    pub ttl: Duration,
+    pub reusable: bool,
+}
+
+/// A token just issued.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Issued {
+    pub token: String,
+    pub expires: Instant,
+}
+
+/// A `grant` request that cannot be honoured.
+#[derive(Debug, thiserror::Error)]
+pub enum GrantError {
+    #[error("a grant needs at least one tool")]
+    NoTools,
+    #[error("unknown tool `{0}`")]
+    UnknownTool(String),
+    #[error("grant path `{0}` is outside the workspace")]
+    PathOutside(String),
+    #[error("ttl_ms must be at least 1")]
+    ZeroTtl,
+    #[error("cannot read /dev/urandom for a token: {0}")]
+    Random(#[from] std::io::Error),
+}
+
+/// Why a `confirm_token` does not fit a call (`TokenInvalid`).
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum TokenInvalid {
+    #[error("the confirm_token is unknown")]
+    Unknown,
+    #[error("the confirm_token has expired")]
+    Expired,
+    #[error("the confirm_token was already used")]
+    Used,
+    #[error("the confirm_token is for {allowed}, not `{tool}`")]
+    WrongTool { tool: String, allowed: String },
+    #[error("the confirm_token is for trace `{expected}`, not {got}")]
+    WrongTrace { expected: String, got: String },
+    #[error("`{path}` is outside the confirm_token's paths ({allowed})")]
+    PathOutOfScope { path: String, allowed: String },
+}
+
+/// The call a token is presented with.
+#[derive(Clone, Copy, Debug)]
+pub struct TokenUse<'a> {
+    /// Tool name or alias.
+    pub tool: &'a str,
+    pub trace_id: Option<&'a str>,
+    /// The call's resolved locations (`Decision::locations`; for run_command its cwd).
+    pub locations: &'a [String],
+}
+
+#[derive(Clone, Debug)]
+struct Grant {
+    tools: Vec<&'static str>,
+    trace_id: Option<String>,
+    paths: Vec<ScopedPath>,
+    expires: Instant,
+    reusable: bool,
+    used: bool,
+}
+
+/// Every live grant. A plain struct behind one mutex: checks are short and never
+/// await while holding it.
+#[derive(Debug)]
+pub struct Grants {
+    scopes: Scopes,
+    tools: Vec<ToolSpec>,
+    live: Mutex<HashMap<String, Grant>>,
+}
+
+impl Grants {
+    /// `scopes` resolves grant paths and call locations the way rules see them.
+    pub fn new(scopes: Scopes) -> Grants {
+        Grants {
+            scopes,
+            tools: catalog(),
+            live: Mutex::new(HashMap::new()),
+        }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, Grant>> {
+        // A panic elsewhere while holding the lock leaves the map consistent (every
+        // update is a single insert or field write), so a poisoned lock is still usable.
+        self.live.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Issue a token for `req`, valid until `now + ttl`.
+    pub fn issue(&self, req: &GrantRequest, now: Instant) -> Result<Issued, GrantError> {
+        if req.tools.is_empty() {
+            return Err(GrantError::NoTools);
+        }
+        if req.ttl.is_zero() {
+            return Err(GrantError::ZeroTtl);
+        }
+        let tools = req
+            .tools
+            .iter()
+            .map(|t| {
+                find(&self.tools, t)
+                    .map(|s| s.name)
+                    .ok_or_else(|| GrantError::UnknownTool(t.clone()))
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        let paths = req
+            .paths
+            .iter()
+            .map(|p| match self.scopes.resolve(p) {
+                ScopedPath::Outside(_) => Err(GrantError::PathOutside(p.clone())),
+                inside => Ok(inside),
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        let token = random_hex(16)?;
+        let expires = now + req.ttl;
+        let mut live = self.lock();
+        live.retain(|_, g| g.expires > now && !(g.used && !g.reusable));
+        live.insert(
+            token.clone(),
+            Grant {
+                tools,
+                trace_id: req.trace_id.clone(),
+                paths,
+                expires,
+                reusable: req.reusable,
+                used: false,
+            },
+        );
+        Ok(Issued { token, expires })
+    }
+
+    /// Use `token` for a call; a single-use token is spent only when it fits.
+    pub fn redeem(
+        &self,
+        token: &str,
+        call: &TokenUse<'_>,
+        now: Instant,
+    ) -> Result<(), TokenInvalid> {
+        let mut live = self.lock();
+        let grant = live.get_mut(token).ok_or(TokenInvalid::Unknown)?;
+        self.fits(grant, call, now)?;
+        grant.used = true;
+        Ok(())
+    }
+
+    /// The final action for a call that carries `token`: a deny stays a deny and an
+    /// allow stays an allow (the token is left untouched); an ask becomes an allow if
+    /// the token fits, else the reason it does not.
+    pub fn settle(
+        &self,
+        action: Action,
+        token: &str,
+        call: &TokenUse<'_>,
+        now: Instant,
+    ) -> Result<Action, TokenInvalid> {
+        match action {
+            Action::Ask => self.redeem(token, call, now).map(|()| Action::Allow),
+            other => Ok(other),
+        }
+    }
+
+    fn fits(&self, g: &Grant, call: &TokenUse<'_>, now: Instant) -> Result<(), TokenInvalid> {
+        if now >= g.expires {
+            return Err(TokenInvalid::Expired);
+        }
+        if g.used && !g.reusable {
+            return Err(TokenInvalid::Used);
+        }
+        let tool = find(&self.tools, call.tool).map_or(call.tool, |s| s.name);
+        if !g.tools.contains(&tool) {
+            return Err(TokenInvalid::WrongTool {
+                tool: call.tool.to_string(),
+                allowed: g.tools.join(", "),
+            });
+        }
+        if let Some(expected) = &g.trace_id {
+            if call.trace_id != Some(expected.as_str()) {
+                return Err(TokenInvalid::WrongTrace {
+                    expected: expected.clone(),
+                    got: call
+                        .trace_id
+                        .map_or("no trace id".to_string(), |t| format!("`{t}`")),
+                });
+            }
+        }
+        self.paths_fit(g, call.locations)
+    }
+
+    /// Every location must lie under one of the grant's paths (if it has any).
+    fn paths_fit(&self, g: &Grant, locations: &[String]) -> Result<(), TokenInvalid> {
+        if g.paths.is_empty() {
+            return Ok(());
+        }
+        for loc in locations {
+            let p = self.scopes.resolve(loc);
+            if !g.paths.iter().any(|prefix| p.is_under(prefix)) {
+                let allowed: Vec<String> = g.paths.iter().map(ToString::to_string).collect();
+                return Err(TokenInvalid::PathOutOfScope {
+                    path: loc.clone(),
+                    allowed: allowed.join(", "),
+                });
+            }
+        }
+        Ok(())
+    }
+}
+
+/// `n` bytes from the kernel's CSPRNG, as lowercase hex: unguessable tokens and ids.
+pub fn random_hex(n: usize) -> std::io::Result<String> {
+    let mut buf = vec![0u8; n];
+    std::fs::File::open("/dev/urandom")?.read_exact(&mut buf)?;
+    Ok(buf.iter().map(|b| format!("{b:02x}")).collect())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use toolvisor_protocol::worker::Roots;
+
+    fn grants() -> Grants {
+        Grants::new(
+            Scopes::new(&Roots {
+                private: "/ws".into(),
+                shared: Some("/sh".into()),
+                public: None,
+            })
+            .unwrap(),
+        )
+    }
+
+    fn req(tools: &[&str]) -> GrantRequest {
+        GrantRequest {
+            tools: tools.iter().map(|t| t.to_string()).collect(),
+            trace_id: None,
+            paths: vec![],
+            ttl: Duration::from_secs(60),
+            reusable: false,
+        }
+    }
+
+    fn call<'a>(tool: &'a str, locations: &'a [String]) -> TokenUse<'a> {
+        TokenUse {
+            tool,
+            trace_id: None,
+            locations,
+        }
+    }
+
+    const DOT: &[String] = &[];
+
+    #[test]
+    fn tokens_are_128_bit_hex_and_distinct() {
+        let g = grants();
+        let now = Instant::now();
+        let a = g.issue(&req(&["shell"]), now).unwrap().token;
+        let b = g.issue(&req(&["shell"]), now).unwrap().token;
+        assert_eq!(a.len(), 32);
+        assert!(a.chars().all(|c| c.is_ascii_hexdigit()));
+        assert_ne!(a, b);
+    }
+
+    #[test]
+    fn single_use_tokens_are_spent() {
+        let g = grants();
+        let now = Instant::now();
+        let t = g.issue(&req(&["run_command"]), now).unwrap().token;
+        assert_eq!(g.redeem(&t, &call("shell", DOT), now), Ok(()));
+        assert_eq!(
+            g.redeem(&t, &call("shell", DOT), now),
+            Err(TokenInvalid::Used)
+        );
+    }
+
+    #[test]
+    fn reusable_tokens_last_until_expiry() {
+        let g = grants();
+        let now = Instant::now();
+        let mut r = req(&["ls"]);
+        r.reusable = true;
+        let issued = g.issue(&r, now).unwrap();
+        for _ in 0..3 {
+            assert_eq!(g.redeem(&issued.token, &call("list_dir", DOT), now), Ok(()));
+        }
+        let later = issued.expires;
+        assert_eq!(
+            g.redeem(&issued.token, &call("ls", DOT), later),
+            Err(TokenInvalid::Expired)
+        );
+    }
+
+    #[test]
+    fn expiry_uses_the_time_given() {
+        let g = grants();
+        let now = Instant::now();
+        let t = g.issue(&req(&["ls"]), now).unwrap().token;
+        let late = now + Duration::from_secs(61);
+        assert_eq!(
+            g.redeem(&t, &call("ls", DOT), late),
+            Err(TokenInvalid::Expired)
+        );
+        assert_eq!(
+            g.redeem("nope", &call("ls", DOT), now),
+            Err(TokenInvalid::Unknown)
+        );
+    }
+
+    #[test]
+    fn a_token_that_does_not_fit_says_why_and_is_not_spent() {
+        let g = grants();
+        let now = Instant::now();
+        let mut r = req(&["write_file"]);
+        r.trace_id = Some("t1".into());
+        r.paths = vec!["./src/../src".into()];
+        let t = g.issue(&r, now).unwrap().token;
+        let good = vec!["src/a.rs".to_string()];
+        let bad = vec!["srcx/a.rs".to_string()];
+
+        let wrong_tool = g.redeem(&t, &call("edit_file", &good), now).unwrap_err();
+        assert!(matches!(wrong_tool, TokenInvalid::WrongTool { .. }));
+        assert!(
+            wrong_tool.to_string().contains("write_file"),
+            "{wrong_tool}"
+        );
+
+        let no_trace = g.redeem(&t, &call("write_file", &good), now).unwrap_err();
+        assert!(matches!(no_trace, TokenInvalid::WrongTrace { .. }));
+        let mut other = call("write_file", &good);
+        other.trace_id = Some("t2");
+        assert!(matches!(
+            g.redeem(&t, &other, now),
+            Err(TokenInvalid::WrongTrace { .. })
+        ));
+
+        let mut out = call("write_file", &bad);
+        out.trace_id = Some("t1");
+        let e = g.redeem(&t, &out, now).unwrap_err();
+        assert!(matches!(e, TokenInvalid::PathOutOfScope { .. }), "{e}");
+        assert!(e.to_string().contains("srcx/a.rs"), "{e}");
+
+        let mut fits = call("write_file", &good);
+        fits.trace_id = Some("t1");
+        assert_eq!(
+            g.redeem(&t, &fits, now),
+            Ok(()),
+            "failed uses did not spend it"
+        );
+    }
+
+    #[test]
+    fn run_command_paths_bound_its_cwd() {
+        let g = grants();
+        let now = Instant::now();
+        let mut r = req(&["run_command"]);
+        r.reusable = true;
+        r.paths = vec!["sub".into()];
+        let t = g.issue(&r, now).unwrap().token;
+        let root = vec![".".to_string()];
+        let sub = vec!["sub/deeper".to_string()];
+        assert!(matches!(
+            g.redeem(&t, &call("run_command", &root), now),
+            Err(TokenInvalid::PathOutOfScope { .. })
+        ));
+        assert_eq!(g.redeem(&t, &call("run_command", &sub), now), Ok(()));
+    }
+
+    #[test]
+    fn deny_beats_a_token_and_allow_does_not_spend_it() {
+        let g = grants();
+        let now = Instant::now();
+        let t = g.issue(&req(&["ls"]), now).unwrap().token;
+        let c = call("ls", DOT);
+        assert_eq!(g.settle(Action::Deny, &t, &c, now), Ok(Action::Deny));
+        assert_eq!(g.settle(Action::Allow, &t, &c, now), Ok(Action::Allow));
+        assert_eq!(g.settle(Action::Ask, &t, &c, now), Ok(Action::Allow));
+        assert_eq!(g.settle(Action::Ask, &t, &c, now), Err(TokenInvalid::Used));
+    }
+
+    #[test]
+    fn bad_requests_are_refused() {
+        let g = grants();
+        let now = Instant::now();
+        assert!(matches!(g.issue(&req(&[]), now), Err(GrantError::NoTools)));
+        assert!(matches!(
+            g.issue(&req(&["nope"]), now),
+            Err(GrantError::UnknownTool(_))
+        ));
+        let mut r = req(&["ls"]);
+        r.paths = vec!["../../etc".into()];
+        assert!(matches!(g.issue(&r, now), Err(GrantError::PathOutside(_))));
+        let mut r = req(&["ls"]);
+        r.ttl = Duration::ZERO;
+        assert!(matches!(g.issue(&r, now), Err(GrantError::ZeroTtl)));
+    }
+}

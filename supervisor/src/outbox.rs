@@ -1,0 +1,55 @@
+//! A session's outgoing queue: bounded, so a client that stops reading cannot make
+//! the supervisor's memory grow. Results and answers that find it full close the
+//! connection; streamed output waits for room (backpressure to the command).
+
+use tokio::sync::mpsc;
+use toolvisor_protocol::ServerMessage;
+use toolvisor_protocol::frame;
+
+/// Frames a session may have queued before it counts as not reading.
+pub const OUTBOX_FRAMES: usize = 4096;
+
+#[derive(Clone, Debug)]
+pub struct Outbox {
+    tx: mpsc::Sender<Vec<u8>>,
+    /// Cancelled when the connection must close (slow client, protocol error).
+    pub closed: tokio_util::sync::CancellationToken,
+}
+
+impl Outbox {
+    pub fn new() -> (Outbox, mpsc::Receiver<Vec<u8>>) {
+        let (tx, rx) = mpsc::channel(OUTBOX_FRAMES);
+        (Outbox { tx, closed: Default::default() }, rx)
+    }
+
+    /// Queue a message; a full queue means the client is not reading: close.
+    pub fn send(&self, msg: &ServerMessage) {
+        let Ok(bytes) = frame::encode(msg) else {
+            tracing::error!("cannot encode {msg:?}");
+            return;
+        };
+        if self.tx.try_send(bytes).is_err() {
+            if !self.closed.is_cancelled() {
+                tracing::warn!("a client stopped reading; closing its connection");
+            }
+            self.closed.cancel();
+        }
+    }
+
+    /// Ask the writer to close the connection once everything queued is written.
+    pub fn close_after_flush(&self) {
+        if self.tx.try_send(Vec::new()).is_err() {
+            self.closed.cancel();
+        }
+    }
+
+    /// Queue a message, waiting for room (streamed output).
+    pub async fn send_wait(&self, msg: &ServerMessage) {
+        if let Ok(bytes) = frame::encode(msg) {
+            tokio::select! {
+                _ = self.tx.send(bytes) => {}
+                _ = self.closed.cancelled() => {}
+            }
+        }
+    }
+}

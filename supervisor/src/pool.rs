@@ -1,0 +1,375 @@
+//! One pool per tool group: N worker processes, each owned by a [`WorkerActor`] that
+//! this pool's actor supervises (an actor that panics is started again, its process
+//! replaced), and the dispatch path that sends each call to the least-loaded ready
+//! worker, waits for it with the call's deadline, and turns every way a call can end
+//! into exactly one outcome.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+use ractor::{Actor, ActorCell, ActorProcessingErr, ActorRef, SupervisionEvent};
+use serde_json::Value;
+use tokio::sync::{mpsc, watch};
+use tokio_util::sync::CancellationToken;
+use toolvisor_protocol::message::Status;
+use toolvisor_protocol::worker::{Outcome, WorkerInit};
+use toolvisor_protocol::{ErrorBody, ErrorType};
+
+use crate::events::Events;
+use crate::restart::RestartPolicy;
+use crate::spawn::{SpawnSpec, Spawner};
+use crate::worker::{CANCEL_GRACE, Reply, WorkerActor, WorkerArgs, WorkerMsg, WorkerShared, WorkerState};
+
+/// Calls one worker process runs at once before more wait in the group's queue.
+pub const MAX_IN_FLIGHT_PER_WORKER: usize = 32;
+
+/// What a group runs, handed to the pool by the service.
+#[derive(Clone)]
+pub struct PoolSpec {
+    pub group: String,
+    pub count: usize,
+    pub queue_max: usize,
+    pub spawner: Spawner,
+    pub spawn: SpawnSpec,
+    pub init: WorkerInit,
+    pub policy: RestartPolicy,
+    pub events: Events,
+    /// Extra time the supervisor gives a worker past the deadline to answer itself
+    /// (exec kills its command with TERM, then KILL after 2 s, and reports the output).
+    pub deadline_grace: Duration,
+}
+
+/// One call for a worker.
+pub struct Job {
+    pub call: u64,
+    pub name: String,
+    pub tool: String,
+    pub args: Value,
+    pub stream: bool,
+    pub timeout: Duration,
+    /// Read-only low-risk calls are run again once if their worker dies.
+    pub rerunnable: bool,
+    pub output: Option<mpsc::Sender<(String, String)>>,
+    /// Only this worker index may run it (background process handles name a worker).
+    pub worker: Option<u32>,
+}
+
+/// How a job ended, and where it ran.
+pub struct JobEnd {
+    pub outcome: Outcome,
+    pub worker: Option<(String, u32)>,
+}
+
+/// The dispatch side of a pool, shared by every call.
+pub struct Pool {
+    pub group: String,
+    pub workers: Vec<Arc<WorkerShared>>,
+    changed: watch::Receiver<u64>,
+    queue_max: AtomicUsize,
+    waiting: AtomicUsize,
+    deadline_grace: Duration,
+    pub actor: ActorRef<PoolMsg>,
+}
+
+fn err(kind: ErrorType, message: impl Into<String>) -> Outcome {
+    Outcome::err(ErrorBody::new(kind, message))
+}
+
+impl Pool {
+    /// Start the pool's actor and its workers.
+    pub async fn start(spec: PoolSpec) -> Result<Arc<Pool>, ActorProcessingErr> {
+        let (changed_tx, changed) = watch::channel(0u64);
+        let workers: Vec<_> = (0..spec.count)
+            .map(|i| WorkerShared::new(&spec.group, i as u32, changed_tx.clone()))
+            .collect();
+        let (actor, _) = Actor::spawn(
+            None,
+            PoolActor,
+            PoolArgs {
+                spec: spec.clone(),
+                workers: workers.clone(),
+            },
+        )
+        .await?;
+        Ok(Arc::new(Pool {
+            group: spec.group,
+            workers,
+            changed,
+            queue_max: AtomicUsize::new(spec.queue_max),
+            waiting: AtomicUsize::new(0),
+            deadline_grace: spec.deadline_grace,
+            actor,
+        }))
+    }
+
+    pub fn set_queue_max(&self, n: usize) {
+        self.queue_max.store(n, Ordering::SeqCst);
+    }
+
+    /// Run a job to its end: result, timeout, cancel, crash (re-run once when allowed).
+    pub async fn run(&self, mut job: Job, cancel: &CancellationToken) -> JobEnd {
+        let deadline = Instant::now() + job.timeout;
+        let mut rerun_left = job.rerunnable;
+        loop {
+            let (slot, rx) = match self.acquire(&mut job, deadline, cancel).await {
+                Ok(x) => x,
+                Err(outcome) => return JobEnd { outcome, worker: None },
+            };
+            let worker = slot.pid().map(|pid| (self.group.clone(), pid));
+            let end = |outcome| JobEnd { outcome, worker: worker.clone() };
+            let give_up = tokio::time::Instant::from_std(deadline + self.deadline_grace);
+            let mut rx = rx;
+            let reply = tokio::select! {
+                reply = &mut rx => reply,
+                _ = tokio::time::sleep_until(give_up) => {
+                    slot.cancel(job.call, true);
+                    return end(err(ErrorType::Timeout, format!(
+                        "the call did not finish within its deadline of {} ms", job.timeout.as_millis())));
+                }
+                _ = cancel.cancelled() => return end(cancelled(&slot, job.call, rx).await),
+            };
+            match reply {
+                Ok(Reply::Done(outcome)) => return end(outcome),
+                Ok(Reply::Crashed(why)) if rerun_left => {
+                    tracing::info!(group = %self.group, call = job.call, "re-running a read-only call after: {why}");
+                    rerun_left = false;
+                }
+                Ok(Reply::Crashed(why)) => return end(err(ErrorType::WorkerCrashed, why)),
+                Err(_) => return end(err(ErrorType::WorkerCrashed, "the worker dropped the call")),
+            }
+        }
+    }
+
+    /// Find a ready worker with room and submit the job to it, waiting (bounded by
+    /// the deadline and the queue) when none is ready.
+    async fn acquire(
+        &self,
+        job: &mut Job,
+        deadline: Instant,
+        cancel: &CancellationToken,
+    ) -> Result<(Arc<WorkerShared>, tokio::sync::oneshot::Receiver<Reply>), Outcome> {
+        let mut changed = self.changed.clone();
+        let mut queued = None::<QueueSlot<'_>>;
+        loop {
+            if cancel.is_cancelled() {
+                return Err(err(ErrorType::Cancelled, "the call was cancelled"));
+            }
+            changed.borrow_and_update();
+            if let Some(slot) = self.pick(job.worker) {
+                let run = crate::worker::run_frame(
+                    job.call, &job.name, &job.tool, &job.args, job.stream,
+                    job.timeout.as_millis() as u64,
+                );
+                if let Some(rx) = slot.submit(run, job.call, job.output.clone()).await {
+                    return Ok((slot, rx));
+                }
+                continue;
+            }
+            if let Some(e) = self.unavailable(job.worker) {
+                return Err(e);
+            }
+            if queued.is_none() {
+                queued = Some(QueueSlot::take(self)?);
+            }
+            tokio::select! {
+                _ = changed.changed() => {}
+                _ = tokio::time::sleep_until(tokio::time::Instant::from_std(deadline)) => {
+                    return Err(err(ErrorType::Timeout, format!(
+                        "no {} worker became available within the deadline of {} ms",
+                        self.group, job.timeout.as_millis())));
+                }
+                _ = cancel.cancelled() => {}
+            }
+        }
+    }
+
+    /// The least-loaded ready worker with room (or the one the job names).
+    fn pick(&self, only: Option<u32>) -> Option<Arc<WorkerShared>> {
+        self.workers
+            .iter()
+            .filter(|w| only.is_none_or(|i| w.index == i))
+            .filter(|w| w.state() == WorkerState::Ready)
+            .map(|w| (w.in_flight(), w))
+            .filter(|(n, _)| *n < MAX_IN_FLIGHT_PER_WORKER)
+            .min_by_key(|(n, _)| *n)
+            .map(|(_, w)| w.clone())
+    }
+
+    /// `WorkerUnavailable` when every worker that could run the job has failed.
+    fn unavailable(&self, only: Option<u32>) -> Option<Outcome> {
+        let mut candidates = self.workers.iter().filter(|w| only.is_none_or(|i| w.index == i)).peekable();
+        if candidates.peek().is_none() {
+            return Some(err(ErrorType::InvalidParams, format!("no {} worker {:?}", self.group, only)));
+        }
+        let mut retry: Option<Duration> = None;
+        for w in candidates {
+            if w.state() != WorkerState::Failed {
+                return None;
+            }
+            retry = match (retry, w.retry_after()) {
+                (Some(a), Some(b)) => Some(a.min(b)),
+                (a, b) => a.or(b),
+            };
+        }
+        let mut body = ErrorBody::new(
+            ErrorType::WorkerUnavailable,
+            match retry {
+                Some(_) => format!("every {} worker has failed; retry later", self.group),
+                None => format!("every {} worker has failed; an operator restart (`toolvisor restart {}`) is needed", self.group, self.group),
+            },
+        );
+        body.retry_after_ms = Some(retry.map_or(0, |d| d.as_millis() as u64).max(1));
+        Some(Outcome::err(body))
+    }
+
+    /// Rolling restart of every worker of the group, one at a time.
+    pub async fn restart(&self) {
+        for w in &self.workers {
+            let actor = w.actor.lock().unwrap_or_else(|p| p.into_inner()).clone();
+            if let Some(actor) = actor {
+                let _ = ractor::call!(actor, WorkerMsg::Restart);
+            }
+        }
+    }
+
+    /// Stop every worker (service shutdown).
+    pub async fn stop(&self) {
+        let mut waits = Vec::new();
+        for w in &self.workers {
+            let actor = w.actor.lock().unwrap_or_else(|p| p.into_inner()).clone();
+            if let Some(actor) = actor {
+                waits.push(async move { ractor::call_t!(actor, WorkerMsg::Stop, 5_000) });
+            }
+        }
+        futures::future::join_all(waits).await;
+    }
+
+    /// Whether the status shown to clients says this outcome is final.
+    pub fn status_of(o: &Outcome) -> Status {
+        o.status
+    }
+}
+
+/// A place in the group's bounded queue, given back on drop.
+struct QueueSlot<'a>(&'a Pool);
+
+impl<'a> QueueSlot<'a> {
+    fn take(pool: &'a Pool) -> Result<Self, Outcome> {
+        let max = pool.queue_max.load(Ordering::SeqCst);
+        let prev = pool.waiting.fetch_add(1, Ordering::SeqCst);
+        if prev >= max {
+            pool.waiting.fetch_sub(1, Ordering::SeqCst);
+            return Err(err(ErrorType::Overloaded, format!(
+                "the {} queue is full ({max} calls waiting); retry later", pool.group)));
+        }
+        Ok(QueueSlot(pool))
+    }
+}
+
+impl Drop for QueueSlot<'_> {
+    fn drop(&mut self) {
+        self.0.waiting.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+pub enum PoolMsg {}
+
+pub struct PoolArgs {
+    spec: PoolSpec,
+    workers: Vec<Arc<WorkerShared>>,
+}
+
+pub struct PoolActor;
+
+pub struct PoolState {
+    spec: PoolSpec,
+    workers: Vec<Arc<WorkerShared>>,
+    actors: Vec<ActorCell>,
+}
+
+impl PoolState {
+    async fn spawn_worker(&mut self, myself: &ActorRef<PoolMsg>, i: usize) -> Result<(), ActorProcessingErr> {
+        let args = WorkerArgs {
+            shared: self.workers[i].clone(),
+            spawner: self.spec.spawner.clone(),
+            spec: self.spec.spawn.clone(),
+            init: WorkerInit { index: i as u32, ..self.spec.init.clone() },
+            policy: self.spec.policy.clone(),
+            events: self.spec.events.clone(),
+        };
+        let (actor, _) = Actor::spawn_linked(None, WorkerActor, args, myself.get_cell()).await?;
+        self.actors[i] = actor.get_cell();
+        Ok(())
+    }
+}
+
+impl Actor for PoolActor {
+    type Msg = PoolMsg;
+    type State = PoolState;
+    type Arguments = PoolArgs;
+
+    async fn pre_start(&self, myself: ActorRef<PoolMsg>, args: PoolArgs) -> Result<PoolState, ActorProcessingErr> {
+        let n = args.workers.len();
+        let mut st = PoolState {
+            spec: args.spec,
+            workers: args.workers,
+            actors: Vec::with_capacity(n),
+        };
+        for i in 0..n {
+            st.actors.push(myself.get_cell());
+            st.spawn_worker(&myself, i).await?;
+        }
+        Ok(st)
+    }
+
+    /// A worker actor that panicked or stopped is started again; its process was
+    /// killed when its state dropped, and the new actor starts a new one.
+    async fn handle_supervisor_evt(&self, myself: ActorRef<PoolMsg>, evt: SupervisionEvent, st: &mut PoolState) -> Result<(), ActorProcessingErr> {
+        let cell = match &evt {
+            SupervisionEvent::ActorFailed(cell, e) => {
+                tracing::error!("a worker actor failed: {e}");
+                cell.clone()
+            }
+            SupervisionEvent::ActorTerminated(cell, _, _) => cell.clone(),
+            _ => return Ok(()),
+        };
+        let Some(i) = st.actors.iter().position(|a| a.get_id() == cell.get_id()) else {
+            return Ok(());
+        };
+        if st.workers[i].state() == WorkerState::Stopping {
+            return Ok(());
+        }
+        if let Err(e) = st.spawn_worker(&myself, i).await {
+            tracing::error!("cannot restart worker actor {i}: {e}");
+        }
+        Ok(())
+    }
+}
+
+impl std::fmt::Debug for Pool {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Pool").field("group", &self.group).finish()
+    }
+}
+
+/// Cancel on the worker and wait (bounded) for what it had, so a cancelled command
+/// still shows its output; the status is `cancelled` whatever the worker says.
+async fn cancelled(slot: &Arc<WorkerShared>, call: u64, rx: tokio::sync::oneshot::Receiver<Reply>) -> Outcome {
+    slot.cancel(call, false);
+    let fallback = err(ErrorType::Cancelled, "the call was cancelled");
+    match tokio::time::timeout(CANCEL_GRACE + Duration::from_millis(500), rx).await {
+        Ok(Ok(Reply::Done(mut o))) => {
+            if o.status != Status::Cancelled {
+                o.status = Status::Cancelled;
+                o.error = Some(ErrorBody::new(ErrorType::Cancelled, "the call was cancelled"));
+            }
+            o
+        }
+        Ok(_) => fallback,
+        Err(_) => {
+            slot.cancel(call, true);
+            fallback
+        }
+    }
+}

@@ -1,0 +1,195 @@
+//! The path of one call: find the tool, validate its arguments, ask the policy,
+//! record it, send it to its group's pool with its deadline, record the end, and build
+//! the one `result` the client gets.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use serde_json::{Map, Value};
+use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
+use toolvisor_protocol::message::{CallRequest, ServerMessage, Status, ToolResult};
+use toolvisor_protocol::tools::{self, Risk, ToolSpec};
+use toolvisor_protocol::worker::Outcome;
+use toolvisor_protocol::{ErrorBody, ErrorType, Id};
+
+use crate::outbox::Outbox;
+use crate::pool::Job;
+use crate::service::Service;
+
+/// Who is calling.
+#[derive(Clone, Debug)]
+pub struct SessionInfo {
+    pub id: String,
+    pub client: String,
+    pub interactive: bool,
+    pub uid: u32,
+    pub out: Outbox,
+}
+
+/// Streamed chunks buffered per call before the worker's reader waits.
+const OUTPUT_CHUNKS: usize = 16;
+
+fn fail(kind: ErrorType, message: impl Into<String>) -> Outcome {
+    Outcome::err(ErrorBody::new(kind, message))
+}
+
+impl Service {
+    /// Run one call to its result. Never panics on client input; every path returns.
+    pub async fn run_call(self: Arc<Self>, session: Arc<SessionInfo>, req: CallRequest, cancel: CancellationToken) -> ToolResult {
+        let started = Instant::now();
+        let _open = self.open_call();
+        let (outcome, meta_extra) = self.route(&session, &req, &cancel).await;
+        to_result(req.id, outcome, meta_extra, started, 0)
+    }
+
+    async fn route(&self, session: &SessionInfo, req: &CallRequest, cancel: &CancellationToken) -> (Outcome, Map<String, Value>) {
+        let extra = Map::new();
+        let Some(spec) = tools::find(&self.tools, &req.tool) else {
+            return (fail(ErrorType::ToolNotFound, not_found_message(&self.tools, &req.tool)), extra);
+        };
+        if !req.args.is_object() {
+            return (fail(ErrorType::InvalidParams, "args must be a map"), extra);
+        }
+        let outcome = self.dispatch(session, req, spec, cancel).await;
+        (outcome, extra)
+    }
+
+    /// Send the call to its group's pool and wait for its end.
+    async fn dispatch(&self, session: &SessionInfo, req: &CallRequest, spec: &ToolSpec, cancel: &CancellationToken) -> Outcome {
+        let Some(pool) = self.pools.get(spec.group) else {
+            return fail(ErrorType::InternalError, format!("no pool for group {}", spec.group));
+        };
+        let timeout = self.deadline(spec, req);
+        let (output, forwarder) = if req.stream == Some(true) {
+            let (tx, rx) = mpsc::channel(OUTPUT_CHUNKS);
+            (Some(tx), Some(tokio::spawn(forward_output(rx, req.id.clone(), session.out.clone()))))
+        } else {
+            (None, None)
+        };
+        let job = Job {
+            call: self.next_call(),
+            name: req.id.to_string(),
+            tool: spec.name.to_owned(),
+            args: req.args.clone(),
+            stream: req.stream == Some(true),
+            timeout,
+            rerunnable: spec.read_only && spec.risk == Risk::Low && spec.group == "search",
+            output,
+            worker: worker_of_handle(spec, &req.args),
+        };
+        let call_cancel = cancel.clone();
+        let end = pool.run(job, &call_cancel).await;
+        if let Some(f) = forwarder {
+            let _ = f.await; // every output frame goes out before the result
+        }
+        end.outcome
+    }
+
+    /// The effective deadline: the smallest of the call's `timeout_ms`, the tool's own
+    /// `timeout` argument and the group's maximum; the group default when neither.
+    pub fn deadline(&self, spec: &ToolSpec, req: &CallRequest) -> Duration {
+        let cfg = self.config();
+        let group = cfg.workers.group(spec.group).cloned().unwrap_or_default();
+        let own = req.args.get("timeout").and_then(Value::as_u64);
+        let ms = match (req.timeout_ms, own) {
+            (None, None) => group.default_timeout_ms,
+            (a, b) => a.into_iter().chain(b).min().unwrap_or(group.default_timeout_ms),
+        };
+        Duration::from_millis(ms.min(group.max_timeout_ms).max(1))
+    }
+}
+
+/// Background process handles (`w<index>-<n>`) name the exec worker that owns them.
+fn worker_of_handle(spec: &ToolSpec, args: &Value) -> Option<u32> {
+    if spec.group != "exec" {
+        return None;
+    }
+    let handle = args.get("process")?.as_str()?;
+    handle.strip_prefix('w')?.split('-').next()?.parse().ok()
+}
+
+async fn forward_output(mut rx: mpsc::Receiver<(String, String)>, id: Id, out: Outbox) {
+    while let Some((stream, data)) = rx.recv().await {
+        out.send_wait(&ServerMessage::Output { id: id.clone(), stream, data }).await;
+    }
+}
+
+/// `ToolNotFound` with the closest names.
+fn not_found_message(tools: &[ToolSpec], name: &str) -> String {
+    let mut names: Vec<(usize, &str)> = tools
+        .iter()
+        .flat_map(|t| std::iter::once(t.name).chain(t.aliases.iter().copied()))
+        .map(|n| (edit_distance(name, n), n))
+        .collect();
+    names.sort();
+    let close: Vec<&str> = names.iter().filter(|(d, _)| *d <= 3.max(name.len() / 3)).take(3).map(|(_, n)| *n).collect();
+    if close.is_empty() {
+        format!("no tool named `{name}`")
+    } else {
+        format!("no tool named `{name}`; did you mean {}?", close.iter().map(|n| format!("`{n}`")).collect::<Vec<_>>().join(", "))
+    }
+}
+
+fn edit_distance(a: &str, b: &str) -> usize {
+    let b: Vec<char> = b.chars().collect();
+    let mut prev: Vec<usize> = (0..=b.len()).collect();
+    for (i, ca) in a.chars().enumerate() {
+        let mut cur = vec![i + 1];
+        for (j, cb) in b.iter().enumerate() {
+            let sub = prev[j] + usize::from(ca != *cb);
+            cur.push(sub.min(prev[j + 1] + 1).min(cur[j] + 1));
+        }
+        prev = cur;
+    }
+    prev[b.len()]
+}
+
+/// Build the wire result from a worker outcome.
+pub fn to_result(id: Id, o: Outcome, extra: Map<String, Value>, started: Instant, audit_seq: u64) -> ToolResult {
+    let mut meta = o.meta;
+    meta.extend(extra);
+    let error = match (o.status, o.error) {
+        (Status::Ok, _) => None,
+        (_, Some(e)) => Some(e),
+        (s, None) => Some(ErrorBody::new(ErrorType::InternalError, format!("status {} without an error", s.as_str()))),
+    };
+    ToolResult {
+        id,
+        status: o.status,
+        content: o.content,
+        display: o.display,
+        error,
+        truncated: o.truncated,
+        meta: Value::Object(meta),
+        duration_ms: started.elapsed().as_millis() as u64,
+        audit_seq,
+    }
+}
+
+/// A result for a call that could not even be routed (e.g. a panic in its task).
+pub fn internal_result(id: Id, why: &str) -> ToolResult {
+    to_result(id, fail(ErrorType::InternalError, why), Map::new(), Instant::now(), 0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn near_names_are_suggested() {
+        let tools = tools::catalog();
+        let m = not_found_message(&tools, "read_fil");
+        assert!(m.contains("`read_file`"), "{m}");
+        let m = not_found_message(&tools, "zzzzzzzzzzzzzzzzzz");
+        assert!(!m.contains("did you mean"), "{m}");
+    }
+
+    #[test]
+    fn handles_name_their_worker() {
+        let tools = tools::catalog();
+        let spec = tools::find(&tools, "read_output").unwrap();
+        assert_eq!(worker_of_handle(spec, &json!({"process": "w1-7"})), Some(1));
+        assert_eq!(worker_of_handle(spec, &json!({"process": "x"})), None);
+    }
+}

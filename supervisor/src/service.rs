@@ -1,0 +1,192 @@
+//! The running service: configuration, the tool catalog, one pool per group, the
+//! event bus, and the bookkeeping that lets a drain wait for every open call.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, RwLock};
+use std::time::{Duration, Instant};
+
+use tokio::sync::Notify;
+use tokio_util::sync::CancellationToken;
+use toolvisor_protocol::tools::{self, ToolSpec};
+use toolvisor_protocol::worker::{ExecSettings, Roots, WorkerInit};
+
+use crate::config::Config;
+use crate::events::Events;
+use crate::pool::{Pool, PoolSpec};
+use crate::restart::RestartPolicy;
+use crate::spawn::{SpawnSpec, Spawner};
+
+/// Where things are, fixed for the life of the process.
+#[derive(Clone, Debug)]
+pub struct Paths {
+    pub workspace: PathBuf,
+    pub state_dir: PathBuf,
+    pub socket: PathBuf,
+    /// The config file in use, if one exists (protected from the tools).
+    pub config_file: PathBuf,
+    pub exe: PathBuf,
+}
+
+pub struct Service {
+    pub paths: Paths,
+    pub config: RwLock<Arc<Config>>,
+    pub tools: Vec<ToolSpec>,
+    pub pools: HashMap<String, Arc<Pool>>,
+    pub events: Events,
+    pub started: Instant,
+    /// The marker every command carries in its environment.
+    pub instance: String,
+    next_call: AtomicU64,
+    next_session: AtomicU64,
+    active: AtomicUsize,
+    idle: Notify,
+    /// Parent of every call's cancellation token: cancelling it cancels them all.
+    pub shutdown: CancellationToken,
+}
+
+impl Service {
+    /// Start the pools of every group.
+    pub async fn start(paths: Paths, config: Config, spawner: Spawner, instance: String) -> Result<Arc<Service>, String> {
+        let events = Events::new();
+        let init = worker_init(&paths, &config, &instance)?;
+        let mut pools = HashMap::new();
+        for group in tools::GROUPS {
+            let Some(gcfg) = config.workers.group(group) else { continue };
+            let spec = PoolSpec {
+                group: (*group).to_owned(),
+                count: config.workers.count(group),
+                queue_max: gcfg.queue_max,
+                spawner: spawner.clone(),
+                spawn: SpawnSpec {
+                    exe: paths.exe.clone(),
+                    group: (*group).to_owned(),
+                    cwd: paths.workspace.clone(),
+                    passthrough: gcfg.env_passthrough.clone(),
+                },
+                init: WorkerInit { group: (*group).to_owned(), ..init.clone() },
+                policy: RestartPolicy::new(config.supervisor.clone()),
+                events: events.clone(),
+                deadline_grace: if *group == "exec" { Duration::from_secs(3) } else { Duration::ZERO },
+            };
+            let pool = Pool::start(spec).await.map_err(|e| format!("cannot start the {group} pool: {e}"))?;
+            pools.insert((*group).to_owned(), pool);
+        }
+        Ok(Arc::new(Service {
+            paths,
+            config: RwLock::new(Arc::new(config)),
+            tools: tools::catalog(),
+            pools,
+            events,
+            started: Instant::now(),
+            instance,
+            next_call: AtomicU64::new(1),
+            next_session: AtomicU64::new(1),
+            active: AtomicUsize::new(0),
+            idle: Notify::new(),
+            shutdown: CancellationToken::new(),
+        }))
+    }
+
+    pub fn config(&self) -> Arc<Config> {
+        self.config.read().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+
+    pub fn next_call(&self) -> u64 {
+        self.next_call.fetch_add(1, Ordering::SeqCst)
+    }
+
+    pub fn next_session(&self) -> String {
+        format!("s{}", self.next_session.fetch_add(1, Ordering::SeqCst))
+    }
+
+    /// Count a call as open until the guard drops.
+    pub fn open_call(self: &Arc<Self>) -> ActiveCall {
+        self.active.fetch_add(1, Ordering::SeqCst);
+        ActiveCall(self.clone())
+    }
+
+    pub fn active_calls(&self) -> usize {
+        self.active.load(Ordering::SeqCst)
+    }
+
+    /// Wait until no call is open, or `grace` passes; then cancel the rest and wait
+    /// (bounded) for them to answer.
+    pub async fn drain(&self, grace: Duration) {
+        let done = async {
+            loop {
+                let notified = self.idle.notified();
+                if self.active_calls() == 0 {
+                    return;
+                }
+                notified.await;
+            }
+        };
+        if tokio::time::timeout(grace, done).await.is_err() {
+            tracing::warn!(open = self.active_calls(), "drain grace over; cancelling the calls still open");
+            self.shutdown.cancel();
+            let rest = async {
+                loop {
+                    let notified = self.idle.notified();
+                    if self.active_calls() == 0 {
+                        return;
+                    }
+                    notified.await;
+                }
+            };
+            let _ = tokio::time::timeout(Duration::from_secs(5), rest).await;
+        }
+    }
+
+    pub async fn stop_workers(&self) {
+        for pool in self.pools.values() {
+            pool.stop().await;
+        }
+    }
+}
+
+/// An open call; dropping it lets a drain go on.
+pub struct ActiveCall(Arc<Service>);
+
+impl Drop for ActiveCall {
+    fn drop(&mut self) {
+        if self.0.active.fetch_sub(1, Ordering::SeqCst) == 1 {
+            self.0.idle.notify_waiters();
+        }
+    }
+}
+
+/// The `init` every worker gets (its group filled in per pool).
+pub fn worker_init(paths: &Paths, config: &Config, instance: &str) -> Result<WorkerInit, String> {
+    let root = |p: &Path| {
+        let p = if p.is_absolute() { p.to_owned() } else { paths.workspace.join(p) };
+        p.canonicalize().map_err(|e| format!("workspace root {}: {e}", p.display()))
+    };
+    let roots = Roots {
+        private: root(&config.workspace.private)?,
+        shared: config.workspace.shared.as_deref().map(root).transpose()?,
+        public: config.workspace.public.as_deref().map(root).transpose()?,
+    };
+    let mut protected = vec![paths.state_dir.clone()];
+    if let Ok(c) = paths.config_file.canonicalize() {
+        protected.push(c);
+    }
+    let exec = &config.workers.exec;
+    Ok(WorkerInit {
+        group: String::new(),
+        index: 0,
+        roots,
+        protected,
+        state_dir: paths.state_dir.clone(),
+        limits: config.limits.clone(),
+        exec: ExecSettings {
+            env_passthrough: exec.env_passthrough.clone(),
+            env: exec.env.clone(),
+            writable: exec.writable.clone(),
+            max_jobs: exec.max_jobs,
+            instance: instance.to_owned(),
+            exe: paths.exe.clone(),
+        },
+    })
+}

@@ -1,0 +1,294 @@
+//! One session actor per connection: it owns the connection's state (hello, open
+//! calls), answers requests, and starts one task per call. A reader task feeds it
+//! decoded frames; a writer task drains its bounded outbox to the socket.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use ractor::{Actor, ActorProcessingErr, ActorRef};
+use tokio::io::AsyncWriteExt;
+use tokio::net::UnixStream;
+use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
+use toolvisor_protocol::frame::{self, DecodeError, FrameError};
+use toolvisor_protocol::message::{CallRequest, ClientMessage, KNOWN_CLIENT_TYPES, ServerMessage, ToolFormat, ToolResult};
+use toolvisor_protocol::{ErrorType, Id, PROTOCOL_VERSION};
+
+use crate::outbox::Outbox;
+use crate::router::{SessionInfo, internal_result, to_result};
+use crate::service::Service;
+
+pub enum SessionMsg {
+    Frame(Result<ClientMessage, DecodeError>),
+    TooLarge(usize, usize),
+    Closed,
+    /// A call task finished: unregister the id, then send its result.
+    CallDone(Box<ToolResult>),
+}
+
+pub struct SessionArgs {
+    pub service: Arc<Service>,
+    pub stream: UnixStream,
+    pub uid: u32,
+    pub pid: Option<i32>,
+}
+
+pub struct SessionActor;
+
+pub struct SessionState {
+    service: Arc<Service>,
+    out: Outbox,
+    info: Option<Arc<SessionInfo>>,
+    id: String,
+    uid: u32,
+    open: HashMap<Id, CancellationToken>,
+    reader: tokio::task::JoinHandle<()>,
+}
+
+impl Drop for SessionState {
+    fn drop(&mut self) {
+        self.reader.abort();
+        for token in self.open.values() {
+            token.cancel();
+        }
+        self.out.closed.cancel();
+    }
+}
+
+impl Actor for SessionActor {
+    type Msg = SessionMsg;
+    type State = SessionState;
+    type Arguments = SessionArgs;
+
+    async fn pre_start(&self, myself: ActorRef<SessionMsg>, args: SessionArgs) -> Result<SessionState, ActorProcessingErr> {
+        let (rd, wr) = args.stream.into_split();
+        let (out, rx) = Outbox::new();
+        let max = args.service.config().limits.max_frame_bytes;
+        tokio::spawn(write_loop(wr, rx, out.closed.clone(), myself.clone()));
+        let reader = tokio::spawn(read_loop(rd, max, myself.clone()));
+        let id = args.service.next_session();
+        tracing::debug!(session = %id, uid = args.uid, pid = ?args.pid, "connection");
+        Ok(SessionState {
+            service: args.service,
+            out,
+            info: None,
+            id,
+            uid: args.uid,
+            open: HashMap::new(),
+            reader,
+        })
+    }
+
+    async fn handle(&self, myself: ActorRef<SessionMsg>, msg: SessionMsg, st: &mut SessionState) -> Result<(), ActorProcessingErr> {
+        match msg {
+            SessionMsg::Frame(Ok(m)) => st.on_message(&myself, m),
+            SessionMsg::Frame(Err(e)) => st.on_bad_frame(e),
+            SessionMsg::TooLarge(len, max) => {
+                st.out.send(&ServerMessage::error(None, ErrorType::FrameTooLarge, format!("frame of {len} bytes exceeds the limit of {max} bytes")));
+                st.close(&myself);
+            }
+            SessionMsg::Closed => {
+                myself.stop(None);
+            }
+            SessionMsg::CallDone(result) => {
+                st.open.remove(&result.id);
+                st.out.send(&ServerMessage::Result(*result));
+            }
+        }
+        Ok(())
+    }
+}
+
+impl SessionState {
+    /// Flush what is queued, then end the connection.
+    fn close(&mut self, myself: &ActorRef<SessionMsg>) {
+        self.reader.abort();
+        self.out.close_after_flush();
+        myself.stop(None);
+    }
+
+    fn on_bad_frame(&mut self, e: DecodeError) {
+        let msg = match e {
+            DecodeError::Malformed(m) => ServerMessage::error(None, ErrorType::BadMessage, m),
+            DecodeError::UnknownType(t) => ServerMessage::error(None, ErrorType::UnknownMessage, format!("unknown message type `{t}`")),
+            DecodeError::BadFields { message, id } => ServerMessage::error(id, ErrorType::BadMessage, message),
+        };
+        self.out.send(&msg);
+    }
+
+    fn on_message(&mut self, myself: &ActorRef<SessionMsg>, m: ClientMessage) {
+        let info = match (&self.info, m) {
+            (None, ClientMessage::Hello { protocol, client, interactive }) => {
+                return self.hello(myself, protocol, client, interactive.unwrap_or(false));
+            }
+            (None, other) => {
+                let id = request_id(&other);
+                self.out.send(&ServerMessage::error(id, ErrorType::HelloRequired, "say hello first"));
+                return;
+            }
+            (Some(info), m) => (info.clone(), m),
+        };
+        let (info, m) = info;
+        match m {
+            ClientMessage::Hello { .. } => self.out.send(&ServerMessage::error(None, ErrorType::BadMessage, "hello was already said")),
+            ClientMessage::Ping { id } => self.out.send(&ServerMessage::Pong { id }),
+            ClientMessage::ListTools { id, format, groups } => self.list_tools(id, format.unwrap_or_default(), groups),
+            ClientMessage::Call(req) => self.call(myself, &info, req),
+            ClientMessage::Cancel { id } => self.cancel(id),
+            ClientMessage::Status { id } => {
+                let (svc, out) = (self.service.clone(), self.out.clone());
+                tokio::spawn(async move { out.send(&crate::status::status(&svc, id).await) });
+            }
+            ClientMessage::Restart { id, group } => self.restart(id, group),
+            ClientMessage::Subscribe { id, topics } => {
+                crate::subscribe::start(&self.service, &self.out, id, topics);
+            }
+            ClientMessage::Batch { id, .. } | ClientMessage::Grant { id, .. } => {
+                self.out.send(&ServerMessage::error(Some(id), ErrorType::BadMessage, "not supported yet"));
+            }
+            ClientMessage::Confirm { interaction, .. } => {
+                self.out.send(&ServerMessage::error(None, ErrorType::UnknownInteraction, format!("no pending interaction `{interaction}`")));
+            }
+        }
+    }
+
+    fn hello(&mut self, myself: &ActorRef<SessionMsg>, protocol: u32, client: String, interactive: bool) {
+        if protocol != PROTOCOL_VERSION {
+            self.out.send(&ServerMessage::error(None, ErrorType::ProtocolVersion, format!("this server speaks protocol {PROTOCOL_VERSION}, not {protocol}")));
+            self.close(myself);
+            return;
+        }
+        self.info = Some(Arc::new(SessionInfo { id: self.id.clone(), client, interactive, uid: self.uid, out: self.out.clone() }));
+        self.out.send(&ServerMessage::Welcome {
+            protocol: PROTOCOL_VERSION,
+            server: format!("toolvisor/{}", env!("CARGO_PKG_VERSION")),
+            session: self.id.clone(),
+            tools: self.service.tools.len() as u32,
+        });
+    }
+
+    fn list_tools(&self, id: Id, format: ToolFormat, groups: Option<Vec<String>>) {
+        let tools = self
+            .service
+            .tools
+            .iter()
+            .filter(|t| groups.as_ref().is_none_or(|g| g.iter().any(|g| g == t.group)))
+            .map(|t| t.listing(format))
+            .collect();
+        self.out.send(&ServerMessage::Tools { id, tools });
+    }
+
+    fn call(&mut self, myself: &ActorRef<SessionMsg>, info: &Arc<SessionInfo>, req: CallRequest) {
+        if self.open.contains_key(&req.id) {
+            self.out.send(&ServerMessage::error(Some(req.id.clone()), ErrorType::DuplicateCallId, format!("call `{}` is still open on this connection", req.id)));
+            return;
+        }
+        let max = self.service.config().server.max_open_calls;
+        if self.open.len() >= max {
+            let o = toolvisor_protocol::worker::Outcome::err(toolvisor_protocol::ErrorBody::new(ErrorType::Overloaded, format!("this connection already has {max} open calls (server.max_open_calls)")));
+            self.out.send(&ServerMessage::Result(to_result(req.id, o, Default::default(), std::time::Instant::now(), 0)));
+            return;
+        }
+        let token = self.service.shutdown.child_token();
+        self.open.insert(req.id.clone(), token.clone());
+        let (svc, info, me) = (self.service.clone(), info.clone(), myself.clone());
+        tokio::spawn(async move {
+            let id = req.id.clone();
+            // The call runs in its own task so that a panic in it still yields a result.
+            let result = match tokio::spawn(svc.run_call(info, req, token)).await {
+                Ok(r) => r,
+                Err(e) => internal_result(id, &format!("the call failed unexpectedly: {e}")),
+            };
+            let _ = me.cast(SessionMsg::CallDone(Box::new(result)));
+        });
+    }
+
+    fn cancel(&mut self, id: Id) {
+        match self.open.get(&id) {
+            Some(token) => token.cancel(),
+            None => self.out.send(&ServerMessage::error(Some(id.clone()), ErrorType::UnknownCall, format!("no open call or batch `{id}` on this connection"))),
+        }
+    }
+
+    fn restart(&self, id: Id, group: Option<String>) {
+        let (svc, out) = (self.service.clone(), self.out.clone());
+        if let Some(g) = &group && !svc.pools.contains_key(g) {
+            out.send(&ServerMessage::error(Some(id), ErrorType::BadMessage, format!("no group `{g}`")));
+            return;
+        }
+        tokio::spawn(async move {
+            for (name, pool) in &svc.pools {
+                if group.as_ref().is_none_or(|g| g == name) {
+                    pool.restart().await;
+                }
+            }
+            out.send(&ServerMessage::Ack { id });
+        });
+    }
+}
+
+/// The `id` of a request, when it has one (to echo in an error).
+fn request_id(m: &ClientMessage) -> Option<Id> {
+    match m {
+        ClientMessage::ListTools { id, .. }
+        | ClientMessage::Batch { id, .. }
+        | ClientMessage::Cancel { id }
+        | ClientMessage::Grant { id, .. }
+        | ClientMessage::Subscribe { id, .. }
+        | ClientMessage::Status { id }
+        | ClientMessage::Restart { id, .. }
+        | ClientMessage::Ping { id } => Some(id.clone()),
+        ClientMessage::Call(c) => Some(c.id.clone()),
+        ClientMessage::Hello { .. } | ClientMessage::Confirm { .. } => None,
+    }
+}
+
+async fn read_loop(mut rd: tokio::net::unix::OwnedReadHalf, max: usize, session: ActorRef<SessionMsg>) {
+    loop {
+        match frame::read_frame(&mut rd, max).await {
+            Ok(Some(body)) => {
+                let msg = frame::decode::<ClientMessage>(&body, KNOWN_CLIENT_TYPES);
+                if session.cast(SessionMsg::Frame(msg)).is_err() {
+                    return;
+                }
+            }
+            Err(FrameError::TooLarge { len, max }) => {
+                let _ = session.cast(SessionMsg::TooLarge(len, max));
+                return;
+            }
+            Ok(None) | Err(_) => {
+                let _ = session.cast(SessionMsg::Closed);
+                return;
+            }
+        }
+    }
+}
+
+async fn write_loop(mut wr: tokio::net::unix::OwnedWriteHalf, mut rx: mpsc::Receiver<Vec<u8>>, closed: CancellationToken, session: ActorRef<SessionMsg>) {
+    let mut buf = Vec::with_capacity(64 * 1024);
+    loop {
+        let first = tokio::select! {
+            m = rx.recv() => m,
+            _ = closed.cancelled() => None,
+        };
+        let Some(first) = first else { break };
+        // An empty frame is the outbox's "close after flush" mark.
+        let mut last = first.is_empty();
+        buf.extend_from_slice(&first);
+        while !last && buf.len() < 256 * 1024 {
+            match rx.try_recv() {
+                Ok(more) => {
+                    last = more.is_empty();
+                    buf.extend_from_slice(&more);
+                }
+                Err(_) => break,
+            }
+        }
+        if wr.write_all(&buf).await.is_err() || last {
+            break;
+        }
+        buf.clear();
+    }
+    let _ = wr.shutdown().await;
+    let _ = session.cast(SessionMsg::Closed);
+}

@@ -1,0 +1,151 @@
+//! Starting worker processes from one long-lived thread.
+//!
+//! `PR_SET_PDEATHSIG` fires when the *thread* that forked the child exits, and tokio's
+//! blocking threads exit when idle; so every worker is forked from this one thread,
+//! which lives as long as the supervisor. The child gets its own process group, the
+//! death signal (then a check that its parent is still us), no new privileges, no core
+//! dumps, a scrubbed environment, and its control socket as fd 3.
+
+use std::os::fd::{AsRawFd, OwnedFd};
+use std::path::PathBuf;
+use std::process::Stdio;
+use std::sync::mpsc as std_mpsc;
+
+use nix::sys::socket::{AddressFamily, SockFlag, SockType, socketpair};
+use tokio::sync::oneshot;
+use toolvisor_protocol::worker::CONTROL_FD;
+
+/// Environment variables a worker keeps from the supervisor's environment.
+const BASE_ENV: &[&str] = &[
+    "PATH", "HOME", "LANG", "LC_ALL", "LC_CTYPE", "TZ", "TMPDIR", "USER", "LOGNAME", "RUST_LOG",
+    "RUST_BACKTRACE",
+];
+
+/// A freshly started worker process.
+#[derive(Debug)]
+pub struct Spawned {
+    pub child: tokio::process::Child,
+    pub pid: u32,
+    /// The supervisor's end of the control socket.
+    pub control: std::os::unix::net::UnixStream,
+}
+
+/// What to start.
+#[derive(Clone, Debug)]
+pub struct SpawnSpec {
+    pub exe: PathBuf,
+    pub group: String,
+    pub cwd: PathBuf,
+    /// Extra variables to pass through (the group's `env_passthrough`).
+    pub passthrough: Vec<String>,
+}
+
+struct Request {
+    spec: SpawnSpec,
+    reply: oneshot::Sender<std::io::Result<Spawned>>,
+}
+
+/// Handle to the spawner thread.
+#[derive(Clone, Debug)]
+pub struct Spawner {
+    tx: std_mpsc::Sender<Request>,
+}
+
+impl Spawner {
+    /// Start the spawner thread; it forks with `runtime`'s process driver.
+    pub fn start(runtime: tokio::runtime::Handle) -> std::io::Result<Spawner> {
+        let (tx, rx) = std_mpsc::channel::<Request>();
+        std::thread::Builder::new()
+            .name("toolvisor-spawner".into())
+            .spawn(move || {
+                let _guard = runtime.enter();
+                while let Ok(req) = rx.recv() {
+                    let _ = req.reply.send(spawn(&req.spec));
+                }
+            })?;
+        Ok(Spawner { tx })
+    }
+
+    pub async fn spawn(&self, spec: SpawnSpec) -> std::io::Result<Spawned> {
+        let (reply, rx) = oneshot::channel();
+        self.tx
+            .send(Request { spec, reply })
+            .map_err(|_| std::io::Error::other("the spawner thread is gone"))?;
+        rx.await
+            .map_err(|_| std::io::Error::other("the spawner thread dropped the request"))?
+    }
+}
+
+fn spawn(spec: &SpawnSpec) -> std::io::Result<Spawned> {
+    let (ours, theirs) = socketpair(
+        AddressFamily::Unix,
+        SockType::Stream,
+        None,
+        SockFlag::SOCK_CLOEXEC,
+    )?;
+    let mut cmd = tokio::process::Command::new(&spec.exe);
+    cmd.arg("worker")
+        .arg("--group")
+        .arg(&spec.group)
+        .current_dir(&spec.cwd)
+        .env_clear()
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::inherit())
+        .process_group(0)
+        .kill_on_drop(true);
+    for key in BASE_ENV.iter().copied().chain(spec.passthrough.iter().map(String::as_str)) {
+        if let Some(v) = std::env::var_os(key) {
+            cmd.env(key, v);
+        }
+    }
+    let child_fd = theirs.as_raw_fd();
+    let parent = std::process::id() as libc::pid_t;
+    // SAFETY: the closure runs in the forked child before exec and only makes
+    // async-signal-safe system calls; it allocates nothing.
+    unsafe {
+        cmd.pre_exec(move || harden_child(child_fd, parent));
+    }
+    let child = cmd.spawn()?;
+    drop(theirs);
+    let pid = child
+        .id()
+        .ok_or_else(|| std::io::Error::other("the worker exited at once"))?;
+    Ok(Spawned {
+        child,
+        pid,
+        control: std::os::unix::net::UnixStream::from(OwnedFd::from(ours)),
+    })
+}
+
+/// Runs between fork and exec in the child.
+fn harden_child(child_fd: i32, parent: libc::pid_t) -> std::io::Result<()> {
+    // SAFETY: plain system calls on integers; async-signal-safe.
+    unsafe {
+        if child_fd == CONTROL_FD {
+            let flags = libc::fcntl(CONTROL_FD, libc::F_GETFD);
+            if flags < 0 || libc::fcntl(CONTROL_FD, libc::F_SETFD, flags & !libc::FD_CLOEXEC) < 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+        } else if libc::dup2(child_fd, CONTROL_FD) < 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL as libc::c_ulong, 0, 0, 0) != 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        if libc::getppid() != parent {
+            return Err(std::io::Error::from_raw_os_error(libc::ESRCH));
+        }
+        if libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1 as libc::c_ulong, 0, 0, 0) != 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        let zero = libc::rlimit {
+            rlim_cur: 0,
+            rlim_max: 0,
+        };
+        if libc::setrlimit(libc::RLIMIT_CORE, &zero) != 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,565 @@
+//! One worker process, owned by one `WorkerActor`.
+//!
+//! The actor runs the process's life: spawn, `init`, `ready`, death, backoff, restart.
+//! Calls do not pass through its mailbox: a dispatcher registers the call in the
+//! current [`Link`] and writes the `run` frame itself, and the link's reader task hands
+//! each `done` straight to the waiting call. Death is seen first as EOF on the control
+//! socket; the process is then killed for sure and its exit status collected, and
+//! every call still in flight on it is answered at once.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU8, AtomicU32, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use ractor::{Actor, ActorProcessingErr, ActorRef};
+use serde_json::Value;
+use tokio::io::AsyncWriteExt;
+use tokio::sync::{mpsc, oneshot, watch};
+use toolvisor_protocol::frame;
+use toolvisor_protocol::message::Guards;
+use toolvisor_protocol::worker::{FromWorker, KNOWN_FROM_WORKER, Outcome, ToWorker, WorkerInit};
+
+use crate::events::{Events, WorkerEvent};
+use crate::restart::{Next, RestartPolicy};
+use crate::spawn::{SpawnSpec, Spawner};
+
+/// How long a started worker has to say `ready`.
+pub const READY_TIMEOUT: Duration = Duration::from_secs(5);
+/// How long a worker may ignore a cancel before it is killed.
+pub const CANCEL_GRACE: Duration = Duration::from_secs(2);
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(u8)]
+pub enum WorkerState {
+    Starting = 0,
+    Ready = 1,
+    Restarting = 2,
+    Failed = 3,
+    Stopping = 4,
+}
+
+impl WorkerState {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            WorkerState::Starting => "starting",
+            WorkerState::Ready => "ready",
+            WorkerState::Restarting => "restarting",
+            WorkerState::Failed => "failed",
+            WorkerState::Stopping => "stopping",
+        }
+    }
+
+    fn from_u8(v: u8) -> Self {
+        match v {
+            0 => WorkerState::Starting,
+            1 => WorkerState::Ready,
+            2 => WorkerState::Restarting,
+            3 => WorkerState::Failed,
+            _ => WorkerState::Stopping,
+        }
+    }
+}
+
+/// How a call on a worker ended, as the dispatcher sees it.
+#[derive(Debug)]
+pub enum Reply {
+    Done(Outcome),
+    /// The process died with the call in flight.
+    Crashed(String),
+}
+
+/// A call registered on a link.
+struct Pending {
+    reply: Option<oneshot::Sender<Reply>>,
+    output: Option<mpsc::Sender<(String, String)>>,
+}
+
+/// The connection to one running worker process.
+pub struct Link {
+    pub pid: u32,
+    tx: mpsc::Sender<Vec<u8>>,
+    pending: Mutex<HashMap<u64, Pending>>,
+    /// Woken whenever the last call in flight ends.
+    idle: tokio::sync::Notify,
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+impl Link {
+    fn deliver(&self, msg: FromWorker) -> impl std::future::Future<Output = ()> + Send + '_ {
+        async move {
+            match msg {
+                FromWorker::Done { call, outcome } => {
+                    let pending = {
+                        let mut map = lock(&self.pending);
+                        let p = map.remove(&call);
+                        if map.is_empty() {
+                            self.idle.notify_waiters();
+                        }
+                        p
+                    };
+                    if let Some(reply) = pending.and_then(|p| p.reply) {
+                        let _ = reply.send(Reply::Done(outcome));
+                    }
+                }
+                FromWorker::Output { call, stream, data } => {
+                    let out = lock(&self.pending).get(&call).and_then(|p| p.output.clone());
+                    if let Some(out) = out {
+                        let _ = out.send((stream, data)).await;
+                    }
+                }
+                FromWorker::Ready { .. } => {}
+            }
+        }
+    }
+
+    /// Answer every call still registered: the process is gone.
+    fn fail_all(&self, why: &str) {
+        let pending: Vec<Pending> = lock(&self.pending).drain().map(|(_, p)| p).collect();
+        self.idle.notify_waiters();
+        for p in pending {
+            if let Some(reply) = p.reply {
+                let _ = reply.send(Reply::Crashed(why.to_owned()));
+            }
+        }
+    }
+
+    pub fn in_flight(&self) -> usize {
+        lock(&self.pending).len()
+    }
+
+    fn has(&self, call: u64) -> bool {
+        lock(&self.pending).contains_key(&call)
+    }
+
+    /// Resolves once no call is in flight.
+    async fn until_idle(&self) {
+        loop {
+            let notified = self.idle.notified();
+            if self.in_flight() == 0 {
+                return;
+            }
+            notified.await;
+        }
+    }
+}
+
+/// What the pool and status see of a worker, shared with its actor.
+pub struct WorkerShared {
+    pub group: String,
+    pub index: u32,
+    state: AtomicU8,
+    pub restarts: AtomicU32,
+    link: Mutex<Option<Arc<Link>>>,
+    /// Bumped on every state change, so waiters for a ready worker wake.
+    changed: watch::Sender<u64>,
+    /// When a failed worker will try again (for `retry_after_ms`).
+    retry_at: Mutex<Option<Instant>>,
+    pub actor: Mutex<Option<ActorRef<WorkerMsg>>>,
+    /// The protections the current process reported in its `ready`.
+    pub guards: Mutex<Guards>,
+}
+
+impl WorkerShared {
+    pub fn new(group: &str, index: u32, changed: watch::Sender<u64>) -> Arc<Self> {
+        Arc::new(WorkerShared {
+            group: group.to_owned(),
+            index,
+            state: AtomicU8::new(WorkerState::Starting as u8),
+            restarts: AtomicU32::new(0),
+            link: Mutex::new(None),
+            changed,
+            retry_at: Mutex::new(None),
+            actor: Mutex::new(None),
+            guards: Mutex::new(Guards::default()),
+        })
+    }
+
+    pub fn state(&self) -> WorkerState {
+        WorkerState::from_u8(self.state.load(Ordering::SeqCst))
+    }
+
+    fn set_state(&self, s: WorkerState) {
+        self.state.store(s as u8, Ordering::SeqCst);
+        self.changed.send_modify(|n| *n += 1);
+    }
+
+    pub fn link(&self) -> Option<Arc<Link>> {
+        lock(&self.link).clone()
+    }
+
+    pub fn pid(&self) -> Option<u32> {
+        self.link().map(|l| l.pid)
+    }
+
+    pub fn in_flight(&self) -> usize {
+        self.link().map_or(0, |l| l.in_flight())
+    }
+
+    pub fn retry_after(&self) -> Option<Duration> {
+        lock(&self.retry_at).map(|t| t.saturating_duration_since(Instant::now()))
+    }
+
+    /// Register a call on the current process and send it. `None` when the worker is
+    /// not ready (the caller picks another or waits).
+    pub async fn submit(&self, run: ToWorker, call: u64, output: Option<mpsc::Sender<(String, String)>>) -> Option<oneshot::Receiver<Reply>> {
+        if self.state() != WorkerState::Ready {
+            return None;
+        }
+        let link = self.link()?;
+        let bytes = frame::encode(&run).ok()?;
+        let (reply, rx) = oneshot::channel();
+        lock(&link.pending).insert(
+            call,
+            Pending {
+                reply: Some(reply),
+                output,
+            },
+        );
+        if link.tx.send(bytes).await.is_err() {
+            lock(&link.pending).remove(&call);
+            return None;
+        }
+        Some(rx)
+    }
+
+    /// Ask the worker to stop a call. When `abandon`, nobody waits for its answer any
+    /// more; a worker that still has not answered after [`CANCEL_GRACE`] is killed.
+    pub fn cancel(self: &Arc<Self>, call: u64, abandon: bool) {
+        let Some(link) = self.link() else { return };
+        if abandon && let Some(p) = lock(&link.pending).get_mut(&call) {
+            p.reply = None;
+            p.output = None;
+        }
+        if let Ok(bytes) = frame::encode(&ToWorker::Cancel { call }) {
+            let _ = link.tx.try_send(bytes);
+        }
+        let this = self.clone();
+        tokio::spawn(async move {
+            tokio::time::sleep(CANCEL_GRACE).await;
+            // A deadline, not synchronisation: the worker had its chance to answer.
+            if let Some(now) = this.link()
+                && Arc::ptr_eq(&now, &link)
+                && link.has(call)
+            {
+                tracing::warn!(group = %this.group, index = this.index, pid = link.pid, call,
+                    "worker ignored a cancel for {CANCEL_GRACE:?}; killing it");
+                kill_group(link.pid);
+            }
+        });
+    }
+}
+
+/// SIGKILL a worker's process group (it leads its own group).
+pub fn kill_group(pid: u32) {
+    let _ = nix::sys::signal::killpg(
+        nix::unistd::Pid::from_raw(pid as i32),
+        nix::sys::signal::Signal::SIGKILL,
+    );
+}
+
+/// Messages of a worker actor.
+pub enum WorkerMsg {
+    /// Start (or restart) the process now.
+    Start,
+    /// The process said `ready`.
+    Ready { generation: u64, pid: u32, guards: Guards },
+    /// The control socket reached EOF.
+    Eof { generation: u64 },
+    /// The process exited (status collected).
+    Exited { generation: u64, code: Option<i32>, signal: Option<i32> },
+    ReadyTimeout { generation: u64 },
+    /// Operator restart: replace the process once its calls are done.
+    Restart(ractor::RpcReplyPort<()>),
+    /// Stop the process for good (service shutdown).
+    Stop(ractor::RpcReplyPort<()>),
+}
+
+/// Everything a worker actor needs to (re)start its process.
+pub struct WorkerArgs {
+    pub shared: Arc<WorkerShared>,
+    pub spawner: Spawner,
+    pub spec: SpawnSpec,
+    pub init: WorkerInit,
+    pub policy: RestartPolicy,
+    pub events: Events,
+}
+
+pub struct WorkerActor;
+
+pub struct WorkerActorState {
+    args: WorkerArgs,
+    generation: u64,
+    child_pid: Option<u32>,
+    /// Becomes true when the current process has been reaped.
+    exited: Option<watch::Receiver<bool>>,
+    stopping: bool,
+    guards: Guards,
+}
+
+impl Drop for WorkerActorState {
+    /// An actor that dies (even by panic) takes its process with it.
+    fn drop(&mut self) {
+        if let Some(pid) = self.child_pid.take() {
+            kill_group(pid);
+        }
+    }
+}
+
+impl Actor for WorkerActor {
+    type Msg = WorkerMsg;
+    type State = WorkerActorState;
+    type Arguments = WorkerArgs;
+
+    async fn pre_start(&self, myself: ActorRef<WorkerMsg>, args: WorkerArgs) -> Result<Self::State, ActorProcessingErr> {
+        *lock(&args.shared.actor) = Some(myself.clone());
+        myself.cast(WorkerMsg::Start)?;
+        Ok(WorkerActorState {
+            args,
+            generation: 0,
+            child_pid: None,
+            exited: None,
+            stopping: false,
+            guards: Guards::default(),
+        })
+    }
+
+    async fn handle(&self, myself: ActorRef<WorkerMsg>, msg: WorkerMsg, st: &mut WorkerActorState) -> Result<(), ActorProcessingErr> {
+        match msg {
+            WorkerMsg::Start => st.start(&myself).await,
+            WorkerMsg::Ready { generation, pid, guards } if generation == st.generation => {
+                st.args.policy.on_ready(Instant::now());
+                *lock(&st.args.shared.guards) = guards.clone();
+                st.guards = guards;
+                st.args.shared.set_state(WorkerState::Ready);
+                st.args.events.worker(WorkerEvent::Started, &st.args.shared, Some(pid));
+                tracing::info!(group = %st.args.shared.group, index = st.args.shared.index, pid, "worker ready");
+            }
+            WorkerMsg::Eof { generation } if generation == st.generation => {
+                if let Some(pid) = st.child_pid {
+                    kill_group(pid);
+                }
+            }
+            WorkerMsg::ReadyTimeout { generation } if generation == st.generation => {
+                if st.args.shared.state() == WorkerState::Starting && let Some(pid) = st.child_pid {
+                    tracing::warn!(group = %st.args.shared.group, pid, "worker not ready within {READY_TIMEOUT:?}");
+                    kill_group(pid);
+                }
+            }
+            WorkerMsg::Exited { generation, code, signal } if generation == st.generation => {
+                st.exited(&myself, code, signal);
+            }
+            WorkerMsg::Restart(reply) => {
+                st.args.policy.reset();
+                st.replace_when_idle(&myself).await;
+                let _ = reply.send(());
+            }
+            WorkerMsg::Stop(reply) => {
+                st.stop().await;
+                let _ = reply.send(());
+            }
+            _ => {} // a message about an older process
+        }
+        Ok(())
+    }
+}
+
+impl WorkerActorState {
+    pub fn guards(&self) -> &Guards {
+        &self.guards
+    }
+
+    async fn start(&mut self, myself: &ActorRef<WorkerMsg>) {
+        if self.stopping {
+            return;
+        }
+        self.generation += 1;
+        let generation = self.generation;
+        self.args.shared.set_state(WorkerState::Starting);
+        *lock(&self.args.shared.retry_at) = None;
+        let spawned = match self.args.spawner.spawn(self.args.spec.clone()).await {
+            Ok(s) => s,
+            Err(e) => {
+                tracing::error!(group = %self.args.shared.group, "cannot start a worker: {e}");
+                let _ = myself.cast(WorkerMsg::Exited { generation, code: Some(127), signal: None });
+                return;
+            }
+        };
+        self.child_pid = Some(spawned.pid);
+        let control = match spawned.control.set_nonblocking(true).and_then(|_| tokio::net::UnixStream::from_std(spawned.control)) {
+            Ok(c) => c,
+            Err(e) => {
+                tracing::error!("worker control socket: {e}");
+                kill_group(spawned.pid);
+                return;
+            }
+        };
+        let (rd, wr) = control.into_split();
+        let (tx, rx) = mpsc::channel::<Vec<u8>>(1024);
+        let link = Arc::new(Link {
+            pid: spawned.pid,
+            tx,
+            pending: Mutex::new(HashMap::new()),
+            idle: tokio::sync::Notify::new(),
+        });
+        if let Ok(init) = frame::encode(&ToWorker::Init(self.args.init.clone())) {
+            let _ = link.tx.send(init).await;
+        }
+        *lock(&self.args.shared.link) = Some(link.clone());
+        tokio::spawn(write_loop(wr, rx));
+        tokio::spawn(read_loop(rd, link, myself.clone(), generation, self.args.init.limits.max_frame_bytes));
+        let mut child = spawned.child;
+        let me = myself.clone();
+        let (exited_tx, exited_rx) = watch::channel(false);
+        self.exited = Some(exited_rx);
+        tokio::spawn(async move {
+            let status = child.wait().await;
+            let _ = exited_tx.send(true);
+            let (code, signal) = match status {
+                Ok(s) => {
+                    use std::os::unix::process::ExitStatusExt;
+                    (s.code(), s.signal())
+                }
+                Err(_) => (None, None),
+            };
+            let _ = me.cast(WorkerMsg::Exited { generation, code, signal });
+        });
+        let me = myself.clone();
+        tokio::spawn(async move {
+            tokio::time::sleep(READY_TIMEOUT).await;
+            let _ = me.cast(WorkerMsg::ReadyTimeout { generation });
+        });
+    }
+
+    fn exited(&mut self, myself: &ActorRef<WorkerMsg>, code: Option<i32>, signal: Option<i32>) {
+        let pid = self.child_pid.take();
+        let why = match (code, signal) {
+            (_, Some(sig)) => format!("worker process {} was killed by signal {sig}", pid.unwrap_or(0)),
+            (Some(c), _) => format!("worker process {} exited with code {c}", pid.unwrap_or(0)),
+            _ => "worker process ended".to_owned(),
+        };
+        if let Some(pid) = pid {
+            kill_group(pid); // anything it left in its group goes too
+        }
+        if let Some(link) = lock(&self.args.shared.link).take() {
+            link.fail_all(&why);
+        }
+        self.args.events.worker_exited(&self.args.shared, pid, code, signal);
+        if self.stopping {
+            self.args.shared.set_state(WorkerState::Stopping);
+            return;
+        }
+        tracing::warn!(group = %self.args.shared.group, index = self.args.shared.index, "{why}");
+        match self.args.policy.on_exit(Instant::now(), code) {
+            Next::RestartAfter(delay) => {
+                self.args.shared.restarts.fetch_add(1, Ordering::SeqCst);
+                self.args.shared.set_state(WorkerState::Restarting);
+                myself.send_after(delay, || WorkerMsg::Start);
+            }
+            Next::Fail { retry_after } => {
+                tracing::error!(group = %self.args.shared.group, index = self.args.shared.index, "worker failed; retry after {retry_after:?}");
+                *lock(&self.args.shared.retry_at) = retry_after.map(|d| Instant::now() + d);
+                self.args.shared.set_state(WorkerState::Failed);
+                self.args.events.worker(WorkerEvent::Failed, &self.args.shared, None);
+                if let Some(d) = retry_after {
+                    let policy = &mut self.args.policy;
+                    policy.reset();
+                    myself.send_after(d, || WorkerMsg::Start);
+                }
+            }
+        }
+    }
+
+    /// Operator restart: let calls finish, then replace the process.
+    async fn replace_when_idle(&mut self, myself: &ActorRef<WorkerMsg>) {
+        let shared = self.args.shared.clone();
+        if let Some(link) = shared.link() {
+            // Stop taking calls, let the ones in flight end, then replace the process.
+            shared.set_state(WorkerState::Restarting);
+            link.until_idle().await;
+        }
+        self.generation += 1; // the old process's exit is no longer a crash
+        if let Some(pid) = self.child_pid.take() {
+            kill_group(pid);
+            self.args.events.worker_exited(&shared, Some(pid), None, Some(9));
+        }
+        if let Some(link) = lock(&shared.link).take() {
+            link.fail_all("worker restarted");
+        }
+        self.start(myself).await;
+    }
+
+    async fn stop(&mut self) {
+        self.stopping = true;
+        self.args.shared.set_state(WorkerState::Stopping);
+        let Some(link) = self.args.shared.link() else { return };
+        if let Ok(bytes) = frame::encode(&ToWorker::Shutdown) {
+            let _ = link.tx.send(bytes).await;
+        }
+        let pid = link.pid;
+        if let Some(mut exited) = self.exited.take() {
+            let _ = tokio::time::timeout(CANCEL_GRACE, exited.wait_for(|done| *done)).await;
+        }
+        kill_group(pid);
+        self.child_pid = None;
+        if let Some(link) = lock(&self.args.shared.link).take() {
+            link.fail_all("the service is stopping");
+        }
+    }
+}
+
+async fn write_loop(mut wr: tokio::net::unix::OwnedWriteHalf, mut rx: mpsc::Receiver<Vec<u8>>) {
+    let mut buf = Vec::with_capacity(64 * 1024);
+    while let Some(first) = rx.recv().await {
+        buf.extend_from_slice(&first);
+        while buf.len() < 256 * 1024 {
+            match rx.try_recv() {
+                Ok(more) => buf.extend_from_slice(&more),
+                Err(_) => break,
+            }
+        }
+        if wr.write_all(&buf).await.is_err() {
+            return;
+        }
+        buf.clear();
+    }
+}
+
+async fn read_loop(
+    mut rd: tokio::net::unix::OwnedReadHalf,
+    link: Arc<Link>,
+    actor: ActorRef<WorkerMsg>,
+    generation: u64,
+    max_frame: usize,
+) {
+    let max = max_frame.max(toolvisor_protocol::DEFAULT_MAX_FRAME_BYTES) * 2;
+    loop {
+        let body = match frame::read_frame(&mut rd, max).await {
+            Ok(Some(b)) => b,
+            Ok(None) | Err(_) => break,
+        };
+        match frame::decode::<FromWorker>(&body, KNOWN_FROM_WORKER) {
+            Ok(FromWorker::Ready { pid, guards }) => {
+                let _ = actor.cast(WorkerMsg::Ready { generation, pid, guards });
+            }
+            Ok(msg) => link.deliver(msg).await,
+            Err(e) => tracing::warn!(pid = link.pid, "bad frame from worker: {e}"),
+        }
+    }
+    let _ = actor.cast(WorkerMsg::Eof { generation });
+}
+
+/// Args of a run frame, for the pool.
+pub fn run_frame(call: u64, name: &str, tool: &str, args: &Value, stream: bool, timeout_ms: u64) -> ToWorker {
+    ToWorker::Run {
+        call,
+        name: name.to_owned(),
+        tool: tool.to_owned(),
+        args: args.clone(),
+        stream,
+        timeout_ms: Some(timeout_ms),
+    }
+}

@@ -1,0 +1,225 @@
+//! Start a real server on a temp workspace and talk to it. Every wait has a deadline.
+
+#![allow(dead_code)]
+
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+use toolvisor_protocol::client::Client;
+use toolvisor_protocol::message::{CallRequest, ClientMessage, ServerMessage, ToolResult};
+
+pub const BIN: &str = env!("CARGO_BIN_EXE_toolvisor");
+/// Generous: a loaded 2-core CI machine starts a debug build slowly.
+pub const START_DEADLINE: Duration = Duration::from_secs(30);
+
+/// A running `toolvisor serve` and its workspace.
+pub struct Server {
+    pub dir: tempfile::TempDir,
+    pub child: Option<Child>,
+    /// Lines the server logged, as they come.
+    pub log: mpsc::Receiver<String>,
+    pub log_seen: Vec<String>,
+}
+
+impl Server {
+    /// A workspace with `config` as its toolvisor.toml, and the server on it.
+    pub fn start(config: &str) -> Server {
+        let dir = tempfile::tempdir().expect("tempdir");
+        std::fs::write(dir.path().join("toolvisor.toml"), config).expect("write config");
+        Self::start_in(dir)
+    }
+
+    pub fn start_in(dir: tempfile::TempDir) -> Server {
+        let (child, log) = spawn_serve(dir.path());
+        let mut s = Server { dir, child: Some(child), log, log_seen: Vec::new() };
+        s.wait_log("serving", START_DEADLINE);
+        s.wait_ready(START_DEADLINE);
+        s
+    }
+
+    pub fn ws(&self) -> &Path {
+        self.dir.path()
+    }
+
+    pub fn socket(&self) -> PathBuf {
+        self.ws().join(".toolvisor/toolvisor.sock")
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.child.as_ref().map(|c| c.id()).unwrap_or(0)
+    }
+
+    pub fn write(&self, rel: &str, content: &str) {
+        let p = self.ws().join(rel);
+        std::fs::create_dir_all(p.parent().expect("parent")).expect("mkdir");
+        std::fs::write(p, content).expect("write");
+    }
+
+    /// Wait for a log line containing `needle`.
+    pub fn wait_log(&mut self, needle: &str, deadline: Duration) -> String {
+        if let Some(l) = self.log_seen.iter().find(|l| l.contains(needle)) {
+            return l.clone();
+        }
+        let end = Instant::now() + deadline;
+        loop {
+            let left = end.saturating_duration_since(Instant::now());
+            match self.log.recv_timeout(left) {
+                Ok(line) => {
+                    self.log_seen.push(line.clone());
+                    if line.contains(needle) {
+                        return line;
+                    }
+                }
+                Err(_) => panic!("no log line with {needle:?} within {deadline:?}; seen:\n{}", self.log_seen.join("\n")),
+            }
+        }
+    }
+
+    /// Wait until every worker is ready (status says so).
+    pub fn wait_ready(&mut self, deadline: Duration) {
+        let end = Instant::now() + deadline;
+        let rt = rt();
+        loop {
+            let ready = rt.block_on(async {
+                let mut c = self.client().await;
+                let id = "ready?".into();
+                match c.request(&ClientMessage::Status { id: "ready?".into() }, &id).await {
+                    Ok(ServerMessage::Status { workers, .. }) => workers.iter().all(|w| w.state == "ready"),
+                    _ => false,
+                }
+            });
+            if ready {
+                return;
+            }
+            assert!(Instant::now() < end, "workers not ready within {deadline:?}");
+            // Readiness has no event a client can wait on besides status: poll it.
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    pub async fn client(&self) -> Client {
+        Client::connect(&self.socket(), "e2e", false).await.expect("connect")
+    }
+
+    /// Call a tool on a fresh connection and return its result.
+    pub async fn call(&self, tool: &str, args: Value) -> ToolResult {
+        let mut c = self.client().await;
+        call_on(&mut c, "c1", tool, args).await
+    }
+
+    /// SIGTERM and wait for the exit (SIGKILL past the deadline).
+    pub fn stop(&mut self) -> Option<std::process::ExitStatus> {
+        let mut child = self.child.take()?;
+        let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(child.id() as i32), nix::sys::signal::Signal::SIGTERM);
+        wait_child(&mut child, Duration::from_secs(20))
+    }
+
+    pub fn kill9(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
+    /// The worker pids of `group` from status.
+    pub async fn worker_pids(&self, group: &str) -> Vec<u32> {
+        let mut c = self.client().await;
+        let id = "st".into();
+        match c.request(&ClientMessage::Status { id: "st".into() }, &id).await.expect("status") {
+            ServerMessage::Status { workers, .. } => workers.iter().filter(|w| w.group == group).filter_map(|w| w.pid).collect(),
+            other => panic!("{other:?}"),
+        }
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(child.id() as i32), nix::sys::signal::Signal::SIGTERM);
+            if wait_child(&mut child, Duration::from_secs(10)).is_none() {
+                let _ = child.kill();
+                let _ = child.wait();
+            }
+        }
+    }
+}
+
+pub fn spawn_serve(ws: &Path) -> (Child, mpsc::Receiver<String>) {
+    let mut child = Command::new(BIN)
+        .arg("serve")
+        .arg("--workspace")
+        .arg(ws)
+        .env("RUST_LOG", "info")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn toolvisor serve");
+    let stderr = child.stderr.take().expect("stderr");
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+            if std::env::var_os("E2E_VERBOSE").is_some() {
+                eprintln!("[serve] {line}");
+            }
+            if tx.send(line).is_err() {
+                break;
+            }
+        }
+    });
+    (child, rx)
+}
+
+/// Wait for a child with a deadline, by its exit (not by polling a timer).
+pub fn wait_child(child: &mut Child, deadline: Duration) -> Option<std::process::ExitStatus> {
+    let pid = child.id();
+    let (tx, rx) = mpsc::channel();
+    let waiter = std::thread::spawn(move || {
+        let status = nix::sys::wait::waitpid(nix::unistd::Pid::from_raw(pid as i32), None);
+        let _ = tx.send(status);
+    });
+    match rx.recv_timeout(deadline) {
+        Ok(Ok(nix::sys::wait::WaitStatus::Exited(_, code))) => {
+            let _ = waiter.join();
+            use std::os::unix::process::ExitStatusExt;
+            Some(std::process::ExitStatus::from_raw(code << 8))
+        }
+        Ok(Ok(nix::sys::wait::WaitStatus::Signaled(_, sig, _))) => {
+            let _ = waiter.join();
+            use std::os::unix::process::ExitStatusExt;
+            Some(std::process::ExitStatus::from_raw(sig as i32))
+        }
+        _ => None,
+    }
+}
+
+pub fn rt() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_current_thread().enable_all().build().expect("runtime")
+}
+
+pub async fn call_on(c: &mut Client, id: &str, tool: &str, args: Value) -> ToolResult {
+    let t = c.call(CallRequest::new(id, tool, args), |_, _| {}).await.expect("call");
+    t.result.expect("a result")
+}
+
+/// A config that allows every command (for tests of other things than policy).
+pub const ALLOW_ALL: &str = r#"
+[[policy.rules]]
+tool = "run_command"
+action = "allow"
+
+[[policy.rules]]
+tool = "*"
+action = "allow"
+"#;
+
+/// Run a future on a fresh runtime with a deadline.
+pub fn block<F: std::future::Future>(deadline: Duration, f: F) -> F::Output {
+    rt().block_on(async { tokio::time::timeout(deadline, f).await.expect("test deadline passed") })
+}
+
+pub const T: Duration = Duration::from_secs(60);

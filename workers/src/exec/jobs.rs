@@ -1,0 +1,492 @@
+//! Background processes: `run_command` with `background: true`, `list_processes`,
+//! `read_output`, `kill_process`.
+//!
+//! A job's output goes to its own file under `<state_dir>/artifacts/` (capped like any
+//! artifact), never to memory; `read_output` pages through that file. Handles are
+//! `w<worker index>-<n>` so the supervisor can route later calls to this worker. A
+//! finished job stays listed until its output was read to the end (it is then dropped
+//! when the next job starts), and at most [`MAX_FINISHED`] finished jobs are kept.
+
+use std::os::unix::fs::FileExt;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, SystemTime};
+
+use serde_json::{Map, Value, json};
+use tokio::sync::watch;
+use toolvisor_protocol::ErrorType;
+use toolvisor_protocol::worker::{Outcome, WorkerInit};
+
+use super::ExecState;
+use super::launch::{Running, Spec, supervise};
+use super::output::{ArtifactFile, Record, complete_prefix};
+use super::run_command::{RunArgs, exit_parts};
+use crate::{CancelFlag, ToolContext, ToolError};
+
+/// Finished jobs kept at most (oldest dropped first).
+const MAX_FINISHED: usize = 100;
+/// `max_jobs` when the settings leave it 0 (the config's default).
+const DEFAULT_MAX_JOBS: usize = 64;
+/// How long `kill_process` and shutdown wait for a job to be gone.
+const KILL_WAIT: Duration = Duration::from_secs(12);
+
+/// The job table of one exec worker.
+#[derive(Debug)]
+pub(crate) struct Jobs {
+    index: u32,
+    max_jobs: usize,
+    page: usize,
+    table: Mutex<Table>,
+}
+
+#[derive(Debug, Default)]
+struct Table {
+    next: u64,
+    jobs: Vec<Arc<Job>>,
+}
+
+/// One background process.
+#[derive(Debug)]
+struct Job {
+    handle: String,
+    command: String,
+    pid: u32,
+    started: SystemTime,
+    /// Bytes the process wrote (the log may hold fewer: it is capped).
+    bytes: AtomicU64,
+    kill: CancelFlag,
+    /// true once the process ended and its output is all in the log.
+    done: watch::Sender<bool>,
+    state: Mutex<JobState>,
+}
+
+#[derive(Debug, Default)]
+struct JobState {
+    exit: (Option<i32>, Option<i32>),
+    /// Where the next `read_output` without `since` starts.
+    cursor: u64,
+    read_to_end: bool,
+    /// The log, kept registered (not pruned) while the job is in the table.
+    log: Option<ArtifactFile>,
+    log_len: u64,
+}
+
+impl Job {
+    fn finished(&self) -> bool {
+        *self.done.borrow()
+    }
+
+    fn lock(&self) -> MutexGuard<'_, JobState> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Wait (bounded) until the process is gone.
+    async fn wait_done(&self) -> bool {
+        let mut rx = self.done.subscribe();
+        tokio::time::timeout(KILL_WAIT, rx.wait_for(|d| *d))
+            .await
+            .is_ok_and(|r| r.is_ok())
+    }
+
+    fn meta(&self) -> Map<String, Value> {
+        let st = self.lock();
+        let mut m = Map::new();
+        m.insert("process".into(), json!(self.handle));
+        m.insert("pid".into(), json!(self.pid));
+        m.insert("running".into(), json!(!self.finished()));
+        m.insert("exit_code".into(), json!(st.exit.0));
+        if let Some(s) = st.exit.1 {
+            m.insert("signal".into(), json!(s));
+        }
+        m
+    }
+
+    /// Remove the log file (the job leaves the table).
+    fn discard(&self) {
+        if let Some(log) = self.lock().log.take() {
+            let _ = std::fs::remove_file(&log.path);
+        }
+    }
+}
+
+/// Feeds a job's output into its log file.
+struct JobLog {
+    file: ArtifactFile,
+    job: Arc<Job>,
+}
+
+impl Record for JobLog {
+    fn record(&mut self, data: &[u8]) {
+        self.file.write(data);
+        self.job
+            .bytes
+            .fetch_add(data.len() as u64, Ordering::Relaxed);
+    }
+}
+
+impl Jobs {
+    pub(crate) fn new(init: &WorkerInit) -> Self {
+        Jobs {
+            index: init.index,
+            max_jobs: match init.exec.max_jobs {
+                0 => DEFAULT_MAX_JOBS,
+                n => n,
+            },
+            page: init.limits.shell_max.max(4),
+            table: Mutex::new(Table::default()),
+        }
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Table> {
+        self.table.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn find(&self, args: &Value) -> Result<Arc<Job>, ToolError> {
+        let handle = args
+            .get("process")
+            .and_then(Value::as_str)
+            .ok_or_else(|| ToolError::invalid("process is required"))?;
+        self.lock()
+            .jobs
+            .iter()
+            .find(|j| j.handle == handle)
+            .cloned()
+            .ok_or_else(|| {
+                ToolError::invalid(format!(
+                    "no background process {handle:?} (list_processes shows them)"
+                ))
+            })
+    }
+
+    /// Start a background job and return at once with its handle.
+    pub(crate) fn start(
+        &self,
+        state: &ExecState,
+        a: &RunArgs<'_>,
+        ctx: &ToolContext,
+    ) -> Result<Outcome, ToolError> {
+        let (cwd, _) = super::open_cwd(ctx, a.cwd)?;
+        let env = super::env::build(std::env::vars(), &ctx.init.exec, a.env)?;
+        let mut t = self.lock();
+        prune(&mut t);
+        let running = t.jobs.iter().filter(|j| !j.finished()).count();
+        if running >= self.max_jobs {
+            return Err(ToolError::new(
+                ErrorType::Overloaded,
+                format!(
+                    "this worker already runs {running} background processes (max {}): \
+                     stop one with kill_process first",
+                    self.max_jobs
+                ),
+            ));
+        }
+        t.next += 1;
+        let handle = format!("w{}-{}", self.index, t.next);
+        let file = state
+            .artifacts
+            .create(&format!("job-{handle}.log"))
+            .map_err(|e| ToolError::internal(format!("cannot create the output file: {e}")))?;
+        let spec = Spec {
+            command: a.command,
+            env: &env,
+            cwd: &cwd,
+            instance: &ctx.init.exec.instance,
+        };
+        let proc = state.launcher.spawn(&spec)?;
+        let job = Arc::new(Job {
+            handle: handle.clone(),
+            command: a.command.to_owned(),
+            pid: proc.pid,
+            started: SystemTime::now(),
+            bytes: AtomicU64::new(0),
+            kill: CancelFlag::new(),
+            done: watch::channel(false).0,
+            state: Mutex::new(JobState::default()),
+        });
+        t.jobs.push(Arc::clone(&job));
+        drop(t);
+        let deadline = a.timeout.map(|d| tokio::time::Instant::now() + d);
+        tokio::spawn(run_job(Arc::clone(&job), proc, file, deadline));
+        let mut out = Outcome::ok(format!(
+            "Started background process {handle} (pid {})",
+            job.pid
+        ));
+        out.meta = job.meta();
+        Ok(out)
+    }
+
+    /// `list_processes`: a table for the model, `meta.processes` for programs.
+    pub(crate) fn list(&self) -> Outcome {
+        let jobs = self.lock().jobs.clone();
+        let mut rows = Vec::new();
+        let mut text = String::new();
+        for j in &jobs {
+            let m = j.meta();
+            let running = !j.finished();
+            let bytes = j.bytes.load(Ordering::Relaxed);
+            let started = rfc3339(j.started);
+            let exit = match (m.get("exit_code").and_then(Value::as_i64), m.get("signal")) {
+                (Some(c), _) => c.to_string(),
+                (None, Some(s)) => format!("sig {s}"),
+                (None, None) => "-".into(),
+            };
+            text.push_str(&format!(
+                "{:<10} {:<8} {:<8} {:<6} {:<10} {:<21} {}\n",
+                j.handle,
+                j.pid,
+                if running { "running" } else { "exited" },
+                exit,
+                bytes,
+                started,
+                one_line(&j.command, 80)
+            ));
+            let mut row = m;
+            row.insert("command".into(), json!(j.command));
+            row.insert("started".into(), json!(started));
+            row.insert(
+                "state".into(),
+                json!(if running { "running" } else { "exited" }),
+            );
+            row.insert("output_bytes".into(), json!(bytes));
+            rows.push(Value::Object(row));
+        }
+        let content = if jobs.is_empty() {
+            "No background processes.".to_owned()
+        } else {
+            format!(
+                "{:<10} {:<8} {:<8} {:<6} {:<10} {:<21} COMMAND\n{text}",
+                "PROCESS", "PID", "STATE", "EXIT", "BYTES", "STARTED"
+            )
+        };
+        let mut out = Outcome::ok(content);
+        out.meta.insert("processes".into(), Value::Array(rows));
+        out
+    }
+
+    /// `read_output`: a contiguous page of at most `shell_max` bytes from `since`
+    /// (default: where the last read stopped), cut on a character boundary; `meta.next`
+    /// is exactly where it ended.
+    pub(crate) fn read_output(&self, args: &Value) -> Result<Outcome, ToolError> {
+        let job = self.find(args)?;
+        // Finished first, then the file: a finished job's log is complete.
+        let finished = job.finished();
+        let mut st = job.lock();
+        let path = st
+            .log
+            .as_ref()
+            .map(|l| l.path.clone())
+            .ok_or_else(|| ToolError::internal("the output file is gone"))?;
+        let file = std::fs::File::open(&path)
+            .map_err(|e| ToolError::internal(format!("cannot read the output: {e}")))?;
+        let len = file.metadata().map(|m| m.len()).unwrap_or(0);
+        let since = args
+            .get("since")
+            .and_then(Value::as_u64)
+            .unwrap_or(st.cursor)
+            .min(len);
+        let want = ((len - since) as usize).min(self.page);
+        let mut buf = vec![0u8; want];
+        let mut n = 0;
+        while n < want {
+            match file.read_at(&mut buf[n..], since + n as u64) {
+                Ok(0) => break,
+                Ok(k) => n += k,
+                Err(e) => return Err(ToolError::internal(format!("cannot read the output: {e}"))),
+            }
+        }
+        let more = since + (n as u64) < len || !finished;
+        if more {
+            let c = complete_prefix(&buf[..n]);
+            if c > 0 {
+                n = c;
+            }
+        }
+        let next = since + n as u64;
+        st.cursor = next;
+        st.log_len = len;
+        if finished && next >= len {
+            st.read_to_end = true;
+        }
+        drop(st);
+        let mut out = Outcome::ok(String::from_utf8_lossy(&buf[..n]).into_owned());
+        out.meta = job.meta();
+        out.meta.insert("next".into(), json!(next));
+        out.meta.insert(
+            "output_bytes".into(),
+            json!(job.bytes.load(Ordering::Relaxed)),
+        );
+        Ok(out)
+    }
+
+    /// `kill_process`: stop the job and everything it started, and wait until it is gone.
+    pub(crate) async fn kill(&self, args: &Value) -> Result<Outcome, ToolError> {
+        let job = self.find(args)?;
+        let was_running = !job.finished();
+        if was_running {
+            job.kill.cancel();
+            if !job.wait_done().await {
+                return Err(ToolError::internal(format!(
+                    "{} (pid {}) did not stop within {} s",
+                    job.handle,
+                    job.pid,
+                    KILL_WAIT.as_secs()
+                )));
+            }
+        }
+        let (code, _) = job.lock().exit;
+        let text = if was_running {
+            format!("Killed {} (pid {})", job.handle, job.pid)
+        } else {
+            let how = code.map_or("was killed by a signal".into(), |c| {
+                format!("exited with code {c}")
+            });
+            format!(
+                "{} (pid {}) had already ended: it {how}",
+                job.handle, job.pid
+            )
+        };
+        let mut out = Outcome::ok(text);
+        out.meta = job.meta();
+        Ok(out)
+    }
+
+    /// Wait (bounded) until a job has ended; false when unknown or still running.
+    #[cfg(test)]
+    pub(crate) async fn wait(&self, handle: &str) -> bool {
+        match self.find(&json!({ "process": handle })) {
+            Ok(j) => j.wait_done().await,
+            Err(_) => false,
+        }
+    }
+
+    /// Kill every running job (worker shutdown) and log each.
+    pub(crate) async fn shutdown(&self) {
+        let jobs: Vec<Arc<Job>> = self
+            .lock()
+            .jobs
+            .iter()
+            .filter(|j| !j.finished())
+            .cloned()
+            .collect();
+        for j in &jobs {
+            j.kill.cancel();
+        }
+        for j in &jobs {
+            let gone = j.wait_done().await;
+            tracing::info!(
+                process = %j.handle, pid = j.pid, command = %one_line(&j.command, 200), gone,
+                "background process killed at worker shutdown"
+            );
+        }
+    }
+}
+
+/// The job's life: pump its output into the log until it ends (or is killed), then
+/// record how it ended and wake the waiters.
+async fn run_job(
+    job: Arc<Job>,
+    mut proc: Running,
+    file: ArtifactFile,
+    deadline: Option<tokio::time::Instant>,
+) {
+    let mut log = JobLog {
+        file,
+        job: Arc::clone(&job),
+    };
+    let ended = supervise(&mut proc, &mut log, None, deadline, &job.kill).await;
+    {
+        let mut st = job.lock();
+        st.exit = exit_parts(ended.status);
+        st.log = Some(log.file);
+    }
+    job.done.send_replace(true);
+}
+
+/// Drop finished jobs read to their end, then the oldest finished beyond the cap.
+fn prune(t: &mut Table) {
+    t.jobs.retain(|j| {
+        let gone = j.finished() && j.lock().read_to_end;
+        if gone {
+            j.discard();
+        }
+        !gone
+    });
+    let finished = t.jobs.iter().filter(|j| j.finished()).count();
+    let mut excess = finished.saturating_sub(MAX_FINISHED);
+    t.jobs.retain(|j| {
+        if excess > 0 && j.finished() {
+            excess -= 1;
+            j.discard();
+            return false;
+        }
+        true
+    });
+}
+
+/// At most `max` chars on one line.
+fn one_line(s: &str, max: usize) -> String {
+    let flat: String = s
+        .chars()
+        .map(|c| if c.is_control() { ' ' } else { c })
+        .collect();
+    if flat.chars().count() <= max {
+        flat
+    } else {
+        flat.chars()
+            .take(max.saturating_sub(1))
+            .chain(['…'])
+            .collect()
+    }
+}
+
+/// RFC 3339 UTC with seconds, e.g. `2025-01-31T12:00:00Z`.
+pub(crate) fn rfc3339(t: SystemTime) -> String {
+    let secs = t
+        .duration_since(SystemTime::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs()) as i64;
+    let (days, rem) = (secs.div_euclid(86_400), secs.rem_euclid(86_400));
+    let (y, m, d) = civil_from_days(days);
+    format!(
+        "{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}Z",
+        rem / 3600,
+        rem % 3600 / 60,
+        rem % 60
+    )
+}
+
+/// Days since 1970-01-01 → (year, month, day) (H. Hinnant's algorithm).
+fn civil_from_days(z: i64) -> (i64, u32, u32) {
+    let z = z + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = (doy - (153 * mp + 2) / 5 + 1) as u32;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 } as u32;
+    let y = yoe + era * 400 + i64::from(m <= 2);
+    (y, m, d)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rfc3339_formats_utc() {
+        assert_eq!(rfc3339(SystemTime::UNIX_EPOCH), "1970-01-01T00:00:00Z");
+        let t = SystemTime::UNIX_EPOCH + Duration::from_secs(1_709_210_096);
+        assert_eq!(rfc3339(t), "2024-02-29T12:34:56Z");
+    }
+
+    #[test]
+    fn one_line_flattens_and_cuts() {
+        assert_eq!(one_line("a\nb", 10), "a b");
+        assert_eq!(one_line("abcdef", 4), "abc…");
+    }
+
+    #[test]
+    fn grace_is_two_seconds() {
+        assert_eq!(super::super::launch::GRACE, Duration::from_secs(2));
+    }
+}

@@ -1,0 +1,585 @@
+//! Command output: the bounded capture (head + tail ring), the artifact files, the
+//! stream coalescer, and the pump that reads stdout and stderr concurrently.
+//!
+//! Memory is bounded whatever a command prints: while the output fits `shell_max` it is
+//! kept whole (it is the result); past that only the first `shell_head` bytes and a
+//! ring of the last `shell_tail` bytes stay in memory, and the full output goes to a
+//! capped artifact file.
+
+use std::collections::{HashSet, VecDeque};
+use std::fs::File;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use tokio::io::AsyncReadExt;
+use tokio::process::{ChildStderr, ChildStdout};
+use toolvisor_protocol::Truncated;
+use toolvisor_protocol::worker::Limits;
+
+use crate::OutputSink;
+use crate::truncate;
+
+/// Largest `data` of one `output` frame (DESIGN §3).
+pub(crate) const CHUNK: usize = 16 * 1024;
+/// Pending stream data is flushed at least this often.
+pub(crate) const FLUSH_EVERY: Duration = Duration::from_millis(50);
+/// Pipe read size.
+const READ_BUF: usize = 8 * 1024;
+
+/// Which pipe a chunk came from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Stream {
+    Stdout,
+    Stderr,
+}
+
+impl Stream {
+    pub(crate) fn as_str(self) -> &'static str {
+        match self {
+            Stream::Stdout => "stdout",
+            Stream::Stderr => "stderr",
+        }
+    }
+}
+
+/// Where pumped output goes.
+pub(crate) trait Record {
+    fn record(&mut self, data: &[u8]);
+}
+
+/// The artifacts directory: per-file and whole-directory caps, and the files in use
+/// (never pruned while a call or a job writes them).
+#[derive(Debug)]
+pub(crate) struct Artifacts {
+    pub dir: PathBuf,
+    pub max_bytes: u64,
+    pub total_bytes: u64,
+    active: Mutex<HashSet<PathBuf>>,
+}
+
+impl Artifacts {
+    pub(crate) fn new(state_dir: &Path, limits: &Limits) -> Arc<Self> {
+        Arc::new(Artifacts {
+            dir: state_dir.join("artifacts"),
+            max_bytes: limits.artifacts_max_bytes,
+            total_bytes: limits.artifacts_total_bytes,
+            active: Mutex::new(HashSet::new()),
+        })
+    }
+
+    /// Create (truncate) `<dir>/<file_name>` after pruning the directory to its cap.
+    pub(crate) fn create(self: &Arc<Self>, file_name: &str) -> std::io::Result<ArtifactFile> {
+        use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
+        std::fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o700)
+            .create(&self.dir)?;
+        let path = self.dir.join(file_name);
+        self.prune(&path);
+        let file = std::fs::OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .mode(0o600)
+            .open(&path)?;
+        self.lock().insert(path.clone());
+        Ok(ArtifactFile {
+            file,
+            path,
+            written: 0,
+            max: self.max_bytes,
+            owner: Arc::clone(self),
+        })
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashSet<PathBuf>> {
+        self.active.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Remove the oldest files (not in use, not `new`) until the directory fits its cap.
+    fn prune(&self, new: &Path) {
+        let Ok(rd) = std::fs::read_dir(&self.dir) else {
+            return;
+        };
+        let active = self.lock().clone();
+        let mut files: Vec<(std::time::SystemTime, u64, PathBuf)> = rd
+            .flatten()
+            .filter_map(|e| {
+                let m = e.metadata().ok().filter(|m| m.is_file())?;
+                Some((m.modified().ok()?, m.len(), e.path()))
+            })
+            .collect();
+        let mut total: u64 = files.iter().map(|f| f.1).sum();
+        files.sort();
+        for (_, len, path) in files {
+            if total <= self.total_bytes {
+                break;
+            }
+            if path == new || active.contains(&path) {
+                continue;
+            }
+            if std::fs::remove_file(&path).is_ok() {
+                total -= len;
+            }
+        }
+    }
+}
+
+/// One artifact being written; bytes past `max` are dropped (counted elsewhere).
+#[derive(Debug)]
+pub(crate) struct ArtifactFile {
+    file: File,
+    pub path: PathBuf,
+    pub written: u64,
+    max: u64,
+    owner: Arc<Artifacts>,
+}
+
+impl ArtifactFile {
+    /// Append what fits under the cap; a write error stops further writes (logged once).
+    pub(crate) fn write(&mut self, data: &[u8]) {
+        let room = self.max.saturating_sub(self.written);
+        let n = (data.len() as u64).min(room) as usize;
+        if n == 0 {
+            return;
+        }
+        match self.file.write_all(&data[..n]) {
+            Ok(()) => self.written += n as u64,
+            Err(e) => {
+                tracing::warn!("artifact {}: {e}", self.path.display());
+                self.max = self.written;
+            }
+        }
+    }
+}
+
+impl Drop for ArtifactFile {
+    fn drop(&mut self) {
+        self.owner.lock().remove(&self.path);
+    }
+}
+
+/// A file-name-safe version of a client call id.
+pub(crate) fn sanitize_name(name: &str, fallback: u64) -> String {
+    let s: String = name
+        .chars()
+        .take(100)
+        .map(|c| match c {
+            'a'..='z' | 'A'..='Z' | '0'..='9' | '-' | '_' | '.' => c,
+            _ => '_',
+        })
+        .collect();
+    let s = s.trim_start_matches('.');
+    if s.is_empty() {
+        format!("call-{fallback}")
+    } else {
+        s.to_owned()
+    }
+}
+
+/// The bounded capture of a foreground command's output.
+pub(crate) struct Capture {
+    limits: Limits,
+    /// The whole output while it fits `shell_max`; emptied once it overflows.
+    full: Vec<u8>,
+    head: Vec<u8>,
+    tail: VecDeque<u8>,
+    total: u64,
+    newlines: u64,
+    last: Option<u8>,
+    overflowed: bool,
+    artifact: Option<ArtifactFile>,
+    /// Opens the artifact when the output first overflows.
+    open_artifact: Option<Box<dyn FnOnce() -> Option<ArtifactFile> + Send>>,
+}
+
+impl Capture {
+    pub(crate) fn new(
+        limits: &Limits,
+        open_artifact: Box<dyn FnOnce() -> Option<ArtifactFile> + Send>,
+    ) -> Self {
+        Capture {
+            limits: limits.clone(),
+            full: Vec::new(),
+            head: Vec::new(),
+            tail: VecDeque::new(),
+            total: 0,
+            newlines: 0,
+            last: None,
+            overflowed: false,
+            artifact: None,
+            open_artifact: Some(open_artifact),
+        }
+    }
+
+    fn overflow(&mut self) {
+        self.overflowed = true;
+        self.artifact = self.open_artifact.take().and_then(|f| f());
+        let full = std::mem::take(&mut self.full);
+        if let Some(a) = &mut self.artifact {
+            a.write(&full);
+        }
+        let h = self.limits.shell_head.min(full.len());
+        self.head = full[..h].to_vec();
+        self.push_tail(&full[h..]);
+    }
+
+    fn push_tail(&mut self, data: &[u8]) {
+        let cap = self.limits.shell_tail;
+        let data = &data[data.len().saturating_sub(cap)..];
+        let excess = (self.tail.len() + data.len()).saturating_sub(cap);
+        self.tail.drain(..excess);
+        self.tail.extend(data);
+    }
+
+    /// The result text and, when cut, what was left out (with the artifact's path,
+    /// relative to `workspace` when inside it).
+    pub(crate) fn finish(mut self, workspace: &Path) -> (String, Option<Truncated>) {
+        let lines = self.newlines + u64::from(self.last.is_some_and(|b| b != b'\n'));
+        let cut = if self.overflowed {
+            let tail: Vec<u8> = self.tail.drain(..).collect();
+            truncate::shell(&self.head, &tail, self.total, lines, &self.limits)
+        } else {
+            truncate::shell(&self.full, &[], self.total, lines, &self.limits)
+        };
+        let truncated = cut.truncated.map(|mut t| {
+            t.full_output = self
+                .artifact
+                .as_ref()
+                .map(|a| shown_path(&a.path, workspace));
+            t
+        });
+        (cut.text, truncated)
+    }
+}
+
+impl Record for Capture {
+    fn record(&mut self, data: &[u8]) {
+        self.total += data.len() as u64;
+        self.newlines += data.iter().filter(|&&b| b == b'\n').count() as u64;
+        if let Some(&b) = data.last() {
+            self.last = Some(b);
+        }
+        if !self.overflowed {
+            self.full.extend_from_slice(data);
+            if self.full.len() > self.limits.shell_max {
+                self.overflow();
+            }
+            return;
+        }
+        if let Some(a) = &mut self.artifact {
+            a.write(data);
+        }
+        self.push_tail(data);
+    }
+}
+
+/// A path as tools show it: relative to the workspace when inside it, else absolute.
+pub(crate) fn shown_path(path: &Path, workspace: &Path) -> String {
+    match path.strip_prefix(workspace) {
+        Ok(rel) => rel.display().to_string(),
+        Err(_) => path.display().to_string(),
+    }
+}
+
+/// Coalesces streamed output into frames of at most [`CHUNK`] bytes, flushed at least
+/// every [`FLUSH_EVERY`], never splitting a UTF-8 character across frames.
+pub(crate) struct Coalescer {
+    sink: OutputSink,
+    stream: Stream,
+    pending: Vec<u8>,
+    since: Option<Instant>,
+}
+
+impl Coalescer {
+    pub(crate) fn new(sink: OutputSink) -> Self {
+        Coalescer {
+            sink,
+            stream: Stream::Stdout,
+            pending: Vec::new(),
+            since: None,
+        }
+    }
+
+    /// When pending data must go out.
+    pub(crate) fn due(&self) -> Option<Instant> {
+        self.since.map(|t| t + FLUSH_EVERY)
+    }
+
+    /// Add a chunk; sends (awaiting backpressure) whatever fills whole frames.
+    pub(crate) async fn push(&mut self, stream: Stream, data: &[u8]) {
+        if stream != self.stream && !self.pending.is_empty() {
+            self.flush(true).await;
+        }
+        self.stream = stream;
+        self.pending.extend_from_slice(data);
+        self.since.get_or_insert_with(Instant::now);
+        while self.pending.len() >= CHUNK {
+            let cut = complete_prefix(&self.pending[..CHUNK]);
+            let cut = if cut == 0 { CHUNK } else { cut };
+            self.send(cut).await;
+        }
+    }
+
+    /// Send the pending data; an incomplete trailing character waits for its rest
+    /// unless `all` (stream switch, end of output).
+    pub(crate) async fn flush(&mut self, all: bool) {
+        let n = if all {
+            self.pending.len()
+        } else {
+            complete_prefix(&self.pending)
+        };
+        if n > 0 {
+            self.send(n).await;
+        }
+        if self.pending.is_empty() {
+            self.since = None;
+        } else {
+            self.since = Some(Instant::now());
+        }
+    }
+
+    /// Send the first `n` pending bytes (lossy UTF-8), in frames of at most CHUNK.
+    async fn send(&mut self, n: usize) {
+        let bytes: Vec<u8> = self.pending.drain(..n).collect();
+        let text = String::from_utf8_lossy(&bytes);
+        let mut rest: &str = &text;
+        while !rest.is_empty() {
+            let at = truncate::floor_boundary(rest, CHUNK);
+            let at = if at == 0 { rest.len() } else { at };
+            let (frame, tail) = rest.split_at(at);
+            self.sink.send(self.stream.as_str(), frame.to_owned()).await;
+            rest = tail;
+        }
+        if self.pending.is_empty() {
+            self.since = None;
+        }
+    }
+}
+
+/// Length of `b` without a trailing *incomplete* UTF-8 sequence (which a later read
+/// may complete). Invalid bytes are not held back.
+pub(crate) fn complete_prefix(b: &[u8]) -> usize {
+    let start = b.len().saturating_sub(3);
+    for i in (start..b.len()).rev() {
+        let byte = b[i];
+        if byte & 0xC0 == 0x80 {
+            continue; // continuation byte: look further back
+        }
+        let need = match byte {
+            0xC0..=0xDF => 2,
+            0xE0..=0xEF => 3,
+            0xF0..=0xF7 => 4,
+            _ => 1,
+        };
+        return if b.len() - i < need { i } else { b.len() };
+    }
+    b.len()
+}
+
+/// A command's stdout and stderr, read until both reach EOF.
+pub(crate) struct Pipes {
+    out: Option<ChildStdout>,
+    err: Option<ChildStderr>,
+}
+
+impl Pipes {
+    pub(crate) fn new(out: Option<ChildStdout>, err: Option<ChildStderr>) -> Self {
+        Pipes { out, err }
+    }
+
+    pub(crate) fn done(&self) -> bool {
+        self.out.is_none() && self.err.is_none()
+    }
+}
+
+/// Read both pipes concurrently, in arrival order, into `rec` and (when streaming) the
+/// coalescer, until both are closed. Awaiting the sink pauses the reading: the child
+/// then blocks on its full pipe, and memory stays bounded. Cancellation-safe between
+/// chunks: the pipes stay in `pipes` for a later, non-streaming drain.
+pub(crate) async fn pump(
+    pipes: &mut Pipes,
+    rec: &mut (dyn Record + Send),
+    mut stream: Option<&mut Coalescer>,
+) {
+    let mut bo = vec![0u8; READ_BUF];
+    let mut be = vec![0u8; READ_BUF];
+    while !pipes.done() {
+        let due = stream.as_ref().and_then(|c| c.due());
+        let (which, n) = tokio::select! {
+            r = read_opt(&mut pipes.out, &mut bo) => (Stream::Stdout, r),
+            r = read_opt(&mut pipes.err, &mut be) => (Stream::Stderr, r),
+            _ = super::launch::sleep_until_opt(due) => {
+                if let Some(c) = stream.as_deref_mut() { c.flush(false).await; }
+                continue;
+            }
+        };
+        if n == 0 {
+            match which {
+                Stream::Stdout => pipes.out = None,
+                Stream::Stderr => pipes.err = None,
+            }
+            continue;
+        }
+        let data = match which {
+            Stream::Stdout => &bo[..n],
+            Stream::Stderr => &be[..n],
+        };
+        rec.record(data);
+        if let Some(c) = stream.as_deref_mut() {
+            c.push(which, data).await;
+        }
+    }
+    if let Some(c) = stream {
+        c.flush(true).await;
+    }
+}
+
+/// Read from a pipe that may be closed already (then never ready); errors count as EOF.
+async fn read_opt<R: AsyncReadExt + Unpin>(pipe: &mut Option<R>, buf: &mut [u8]) -> usize {
+    match pipe {
+        Some(p) => p.read(buf).await.unwrap_or(0),
+        None => std::future::pending().await,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use toolvisor_protocol::worker::FromWorker;
+
+    fn limits(max: usize, head: usize, tail: usize) -> Limits {
+        Limits {
+            shell_max: max,
+            shell_head: head,
+            shell_tail: tail,
+            ..Limits::default()
+        }
+    }
+
+    #[test]
+    fn small_output_is_whole() {
+        let mut c = Capture::new(&limits(100, 10, 20), Box::new(|| None));
+        c.record(b"hello ");
+        c.record(b"world\n");
+        let (text, t) = c.finish(Path::new("/w"));
+        assert_eq!(text, "hello world\n");
+        assert!(t.is_none());
+    }
+
+    #[test]
+    fn large_output_keeps_head_tail_and_artifact() {
+        let dir = tempfile::tempdir().unwrap();
+        let arts = Artifacts::new(dir.path(), &Limits::default());
+        let a2 = Arc::clone(&arts);
+        let mut c = Capture::new(
+            &limits(100, 10, 20),
+            Box::new(move || a2.create("call-1.log").ok()),
+        );
+        let mut all = Vec::new();
+        for i in 0..50 {
+            let line = format!("line {i}\n");
+            all.extend_from_slice(line.as_bytes());
+            c.record(line.as_bytes());
+        }
+        assert!(
+            c.tail.len() <= 20 && c.full.is_empty(),
+            "memory stays bounded"
+        );
+        let (text, t) = c.finish(dir.path());
+        let t = t.unwrap();
+        assert!(
+            text.starts_with("line 0\nlin\n[Output truncated: "),
+            "{text}"
+        );
+        assert!(text.ends_with("line 48\nline 49\n"), "{text}");
+        assert_eq!(text.matches("[Output truncated").count(), 1);
+        assert_eq!(t.full_output.as_deref(), Some("artifacts/call-1.log"));
+        assert_eq!(
+            std::fs::read(dir.path().join("artifacts/call-1.log")).unwrap(),
+            all
+        );
+        assert!(
+            arts.lock().is_empty(),
+            "finished artifacts are no longer active"
+        );
+    }
+
+    #[test]
+    fn artifact_cap_and_directory_pruning() {
+        let dir = tempfile::tempdir().unwrap();
+        let l = Limits {
+            artifacts_max_bytes: 10,
+            artifacts_total_bytes: 25,
+            ..Limits::default()
+        };
+        let arts = Artifacts::new(dir.path(), &l);
+        for name in ["a.log", "b.log", "c.log"] {
+            let mut f = arts.create(name).unwrap();
+            f.write(b"0123456789abcdef");
+            assert_eq!(f.written, 10);
+            let t = std::time::SystemTime::now() - Duration::from_secs(100);
+            let file = File::options().write(true).open(&f.path).unwrap();
+            file.set_modified(
+                t + Duration::from_secs(name.len() as u64 + name.as_bytes()[0] as u64),
+            )
+            .unwrap();
+        }
+        let held = arts.create("d.log").unwrap();
+        let names: Vec<String> = std::fs::read_dir(&arts.dir)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        assert!(
+            !names.contains(&"a.log".to_string()),
+            "oldest removed: {names:?}"
+        );
+        assert!(names.contains(&"c.log".to_string()) && names.contains(&"d.log".into()));
+        drop(held);
+    }
+
+    #[test]
+    fn names_are_sanitized() {
+        assert_eq!(sanitize_name("abc-1_2.x", 1), "abc-1_2.x");
+        assert_eq!(sanitize_name("../etc/passwd", 1), "_etc_passwd");
+        assert_eq!(sanitize_name("..", 7), "call-7");
+        assert_eq!(sanitize_name("a b/ü", 1), "a_b__");
+    }
+
+    #[test]
+    fn incomplete_chars_are_held_back() {
+        assert_eq!(complete_prefix(b"abc"), 3);
+        let e = "é".as_bytes();
+        assert_eq!(complete_prefix(&[b'a', e[0]]), 1);
+        assert_eq!(complete_prefix(&[b'a', e[0], e[1]]), 3);
+        let euro = "€".as_bytes();
+        assert_eq!(complete_prefix(&euro[..2]), 0);
+        assert_eq!(complete_prefix(&[0xFF]), 1, "invalid bytes are not held");
+    }
+
+    #[tokio::test]
+    async fn coalescer_frames_are_bounded_and_utf8_whole() {
+        let (tx, mut rx) = tokio::sync::mpsc::channel(1024);
+        let mut c = Coalescer::new(OutputSink { call: 1, tx });
+        let text = "é".repeat(20_000); // 40 000 bytes, fed in odd-sized pieces
+        for piece in text.as_bytes().chunks(4097) {
+            c.push(Stream::Stdout, piece).await;
+        }
+        c.push(Stream::Stderr, b"err").await;
+        c.flush(true).await;
+        drop(c);
+        let mut out = String::new();
+        let mut streams = Vec::new();
+        while let Some(FromWorker::Output { data, stream, .. }) = rx.recv().await {
+            assert!(data.len() <= CHUNK && !data.contains('\u{FFFD}'));
+            streams.push(stream);
+            out.push_str(&data);
+        }
+        assert_eq!(out, format!("{text}err"));
+        assert_eq!(streams.last().map(String::as_str), Some("stderr"));
+    }
+}

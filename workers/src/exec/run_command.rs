@@ -1,0 +1,168 @@
+//! `run_command` in the foreground (background starts are in [`super::jobs`]).
+
+use std::os::unix::process::ExitStatusExt;
+use std::process::ExitStatus;
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde_json::{Map, Value, json};
+use toolvisor_protocol::worker::Outcome;
+use toolvisor_protocol::{ErrorBody, ErrorType, Status};
+
+use super::ExecState;
+use super::launch::{Ended, Spec, Stop, supervise};
+use super::output::{Capture, Coalescer, sanitize_name};
+use crate::{ToolContext, ToolError};
+
+/// `timeout` when the call gives none (DESIGN §4).
+pub(crate) const DEFAULT_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// `run_command`'s arguments (schema-validated upstream).
+#[derive(Debug)]
+pub(crate) struct RunArgs<'a> {
+    pub command: &'a str,
+    pub cwd: Option<&'a str>,
+    pub timeout: Option<Duration>,
+    pub background: bool,
+    pub env: Option<&'a Value>,
+}
+
+impl<'a> RunArgs<'a> {
+    pub(crate) fn parse(args: &'a Value) -> Result<Self, ToolError> {
+        let command = args
+            .get("command")
+            .and_then(Value::as_str)
+            .filter(|c| !c.is_empty())
+            .ok_or_else(|| ToolError::invalid("command is required"))?;
+        Ok(RunArgs {
+            command,
+            cwd: args.get("cwd").and_then(Value::as_str),
+            timeout: args
+                .get("timeout")
+                .and_then(Value::as_u64)
+                .map(Duration::from_millis),
+            background: args.get("background").and_then(Value::as_bool) == Some(true),
+            env: args.get("env"),
+        })
+    }
+}
+
+/// Run the command to its end (or its deadline) and report its output and status.
+pub(crate) async fn run(
+    state: &ExecState,
+    args: &Value,
+    ctx: &ToolContext,
+) -> Result<Outcome, ToolError> {
+    let a = RunArgs::parse(args)?;
+    if a.background {
+        return state.jobs.start(state, &a, ctx);
+    }
+    let (cwd, _) = super::open_cwd(ctx, a.cwd)?;
+    let env = super::env::build(std::env::vars(), &ctx.init.exec, a.env)?;
+    let timeout = a.timeout.unwrap_or(DEFAULT_TIMEOUT);
+    let own = std::time::Instant::now() + timeout;
+    let deadline = ctx.deadline.map_or(own, |d| d.min(own));
+    let spec = Spec {
+        command: a.command,
+        env: &env,
+        cwd: &cwd,
+        instance: &ctx.init.exec.instance,
+    };
+    let mut running = state.launcher.spawn(&spec)?;
+    drop(cwd);
+    let arts = Arc::clone(&state.artifacts);
+    let file = format!("{}.log", sanitize_name(&ctx.name, ctx.call));
+    let open = Box::new(move || match arts.create(&file) {
+        Ok(f) => Some(f),
+        Err(e) => {
+            tracing::warn!("cannot create artifact {file}: {e}");
+            None
+        }
+    });
+    let mut capture = Capture::new(&ctx.init.limits, open);
+    let mut stream = ctx.output.clone().map(Coalescer::new);
+    let ended = supervise(
+        &mut running,
+        &mut capture,
+        stream.as_mut(),
+        Some(deadline.into()),
+        &ctx.cancel,
+    )
+    .await;
+    let (content, truncated) = capture.finish(super::workspace(ctx));
+    let own_timeout = ctx.deadline.is_none_or(|d| own <= d);
+    let shown_timeout = if own_timeout { Some(timeout) } else { None };
+    let mut out = outcome(content, &ended, shown_timeout);
+    out.truncated = truncated;
+    Ok(out)
+}
+
+/// The outcome for a finished command: `ok` on exit 0; `timeout`, `cancelled` or
+/// `error` (ShellExecutionError) otherwise, with the output still in `content`.
+pub(crate) fn outcome(content: String, ended: &Ended, timeout: Option<Duration>) -> Outcome {
+    let mut meta = Map::new();
+    let (code, signal) = exit_parts(ended.status);
+    meta.insert("exit_code".into(), json!(code));
+    if let Some(s) = signal {
+        meta.insert("signal".into(), json!(s));
+    }
+    let error = match (ended.stop, code, signal) {
+        (Some(Stop::Timeout), _, _) => Some(ErrorBody::new(
+            ErrorType::Timeout,
+            match timeout {
+                Some(t) => format!(
+                    "command timed out after {} ms and was killed",
+                    t.as_millis()
+                ),
+                None => "command reached the call's deadline and was killed".to_owned(),
+            },
+        )),
+        (Some(Stop::Cancelled), _, _) => Some(ErrorBody::new(
+            ErrorType::Cancelled,
+            "the call was cancelled; the command was killed",
+        )),
+        (None, Some(0), _) => None,
+        (None, Some(c), _) => Some(ErrorBody::new(
+            ErrorType::ShellExecutionError,
+            format!("command exited with code {c}"),
+        )),
+        (None, None, Some(s)) => Some(ErrorBody::new(
+            ErrorType::ShellExecutionError,
+            format!("command was killed by signal {s} ({})", signal_name(s)),
+        )),
+        (None, None, None) => Some(ErrorBody::new(
+            ErrorType::ShellExecutionError,
+            "the command's exit status is unknown",
+        )),
+    };
+    let status = match &error {
+        None => Status::Ok,
+        Some(e) => Outcome::err(e.clone()).status,
+    };
+    let display = match &error {
+        None => content.clone(),
+        Some(e) if content.is_empty() => format!("[{}]", e.message),
+        Some(e) => format!("{content}\n[{}]", e.message),
+    };
+    Outcome {
+        status,
+        content,
+        display,
+        error,
+        truncated: None,
+        meta,
+    }
+}
+
+/// Exit code, or the number of the signal that killed the process.
+pub(crate) fn exit_parts(status: Option<ExitStatus>) -> (Option<i32>, Option<i32>) {
+    match status {
+        Some(s) => (s.code(), s.signal()),
+        None => (None, None),
+    }
+}
+
+/// `SIGTERM` etc. for messages.
+pub(crate) fn signal_name(sig: i32) -> &'static str {
+    nix::sys::signal::Signal::try_from(sig).map_or("unknown signal", |s| s.as_str())
+}

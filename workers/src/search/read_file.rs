@@ -1,0 +1,293 @@
+//! The `read_file` tool: a text file's content, verbatim, optionally a range of lines.
+//!
+//! Choices the contract leaves open:
+//! - `startLine` past the last line is `InvalidParams` (saying how many lines the file
+//!   has), except `startLine` 1 on an empty file, which is empty content; `endLine` past
+//!   the end is clamped; `endLine < startLine` is `InvalidParams`.
+//! - A directory is `InvalidParams` ("is a directory, not a file"): the path exists, so
+//!   `FileNotFoundError` would mislead the model.
+//! - Binary means a NUL byte or invalid UTF-8 in the first 8 KiB (`BinaryFile`); invalid
+//!   UTF-8 further on is converted lossily.
+//!
+//! The file is streamed: only the requested lines are kept, and of those only what the
+//! truncation may keep; the rest is counted for the marker.
+
+use std::io::{BufRead, BufReader, Cursor, Read};
+
+use rustix::io::Errno;
+use serde_json::{Value, json};
+use toolvisor_protocol::ErrorType;
+use toolvisor_protocol::worker::Outcome;
+
+use super::{opt_count, str_arg};
+use crate::paths::{Resolved, map_errno};
+use crate::truncate::{Cut, text_counted};
+use crate::{ToolContext, ToolError};
+
+/// Bytes inspected for the binary check.
+const SNIFF: u64 = 8192;
+
+pub fn run(args: &Value, ctx: &ToolContext) -> Result<Outcome, ToolError> {
+    let path = str_arg(args, "path")?;
+    let range = LineRange::new(opt_count(args, "startLine")?, opt_count(args, "endLine")?)?;
+    let r = ctx.resolver.resolve(path)?;
+    let read = read_text(ctx, &r, range)?;
+    let mut o = Outcome::ok(read.cut.text);
+    o.truncated = read.cut.truncated;
+    o.display = match read.lines {
+        0 => format!("{}: empty", r.display),
+        n => format!(
+            "{}: lines {}-{}",
+            r.display,
+            range.start,
+            range.start + n - 1
+        ),
+    };
+    o.meta.insert("lines".into(), json!(read.lines));
+    o.meta.insert("start_line".into(), json!(range.start));
+    Ok(o)
+}
+
+/// Lines to read, 1-based and inclusive.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct LineRange {
+    pub start: u64,
+    pub end: u64,
+}
+
+impl LineRange {
+    pub const ALL: LineRange = LineRange {
+        start: 1,
+        end: u64::MAX,
+    };
+
+    pub fn new(start: Option<usize>, end: Option<usize>) -> Result<Self, ToolError> {
+        let start = start.map_or(1, |s| s as u64);
+        let end = end.map_or(u64::MAX, |e| e as u64);
+        if end < start {
+            return Err(ToolError::invalid(format!(
+                "endLine {end} is before startLine {start}"
+            )));
+        }
+        Ok(LineRange { start, end })
+    }
+}
+
+/// A file's text for a range, after truncation.
+pub struct ReadText {
+    pub cut: Cut,
+    /// How many lines of the range the file had.
+    pub lines: u64,
+}
+
+/// Open `r` through the resolver, refuse binary content, return the range's text
+/// truncated under `limits.file_max`.
+pub fn read_text(ctx: &ToolContext, r: &Resolved, range: LineRange) -> Result<ReadText, ToolError> {
+    let file = ctx.resolver.open_read(r)?;
+    let mut head = Vec::with_capacity(SNIFF as usize);
+    (&file)
+        .take(SNIFF)
+        .read_to_end(&mut head)
+        .map_err(|e| io_error(e, r))?;
+    check_text(&head, r)?;
+    let mut reader = BufReader::new(Cursor::new(head).chain(file));
+    let limits = &ctx.init.limits;
+    let sel = select(&mut reader, range, limits.file_max + 4, ctx, r)?;
+    if sel.lines == 0 && range.start > 1 {
+        return Err(ToolError::invalid(format!(
+            "startLine {} is past the end of `{}` ({} lines)",
+            range.start, r.display, sel.seen
+        )));
+    }
+    let text = String::from_utf8_lossy(&sel.kept);
+    let cut = text_counted(
+        &text,
+        sel.bytes,
+        sel.lines,
+        limits.file_max,
+        limits.file_keep,
+    );
+    Ok(ReadText {
+        cut,
+        lines: sel.lines,
+    })
+}
+
+/// What [`select`] gathered.
+struct Selection {
+    /// The first bytes of the range (at most the cap given).
+    kept: Vec<u8>,
+    /// Bytes and lines in the whole range.
+    bytes: u64,
+    lines: u64,
+    /// Lines seen in the file (all of them when the range ran past the end).
+    seen: u64,
+}
+
+/// Read lines `range` from `reader`, keeping at most `cap` bytes of them.
+fn select(
+    reader: &mut impl BufRead,
+    range: LineRange,
+    cap: usize,
+    ctx: &ToolContext,
+    r: &Resolved,
+) -> Result<Selection, ToolError> {
+    let mut sel = Selection {
+        kept: Vec::new(),
+        bytes: 0,
+        lines: 0,
+        seen: 0,
+    };
+    let mut line = Vec::new();
+    while sel.seen < range.end {
+        line.clear();
+        let n = reader
+            .read_until(b'\n', &mut line)
+            .map_err(|e| io_error(e, r))?;
+        if n == 0 {
+            break;
+        }
+        sel.seen += 1;
+        if sel.seen.is_multiple_of(4096) {
+            ctx.cancel.check()?;
+        }
+        if sel.seen < range.start {
+            continue;
+        }
+        sel.bytes += n as u64;
+        sel.lines += 1;
+        let room = cap.saturating_sub(sel.kept.len()).min(n);
+        sel.kept.extend_from_slice(&line[..room]);
+    }
+    Ok(sel)
+}
+
+/// `BinaryFile` for a NUL byte or invalid UTF-8 in `head` (a character cut by the end of
+/// `head` is fine).
+fn check_text(head: &[u8], r: &Resolved) -> Result<(), ToolError> {
+    let bad_utf8 = matches!(std::str::from_utf8(head), Err(e) if e.error_len().is_some());
+    if head.contains(&0) || bad_utf8 {
+        return Err(ToolError::new(
+            ErrorType::BinaryFile,
+            format!("`{}` is a binary file", r.display),
+        ));
+    }
+    Ok(())
+}
+
+/// The contract error for a read failure.
+pub fn io_error(e: std::io::Error, r: &Resolved) -> ToolError {
+    match e.raw_os_error() {
+        Some(code) => map_errno(Errno::from_raw_os_error(code), r),
+        None => ToolError::internal(format!("`{}`: {e}", r.display)),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::testutil::{err_kind, ws, ws_with};
+    use proptest::prelude::*;
+    use serde_json::json;
+    use toolvisor_protocol::ErrorType;
+    use toolvisor_protocol::worker::Limits;
+
+    #[test]
+    fn reads_whole_file_verbatim() {
+        let w = ws();
+        w.write("a.txt", "one\ntwo\r\nthree");
+        let o = w.run("read_file", json!({"path": "a.txt"}));
+        assert_eq!(o.content, "one\ntwo\r\nthree");
+        assert!(o.truncated.is_none());
+    }
+
+    #[test]
+    fn errors() {
+        let w = ws_with(Limits::default(), &[".toolvisor"]);
+        w.write("bin", b"ab\0cd");
+        w.write("latin1", b"caf\xe9 au lait");
+        w.write(".toolvisor/audit.jsonl", "x");
+        w.mkdir("d");
+        let kind = |p: &str| err_kind(&w.run("read_file", json!({"path": p})));
+        assert_eq!(kind("missing.txt"), Some(ErrorType::FileNotFoundError));
+        assert_eq!(kind("bin"), Some(ErrorType::BinaryFile));
+        assert_eq!(kind("latin1"), Some(ErrorType::BinaryFile));
+        assert_eq!(kind("d"), Some(ErrorType::InvalidParams));
+        assert_eq!(kind("../x"), Some(ErrorType::PathOutsideWorkspace));
+        assert_eq!(
+            kind(".toolvisor/audit.jsonl"),
+            Some(ErrorType::PermissionError)
+        );
+    }
+
+    #[test]
+    fn line_range_edges() {
+        let w = ws();
+        w.write("a", "1\n2\n3\n");
+        w.write("empty", "");
+        let read = |a| w.run("read_file", a);
+        assert_eq!(read(json!({"path": "a", "startLine": 2})).content, "2\n3\n");
+        assert_eq!(read(json!({"path": "a", "endLine": 1})).content, "1\n");
+        assert_eq!(
+            read(json!({"path": "a", "startLine": 3, "endLine": 9})).content,
+            "3\n"
+        );
+        let past = read(json!({"path": "a", "startLine": 4}));
+        assert_eq!(err_kind(&past), Some(ErrorType::InvalidParams));
+        assert!(past.content.contains("3 lines"), "{}", past.content);
+        let rev = read(json!({"path": "a", "startLine": 3, "endLine": 2}));
+        assert_eq!(err_kind(&rev), Some(ErrorType::InvalidParams));
+        assert_eq!(read(json!({"path": "empty"})).content, "");
+    }
+
+    #[test]
+    fn large_file_is_truncated_with_one_marker() {
+        let w = ws();
+        let line = "é".repeat(40) + "\n"; // 81 bytes
+        w.write("big", line.repeat(200));
+        let o = w.run("read_file", json!({"path": "big"}));
+        let t = o.truncated.expect("truncated");
+        assert!(o.content.len() <= 5120 + 80);
+        assert_eq!(o.content.matches("[Output truncated:").count(), 1);
+        assert_eq!(
+            t.omitted_bytes as usize + o.content.find("\n[Output").unwrap(),
+            81 * 200
+        );
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(64))]
+
+        /// Property 6: what is written is read back (below the truncation limit).
+        #[test]
+        fn round_trip(content in "(\\PC|\n|\t){0,400}") {
+            let w = ws();
+            w.write("f.txt", &content);
+            let o = w.run("read_file", json!({"path": "f.txt"}));
+            prop_assert_eq!(o.content, content);
+        }
+
+        /// Property 7: a valid range gives exactly those lines.
+        #[test]
+        fn range_slicing(lines in proptest::collection::vec("[a-z ]{0,8}", 1..30), a in 1usize..40, b in 1usize..40) {
+            let w = ws();
+            let content: String = lines.iter().map(|l| format!("{l}\n")).collect();
+            w.write("f", &content);
+            let (start, end) = (a.min(b), a.max(b));
+            let o = w.run("read_file", json!({"path": "f", "startLine": start, "endLine": end}));
+            if start > lines.len() {
+                prop_assert_eq!(err_kind(&o), Some(ErrorType::InvalidParams));
+            } else {
+                let want: String = lines[start - 1..end.min(lines.len())].iter().map(|l| format!("{l}\n")).collect();
+                prop_assert_eq!(o.content, want);
+            }
+        }
+
+        /// Property 8: a missing file is FileNotFoundError.
+        #[test]
+        fn missing_is_not_found(name in "[a-z]{1,10}(/[a-z]{1,10}){0,2}") {
+            let w = ws();
+            let o = w.run("read_file", json!({"path": name}));
+            prop_assert_eq!(err_kind(&o), Some(ErrorType::FileNotFoundError));
+        }
+    }
+}

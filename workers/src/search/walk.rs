@@ -1,0 +1,147 @@
+//! The discovery walk shared by `ls`, `glob`, `grep` and `read_many_files`' globs.
+//!
+//! One parallel walk (`ignore`'s `build_parallel`) with the contract's filters:
+//! `.gitignore` inside or outside a git repository (`require_git(false)`), dot-files only
+//! with `include_hidden`, never `.git`, never a protected path, no symlink followed. The
+//! order in which threads find entries is random, so callers sort what they collect.
+
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+
+use ignore::{DirEntry, WalkBuilder, WalkState};
+
+use crate::paths::Resolved;
+use crate::{ToolContext, ToolError};
+
+/// What the walk may show.
+#[derive(Clone, Debug, Default)]
+pub struct WalkOptions {
+    pub include_hidden: bool,
+    /// Deepest level below the walked directory (1 = its direct entries); None = all.
+    pub max_depth: Option<usize>,
+}
+
+/// The kind of an entry, without following symlinks.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Kind {
+    Dir,
+    File,
+    /// Symlinks and special files.
+    Other,
+}
+
+/// One entry the walk found.
+#[derive(Clone, Debug)]
+pub struct Found {
+    /// Relative to the root (what `glob`/`grep` print).
+    pub rel: PathBuf,
+    /// Relative to the walked directory (what `ls` prints).
+    pub under: PathBuf,
+    pub kind: Kind,
+}
+
+/// Per-thread state of a walk: sees each entry, says whether to go on.
+pub trait Visitor: Send {
+    /// `false` stops the whole walk.
+    fn visit(&mut self, found: &Found) -> bool;
+}
+
+/// Walk `dir` (opened through the resolver first, so it is confined, not protected and
+/// a directory) with one visitor per thread; returns every thread's visitor.
+///
+/// A cancelled call stops the walk and returns `Cancelled`.
+pub fn walk<V, M>(
+    ctx: &ToolContext,
+    dir: &Resolved,
+    opts: &WalkOptions,
+    make: M,
+) -> Result<Vec<V>, ToolError>
+where
+    V: Visitor,
+    M: Fn() -> V + Sync,
+{
+    drop(ctx.resolver.open_dir(dir)?);
+    let root_path = ctx.resolver.root_path(dir.root).to_path_buf();
+    let done = Mutex::new(Vec::new());
+    builder(ctx, &dir.host, opts).build_parallel().run(|| {
+        let mut slot = Slot {
+            visitor: Some(make()),
+            done: &done,
+        };
+        let (cancel, root_path, base) = (ctx.cancel.clone(), &root_path, &dir.host);
+        Box::new(move |entry| {
+            if cancel.is_cancelled() {
+                return WalkState::Quit;
+            }
+            let Some(found) = entry.ok().and_then(|e| found_of(&e, root_path, base)) else {
+                return WalkState::Continue;
+            };
+            let go_on = slot.visitor.as_mut().is_none_or(|v| v.visit(&found));
+            if go_on {
+                WalkState::Continue
+            } else {
+                WalkState::Quit
+            }
+        })
+    });
+    ctx.cancel.check()?;
+    done.into_inner()
+        .map_err(|_| ToolError::internal("a walk thread panicked"))
+}
+
+/// The configured `WalkBuilder` for `host_dir`.
+fn builder(ctx: &ToolContext, host_dir: &Path, opts: &WalkOptions) -> WalkBuilder {
+    let mut b = WalkBuilder::new(host_dir);
+    let threads = std::thread::available_parallelism().map_or(2, |n| n.get().min(4));
+    b.hidden(!opts.include_hidden)
+        .git_ignore(true)
+        .git_exclude(true)
+        .git_global(false)
+        .ignore(true)
+        .parents(true)
+        .require_git(false)
+        .follow_links(false)
+        .max_depth(opts.max_depth)
+        .threads(threads);
+    let protected = ctx.resolver.protected.clone();
+    b.filter_entry(move |e| {
+        e.file_name() != ".git" && !protected.iter().any(|p| e.path().starts_with(p))
+    });
+    b
+}
+
+/// A [`Found`] for a walk entry (None for the walked directory itself).
+fn found_of(e: &DirEntry, root_path: &Path, base: &Path) -> Option<Found> {
+    if e.depth() == 0 {
+        return None;
+    }
+    let kind = match e.file_type() {
+        Some(t) if t.is_dir() => Kind::Dir,
+        Some(t) if t.is_file() => Kind::File,
+        _ => Kind::Other,
+    };
+    Some(Found {
+        rel: e.path().strip_prefix(root_path).ok()?.to_path_buf(),
+        under: e.path().strip_prefix(base).ok()?.to_path_buf(),
+        kind,
+    })
+}
+
+/// Hands a thread's visitor back when the walk drops the thread's closure.
+struct Slot<'a, V> {
+    visitor: Option<V>,
+    done: &'a Mutex<Vec<V>>,
+}
+
+impl<V> Drop for Slot<'_, V> {
+    fn drop(&mut self) {
+        if let (Some(v), Ok(mut done)) = (self.visitor.take(), self.done.lock()) {
+            done.push(v);
+        }
+    }
+}
+
+/// A path for output: `/`-separated, lossy for non-UTF-8 names.
+pub fn lossy(p: &Path) -> String {
+    p.to_string_lossy().into_owned()
+}
