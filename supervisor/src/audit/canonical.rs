@@ -106,7 +106,10 @@ mod tests {
     #[test]
     fn keys_are_sorted_at_every_depth_without_whitespace() {
         let v = json!({"b": 1, "a": {"z": [3, {"y": 1, "x": 2}], "c": null}, "A": true});
-        assert_eq!(canon(&v), r#"{"A":true,"a":{"c":null,"z":[3,{"x":2,"y":1}]},"b":1}"#);
+        assert_eq!(
+            canon(&v),
+            r#"{"A":true,"a":{"c":null,"z":[3,{"x":2,"y":1}]},"b":1}"#
+        );
     }
 
     #[test]
@@ -146,7 +149,11 @@ mod tests {
         let text = canon(&v);
         assert_eq!(text, serde_json::to_string(&v).unwrap());
         let again: Value = serde_json::from_str(&text).unwrap();
-        assert_eq!(to_vec(&again), text.as_bytes(), "canonical bytes are a fixed point");
+        assert_eq!(
+            to_vec(&again),
+            text.as_bytes(),
+            "canonical bytes are a fixed point"
+        );
     }
 
     #[test]

@@ -113,8 +113,14 @@ pub fn check_line(line: &[u8]) -> Result<Sealed, LineFault> {
         kind: text(&map, "kind")?,
         prev: text(&map, "prev")?,
         hash: text(&map, "hash")?,
-        call_id: map.get("call_id").and_then(Value::as_str).map(str::to_owned),
-        trace_id: map.get("trace_id").and_then(Value::as_str).map(str::to_owned),
+        call_id: map
+            .get("call_id")
+            .and_then(Value::as_str)
+            .map(str::to_owned),
+        trace_id: map
+            .get("trace_id")
+            .and_then(Value::as_str)
+            .map(str::to_owned),
     };
     let whole = Value::Object(map.clone());
     if canonical::to_vec(&whole) != line {
@@ -143,23 +149,54 @@ mod tests {
     #[test]
     fn sealed_line_checks_and_links() {
         let mut out = Vec::new();
-        let h1 = seal(1, "2026-01-01T00:00:00.000Z", "a", fields(json!({"x": 1})), GENESIS, &mut out);
-        let h2 = seal(2, "2026-01-01T00:00:00.001Z", "b", Map::new(), &h1, &mut out);
+        let h1 = seal(
+            1,
+            "2026-01-01T00:00:00.000Z",
+            "a",
+            fields(json!({"x": 1})),
+            GENESIS,
+            &mut out,
+        );
+        let h2 = seal(
+            2,
+            "2026-01-01T00:00:00.001Z",
+            "b",
+            Map::new(),
+            &h1,
+            &mut out,
+        );
         let text = String::from_utf8(out).unwrap();
         let lines: Vec<&str> = text.lines().collect();
         let r1 = check_line(lines[0].as_bytes()).unwrap();
         let r2 = check_line(lines[1].as_bytes()).unwrap();
-        assert_eq!((r1.seq, r1.prev.as_str(), r1.hash.as_str()), (1, GENESIS, h1.as_str()));
-        assert_eq!((r2.seq, r2.prev.as_str(), r2.hash.as_str()), (2, h1.as_str(), h2.as_str()));
+        assert_eq!(
+            (r1.seq, r1.prev.as_str(), r1.hash.as_str()),
+            (1, GENESIS, h1.as_str())
+        );
+        assert_eq!(
+            (r2.seq, r2.prev.as_str(), r2.hash.as_str()),
+            (2, h1.as_str(), h2.as_str())
+        );
         assert_eq!(h1.len(), 64);
-        assert!(h1.bytes().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b)));
+        assert!(
+            h1.bytes()
+                .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
+        );
     }
 
     #[test]
     fn hash_is_over_prev_newline_and_canonical_bytes() {
         let mut out = Vec::new();
-        let h = seal(7, "T", "k", fields(json!({"b": "x", "a": 2})), GENESIS, &mut out);
-        let unsealed = format!(r#"{{"a":2,"b":"x","kind":"k","prev":"{GENESIS}","seq":7,"ts":"T"}}"#);
+        let h = seal(
+            7,
+            "T",
+            "k",
+            fields(json!({"b": "x", "a": 2})),
+            GENESIS,
+            &mut out,
+        );
+        let unsealed =
+            format!(r#"{{"a":2,"b":"x","kind":"k","prev":"{GENESIS}","seq":7,"ts":"T"}}"#);
         assert_eq!(h, sha256_hex(format!("{GENESIS}\n{unsealed}").as_bytes()));
         let line = format!(
             r#"{{"a":2,"b":"x","hash":"{h}","kind":"k","prev":"{GENESIS}","seq":7,"ts":"T"}}"#
@@ -170,18 +207,31 @@ mod tests {
     #[test]
     fn changes_are_faults() {
         let mut out = Vec::new();
-        seal(3, "T", "k", fields(json!({"s": "\u{1f}"})), GENESIS, &mut out);
+        seal(
+            3,
+            "T",
+            "k",
+            fields(json!({"s": "\u{1f}"})),
+            GENESIS,
+            &mut out,
+        );
         out.pop();
         let line = String::from_utf8(out).unwrap();
         assert!(check_line(line.as_bytes()).is_ok());
         let tampered = line.replace("\"seq\":3", "\"seq\":4");
         assert_eq!(check_line(tampered.as_bytes()), Err(LineFault::BadHash(4)));
         let spaced = line.replacen(',', ", ", 1);
-        assert_eq!(check_line(spaced.as_bytes()), Err(LineFault::NotCanonical(3)));
+        assert_eq!(
+            check_line(spaced.as_bytes()),
+            Err(LineFault::NotCanonical(3))
+        );
         // Same value, other spelling: caught by the canonical-bytes rule.
         let upper = line.replace("\\u001f", "\\u001F");
         assert_ne!(upper, line);
-        assert_eq!(check_line(upper.as_bytes()), Err(LineFault::NotCanonical(3)));
+        assert_eq!(
+            check_line(upper.as_bytes()),
+            Err(LineFault::NotCanonical(3))
+        );
         assert_eq!(check_line(b"{\"seq\":1"), Err(LineFault::NotJson));
         assert_eq!(check_line(b"[1]"), Err(LineFault::NotJson));
     }

@@ -24,7 +24,12 @@ pub fn verify_cmd(state_dir: &Path, files: &[PathBuf], out: &mut dyn Write) -> i
         lines.push(format!("warning: {w}"));
     }
     for p in &report.problems {
-        lines.push(format!("{}: seq {}: {}", p.file.display(), p.fault.seq, p.fault.detail));
+        lines.push(format!(
+            "{}: seq {}: {}",
+            p.file.display(),
+            p.fault.seq,
+            p.fault.detail
+        ));
     }
     let code = match report.first_bad() {
         Some(seq) => {
@@ -36,7 +41,10 @@ pub fn verify_cmd(state_dir: &Path, files: &[PathBuf], out: &mut dyn Write) -> i
                 (Some(a), Some(b)) => format!("seq {a}..{b}"),
                 _ => "no records".into(),
             };
-            lines.push(format!("OK: {} record(s), {range}, {} segment(s)", report.records, report.segments));
+            lines.push(format!(
+                "OK: {} record(s), {range}, {} segment(s)",
+                report.records, report.segments
+            ));
             0
         }
     };
@@ -73,7 +81,9 @@ pub fn tail_cmd(state_dir: &Path, opts: TailOptions, out: &mut dyn Write) -> i32
     let mut shown = std::collections::VecDeque::new();
     let mut follow_from = None;
     for path in &files {
-        match read_records(path, 0, |line| keep_last(&mut shown, &mut filter, &opts, line)) {
+        match read_records(path, 0, |line| {
+            keep_last(&mut shown, &mut filter, &opts, line)
+        }) {
             Ok(end) => follow_from = Some((path.clone(), end)),
             Err(e) if e.kind() == io::ErrorKind::NotFound => {}
             Err(e) => return fail(out, &format!("cannot read {}: {e}", path.display())),
@@ -88,7 +98,9 @@ pub fn tail_cmd(state_dir: &Path, opts: TailOptions, out: &mut dyn Write) -> i32
         return 0;
     }
     let active = segments::active_path(state_dir);
-    let start = follow_from.filter(|(p, _)| *p == active).map_or(0, |(_, end)| end);
+    let start = follow_from
+        .filter(|(p, _)| *p == active)
+        .map_or(0, |(_, end)| end);
     follow(state_dir, start, &mut filter, &opts, out)
 }
 
@@ -97,7 +109,12 @@ fn fail(out: &mut dyn Write, msg: &str) -> i32 {
     1
 }
 
-fn keep_last(shown: &mut std::collections::VecDeque<Value>, filter: &mut Filter, opts: &TailOptions, v: Value) {
+fn keep_last(
+    shown: &mut std::collections::VecDeque<Value>,
+    filter: &mut Filter,
+    opts: &TailOptions,
+    v: Value,
+) {
     if filter.matches(&v) {
         shown.push_back(v);
         if opts.lines.is_some_and(|n| shown.len() > n) {
@@ -133,7 +150,13 @@ fn read_from(f: &mut File, offset: u64, each: &mut dyn FnMut(Value)) -> io::Resu
 
 /// Polls the active file; when it is rotated (its inode changes), drains the old fd
 /// and continues in the new file from its start.
-fn follow(dir: &Path, mut offset: u64, filter: &mut Filter, opts: &TailOptions, out: &mut dyn Write) -> i32 {
+fn follow(
+    dir: &Path,
+    mut offset: u64,
+    filter: &mut Filter,
+    opts: &TailOptions,
+    out: &mut dyn Write,
+) -> i32 {
     let path = segments::active_path(dir);
     let mut current: Option<File> = None;
     loop {
@@ -176,7 +199,11 @@ fn rotated_away(f: &File, path: &Path) -> bool {
 }
 
 fn write_line(out: &mut dyn Write, v: &Value, json: bool) -> io::Result<()> {
-    let text = if json { super::canonical::to_vec(v) } else { human(v).into_bytes() };
+    let text = if json {
+        super::canonical::to_vec(v)
+    } else {
+        human(v).into_bytes()
+    };
     out.write_all(&text)?;
     out.write_all(b"\n")
 }
@@ -216,7 +243,11 @@ struct Filter {
 
 impl Filter {
     fn new(opts: &TailOptions) -> Filter {
-        Filter { trace: opts.trace_id.clone(), call: opts.call_id.clone(), trace_calls: Default::default() }
+        Filter {
+            trace: opts.trace_id.clone(),
+            call: opts.call_id.clone(),
+            trace_calls: Default::default(),
+        }
     }
 
     fn matches(&mut self, v: &Value) -> bool {
@@ -226,7 +257,9 @@ impl Filter {
         {
             return false;
         }
-        let Some(trace) = &self.trace else { return true };
+        let Some(trace) = &self.trace else {
+            return true;
+        };
         if v.get("trace_id").and_then(Value::as_str) == Some(trace.as_str()) {
             if let Some(c) = call {
                 self.trace_calls.insert(c.to_owned());

@@ -60,7 +60,10 @@ pub enum AuditError {
 }
 
 pub(crate) fn io_err(path: &Path, source: std::io::Error) -> AuditError {
-    AuditError::Io { path: path.to_owned(), source }
+    AuditError::Io {
+        path: path.to_owned(),
+        source,
+    }
 }
 
 /// Handle to the audit log. Cheap to clone; every clone talks to the one writer.
@@ -78,7 +81,9 @@ struct Inner {
 
 impl std::fmt::Debug for Audit {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Audit").field("dir", &self.inner.dir).finish_non_exhaustive()
+        f.debug_struct("Audit")
+            .field("dir", &self.inner.dir)
+            .finish_non_exhaustive()
     }
 }
 
@@ -94,8 +99,18 @@ impl Audit {
             .name("toolvisor-audit".into())
             .spawn(move || writer.run(rx))
             .map_err(|e| io_err(state_dir, e))?;
-        let inner = Inner { tx, shared, dir: state_dir.to_owned(), thread: Mutex::new(Some(thread)) };
-        Ok((Audit { inner: Arc::new(inner) }, recovery))
+        let inner = Inner {
+            tx,
+            shared,
+            dir: state_dir.to_owned(),
+            thread: Mutex::new(Some(thread)),
+        };
+        Ok((
+            Audit {
+                inner: Arc::new(inner),
+            },
+            recovery,
+        ))
     }
 
     /// Appends a record; returns its seq once it is on disk (after `fdatasync` with
@@ -107,8 +122,14 @@ impl Audit {
 
     /// Like [`Audit::append`], but while the log is unavailable waits up to `max_wait`
     /// for it to come back (for results, which are held rather than dropped).
-    pub async fn append_wait(&self, kind: &str, fields: Map<String, Value>, max_wait: Duration) -> Result<u64, AuditError> {
-        self.submit(kind, fields, Some(Instant::now() + max_wait)).await
+    pub async fn append_wait(
+        &self,
+        kind: &str,
+        fields: Map<String, Value>,
+        max_wait: Duration,
+    ) -> Result<u64, AuditError> {
+        self.submit(kind, fields, Some(Instant::now() + max_wait))
+            .await
     }
 
     /// Appends a typed record (see [`record`]).
@@ -121,10 +142,23 @@ impl Audit {
         self.append_wait(R::KIND, r.fields(), RESULT_WAIT).await
     }
 
-    async fn submit(&self, kind: &str, fields: Map<String, Value>, deadline: Option<Instant>) -> Result<u64, AuditError> {
+    async fn submit(
+        &self,
+        kind: &str,
+        fields: Map<String, Value>,
+        deadline: Option<Instant>,
+    ) -> Result<u64, AuditError> {
         let (reply, rx) = oneshot::channel();
-        let p = Pending { kind: kind.to_owned(), fields, reply: Some(reply), deadline };
-        self.inner.tx.send(Cmd::Append(p)).map_err(|_| AuditError::Closed)?;
+        let p = Pending {
+            kind: kind.to_owned(),
+            fields,
+            reply: Some(reply),
+            deadline,
+        };
+        self.inner
+            .tx
+            .send(Cmd::Append(p))
+            .map_err(|_| AuditError::Closed)?;
         rx.await.map_err(|_| AuditError::Closed)?
     }
 
@@ -170,12 +204,20 @@ impl Audit {
     /// Test hook: the next `n` writes fail.
     #[cfg(test)]
     pub(crate) fn fail_next_writes(&self, n: u32) {
-        self.inner.shared.faults.fail_writes.store(n, Ordering::SeqCst);
+        self.inner
+            .shared
+            .faults
+            .fail_writes
+            .store(n, Ordering::SeqCst);
     }
 
     /// Test hook: the next `n` fdatasyncs fail (after their write went through).
     #[cfg(test)]
     pub(crate) fn fail_next_syncs(&self, n: u32) {
-        self.inner.shared.faults.fail_syncs.store(n, Ordering::SeqCst);
+        self.inner
+            .shared
+            .faults
+            .fail_syncs
+            .store(n, Ordering::SeqCst);
     }
 }

@@ -366,11 +366,26 @@ mod tests {
     #[test]
     fn timestamps_are_rfc3339_utc_millis() {
         assert_eq!(rfc3339_millis(at(0, 0)), "1970-01-01T00:00:00.000Z");
-        assert_eq!(rfc3339_millis(at(951_782_400, 7)), "2000-02-29T00:00:00.007Z");
-        assert_eq!(rfc3339_millis(at(1_700_000_000, 999)), "2023-11-14T22:13:20.999Z");
-        assert_eq!(rfc3339_millis(at(4_107_542_399, 0)), "2100-02-28T23:59:59.000Z");
-        assert_eq!(rfc3339_millis(at(1_709_164_800, 0)), "2024-02-29T00:00:00.000Z");
-        assert_eq!(rfc3339_millis(at(1_735_689_599, 0)), "2024-12-31T23:59:59.000Z");
+        assert_eq!(
+            rfc3339_millis(at(951_782_400, 7)),
+            "2000-02-29T00:00:00.007Z"
+        );
+        assert_eq!(
+            rfc3339_millis(at(1_700_000_000, 999)),
+            "2023-11-14T22:13:20.999Z"
+        );
+        assert_eq!(
+            rfc3339_millis(at(4_107_542_399, 0)),
+            "2100-02-28T23:59:59.000Z"
+        );
+        assert_eq!(
+            rfc3339_millis(at(1_709_164_800, 0)),
+            "2024-02-29T00:00:00.000Z"
+        );
+        assert_eq!(
+            rfc3339_millis(at(1_735_689_599, 0)),
+            "2024-12-31T23:59:59.000Z"
+        );
     }
 
     #[test]
@@ -383,13 +398,22 @@ mod tests {
             client: "cl",
             tool: "run_command",
             args: &args,
-            policy: PolicyVerdict { decision: "allow", reason: "rule", rule: Some("r1") },
+            policy: PolicyVerdict {
+                decision: "allow",
+                reason: "rule",
+                rule: Some("r1"),
+            },
         };
         let f = r.fields();
         assert_eq!(f["args_sha256"], canonical::args_sha256(&args).as_str());
         assert!(!f["args_preview"].as_str().unwrap().contains("abc"));
         assert_eq!(f["policy"]["rule"], "r1");
-        let rej = Rejected { call: r, status: "denied", error_type: "PolicyDenied" }.fields();
+        let rej = Rejected {
+            call: r,
+            status: "denied",
+            error_type: "PolicyDenied",
+        }
+        .fields();
         assert_eq!(rej["status"], "denied");
         assert_eq!(rej["tool"], "run_command");
     }
@@ -403,7 +427,10 @@ mod tests {
             summary: "done",
             started_at: at(10, 0),
             ended_at: at(10, 250),
-            worker: Some(WorkerRef { group: "exec", pid: Some(42) }),
+            worker: Some(WorkerRef {
+                group: "exec",
+                pid: Some(42),
+            }),
             output_bytes: 12,
             truncated: false,
         }

@@ -31,17 +31,29 @@ const SECRET_KEYS: [&str; 9] = [
 /// and `name=value` forms keep their prefix so the preview stays readable).
 static PATTERNS: LazyLock<Vec<(Regex, &'static str)>> = LazyLock::new(|| {
     let table: [(&str, &str); 8] = [
-        (r"(?i)\b(bearer|basic|token)(\s+)[A-Za-z0-9._~+/=-]{6,}", "${1}${2}***"),
+        (
+            r"(?i)\b(bearer|basic|token)(\s+)[A-Za-z0-9._~+/=-]{6,}",
+            "${1}${2}***",
+        ),
         (
             r"(?i)\b([a-z0-9_]*(?:password|passwd|secret|token|api[_-]?key|access[_-]?key)[a-z0-9_]*)(\s*[=:]\s*)[^\s'&;]+",
             "${1}${2}***",
         ),
-        (r"-----BEGIN [A-Z ]*PRIVATE KEY-----[\s\S]*?(-----END [A-Z ]*PRIVATE KEY-----|$)", "***"),
+        (
+            r"-----BEGIN [A-Z ]*PRIVATE KEY-----[\s\S]*?(-----END [A-Z ]*PRIVATE KEY-----|$)",
+            "***",
+        ),
         (r"\bsk-[A-Za-z0-9_-]{16,}", "***"),
-        (r"\b(?:gh[pousr]_[A-Za-z0-9]{20,}|github_pat_[A-Za-z0-9_]{20,})", "***"),
+        (
+            r"\b(?:gh[pousr]_[A-Za-z0-9]{20,}|github_pat_[A-Za-z0-9_]{20,})",
+            "***",
+        ),
         (r"\b(?:AKIA|ASIA)[0-9A-Z]{16}\b", "***"),
         (r"\bxox[abprs]-[A-Za-z0-9-]{10,}", "***"),
-        (r"\beyJ[A-Za-z0-9_-]{10,}\.[A-Za-z0-9_-]{10,}\.[A-Za-z0-9_-]*", "***"),
+        (
+            r"\beyJ[A-Za-z0-9_-]{10,}\.[A-Za-z0-9_-]{10,}\.[A-Za-z0-9_-]*",
+            "***",
+        ),
     ];
     table
         .into_iter()
@@ -70,7 +82,11 @@ pub fn redact(v: &Value) -> Value {
             let masked: Map<String, Value> = map
                 .iter()
                 .map(|(k, val)| {
-                    let val = if is_secret_key(k) { Value::String(MASK.into()) } else { redact(val) };
+                    let val = if is_secret_key(k) {
+                        Value::String(MASK.into())
+                    } else {
+                        redact(val)
+                    };
                     (k.clone(), val)
                 })
                 .collect();
@@ -98,7 +114,11 @@ pub fn mask_str(s: &str) -> String {
         out = re
             .replace_all(&out, |c: &regex::Captures<'_>| {
                 let run = &c[0];
-                if looks_random(run) { MASK.to_owned() } else { run.to_owned() }
+                if looks_random(run) {
+                    MASK.to_owned()
+                } else {
+                    run.to_owned()
+                }
             })
             .into_owned();
     }
@@ -188,12 +208,22 @@ pub(crate) mod tests {
         }
         assert!(p.contains("Bearer ***"), "{p}");
         assert!(p.contains(r#""apiKey":"***""#), "{p}");
-        assert!(p.contains("supervisor/src/audit/writer_module_name.rs"), "{p}");
+        assert!(
+            p.contains("supervisor/src/audit/writer_module_name.rs"),
+            "{p}"
+        );
     }
 
     #[test]
     fn secret_keys_are_case_insensitive_substrings() {
-        for k in ["TOKEN", "x-auth-token", "Authorization", "client_secret", "ssh_key", "Set-Cookie"] {
+        for k in [
+            "TOKEN",
+            "x-auth-token",
+            "Authorization",
+            "client_secret",
+            "ssh_key",
+            "Set-Cookie",
+        ] {
             assert!(is_secret_key(k), "{k}");
         }
         for k in ["command", "path", "pattern", "cwd"] {

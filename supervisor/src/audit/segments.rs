@@ -95,11 +95,15 @@ pub fn read_head(dir: &Path) -> Result<Option<Head>, String> {
         Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
         Err(e) => return Err(format!("cannot read {HEAD}: {e}")),
     };
-    let v: Value = serde_json::from_slice(&bytes).map_err(|e| format!("{HEAD} is not JSON: {e}"))?;
+    let v: Value =
+        serde_json::from_slice(&bytes).map_err(|e| format!("{HEAD} is not JSON: {e}"))?;
     let seq = v.get("seq").and_then(Value::as_u64);
     let hash = v.get("hash").and_then(Value::as_str);
     match (seq, hash) {
-        (Some(seq), Some(hash)) => Ok(Some(Head { seq, hash: hash.to_owned() })),
+        (Some(seq), Some(hash)) => Ok(Some(Head {
+            seq,
+            hash: hash.to_owned(),
+        })),
         _ => Err(format!("{HEAD} lacks seq or hash")),
     }
 }
@@ -138,7 +142,15 @@ mod tests {
             .iter()
             .map(|p| p.file_name().unwrap().to_string_lossy().into_owned())
             .collect();
-        assert_eq!(names, ["audit.1.jsonl", "audit.2.jsonl", "audit.10.jsonl", "audit.jsonl"]);
+        assert_eq!(
+            names,
+            [
+                "audit.1.jsonl",
+                "audit.2.jsonl",
+                "audit.10.jsonl",
+                "audit.jsonl"
+            ]
+        );
         assert_eq!(roll(dir.path()).unwrap(), dir.path().join("audit.11.jsonl"));
     }
 
@@ -147,6 +159,12 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         assert_eq!(read_head(dir.path()), Ok(None));
         write_head(dir.path(), 9, "ab").unwrap();
-        assert_eq!(read_head(dir.path()), Ok(Some(Head { seq: 9, hash: "ab".into() })));
+        assert_eq!(
+            read_head(dir.path()),
+            Ok(Some(Head {
+                seq: 9,
+                hash: "ab".into()
+            }))
+        );
     }
 }

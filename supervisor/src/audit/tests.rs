@@ -16,7 +16,10 @@ use super::*;
 use crate::config::{AuditConfig, Fsync};
 
 fn cfg() -> AuditConfig {
-    AuditConfig { fsync: Fsync::Always, max_bytes: 64 << 20 }
+    AuditConfig {
+        fsync: Fsync::Always,
+        max_bytes: 64 << 20,
+    }
 }
 
 fn f(v: Value) -> Map<String, Value> {
@@ -35,7 +38,11 @@ fn records(path: &Path) -> Vec<Value> {
 }
 
 fn all_records(dir: &Path) -> Vec<Value> {
-    segments::all(dir).unwrap().iter().flat_map(|p| records(p)).collect()
+    segments::all(dir)
+        .unwrap()
+        .iter()
+        .flat_map(|p| records(p))
+        .collect()
 }
 
 fn verify(dir: &Path) -> (i32, String) {
@@ -45,13 +52,18 @@ fn verify(dir: &Path) -> (i32, String) {
 }
 
 async fn request(a: &Audit, call: &str) -> u64 {
-    a.append("requested", f(json!({"call_id": call, "trace_id": "t1", "tool": "read_file"})))
-        .await
-        .unwrap()
+    a.append(
+        "requested",
+        f(json!({"call_id": call, "trace_id": "t1", "tool": "read_file"})),
+    )
+    .await
+    .unwrap()
 }
 
 async fn complete(a: &Audit, call: &str) -> u64 {
-    a.append("completed", f(json!({"call_id": call, "status": "ok"}))).await.unwrap()
+    a.append("completed", f(json!({"call_id": call, "status": "ok"})))
+        .await
+        .unwrap()
 }
 
 #[tokio::test]
@@ -69,11 +81,17 @@ async fn records_chain_from_genesis_and_verify() {
     let ts = recs[0]["ts"].as_str().unwrap();
     assert_eq!((ts.len(), &ts[10..11], &ts[23..]), (24, "T", "Z"));
     let head = segments::read_head(dir.path()).unwrap().unwrap();
-    assert_eq!((head.seq, head.hash.as_str()), (2, recs[1]["hash"].as_str().unwrap()));
+    assert_eq!(
+        (head.seq, head.hash.as_str()),
+        (2, recs[1]["hash"].as_str().unwrap())
+    );
     let (code, out) = verify(dir.path());
     assert_eq!(code, 0, "{out}");
     assert!(out.contains("OK: 2 record(s), seq 1..2"), "{out}");
-    assert!(matches!(request_after_close(&a).await, Err(AuditError::Closed)));
+    assert!(matches!(
+        request_after_close(&a).await,
+        Err(AuditError::Closed)
+    ));
 }
 
 async fn request_after_close(a: &Audit) -> Result<u64, AuditError> {
@@ -86,7 +104,11 @@ async fn reserved_fields_are_refused() {
     let (a, _) = Audit::open(dir.path(), &cfg()).unwrap();
     let err = a.append("x", f(json!({"hash": "0"}))).await.unwrap_err();
     assert!(matches!(err, AuditError::ReservedField(k) if k == "hash"));
-    assert_eq!(a.append("x", Map::new()).await.unwrap(), 1, "a refused record uses no seq");
+    assert_eq!(
+        a.append("x", Map::new()).await.unwrap(),
+        1,
+        "a refused record uses no seq"
+    );
     a.close().await;
 }
 
@@ -97,7 +119,11 @@ async fn group_commit_many_tasks_unique_contiguous_seqs_fewer_syncs() {
     let tasks: Vec<_> = (0..1000)
         .map(|i| {
             let a = a.clone();
-            tokio::spawn(async move { a.append("worker_started", f(json!({"pid": i}))).await.unwrap() })
+            tokio::spawn(async move {
+                a.append("worker_started", f(json!({"pid": i})))
+                    .await
+                    .unwrap()
+            })
         })
         .collect();
     let mut seqs = Vec::new();
@@ -122,10 +148,20 @@ async fn torn_tail_without_newline_is_cut_and_recorded() {
     let good = fs::metadata(a.path()).unwrap().len();
     let mut next = Vec::new();
     let prev = records(&a.path())[1]["hash"].as_str().unwrap().to_owned();
-    chain::seal(3, "2026-01-01T00:00:00.000Z", "requested", f(json!({"call_id": "c2"})), &prev, &mut next);
+    chain::seal(
+        3,
+        "2026-01-01T00:00:00.000Z",
+        "requested",
+        f(json!({"call_id": "c2"})),
+        &prev,
+        &mut next,
+    );
     append_bytes(&a.path(), &next[..next.len() / 2]);
     let (code, out) = verify(dir.path());
-    assert_eq!(code, 0, "a torn tail in the active file is a warning: {out}");
+    assert_eq!(
+        code, 0,
+        "a torn tail in the active file is a warning: {out}"
+    );
     assert!(out.contains("torn tail"), "{out}");
 
     let (a, rec) = Audit::open(dir.path(), &cfg()).unwrap();
@@ -139,7 +175,11 @@ async fn torn_tail_without_newline_is_cut_and_recorded() {
     assert_eq!(recs[2]["seq"], 3);
     let saved = rec.torn_saved_to.unwrap();
     assert_eq!(fs::read(saved).unwrap(), &next[..next.len() / 2]);
-    assert!(fs::read(a.path()).unwrap().starts_with(&fs::read(a.path()).unwrap()[..good as usize]));
+    assert!(
+        fs::read(a.path())
+            .unwrap()
+            .starts_with(&fs::read(a.path()).unwrap()[..good as usize])
+    );
     assert_eq!(verify(dir.path()).0, 0);
 }
 
@@ -154,13 +194,24 @@ async fn torn_tail_half_json_line_with_newline_is_cut() {
     assert_eq!(rec.torn_bytes, 28);
     assert_eq!(rec.interrupted, ["c1"]);
     a.close().await;
-    let kinds: Vec<Value> = records(&a.path()).iter().map(|r| r["kind"].clone()).collect();
-    assert_eq!(kinds, [json!("requested"), json!("recovered"), json!("completed")]);
+    let kinds: Vec<Value> = records(&a.path())
+        .iter()
+        .map(|r| r["kind"].clone())
+        .collect();
+    assert_eq!(
+        kinds,
+        [json!("requested"), json!("recovered"), json!("completed")]
+    );
     assert_eq!(verify(dir.path()).0, 0);
 }
 
 fn append_bytes(path: &Path, bytes: &[u8]) {
-    fs::OpenOptions::new().append(true).open(path).unwrap().write_all(bytes).unwrap();
+    fs::OpenOptions::new()
+        .append(true)
+        .open(path)
+        .unwrap()
+        .write_all(bytes)
+        .unwrap();
 }
 
 #[tokio::test]
@@ -190,7 +241,12 @@ async fn tampering_is_reported_set_aside_and_not_repeated() {
     let dir = tempfile::tempdir().unwrap();
     let (a, _) = Audit::open(dir.path(), &cfg()).unwrap();
     for i in 0..9 {
-        a.append("worker_started", f(json!({"group": "search", "pid": 1000 + i}))).await.unwrap();
+        a.append(
+            "worker_started",
+            f(json!({"group": "search", "pid": 1000 + i})),
+        )
+        .await
+        .unwrap();
     }
     a.close().await;
     let text = fs::read_to_string(a.path()).unwrap();
@@ -203,17 +259,30 @@ async fn tampering_is_reported_set_aside_and_not_repeated() {
     assert_eq!(rec.problems.first().map(|p| p.fault.seq), Some(5));
     let aside = rec.set_aside.clone().unwrap();
     assert_eq!(aside, dir.path().join("audit.1.jsonl"));
-    assert!(fs::read_to_string(&aside).unwrap().contains("\"pid\":1005"), "kept as it was");
-    assert_eq!(a.append("x", Map::new()).await.unwrap(), 11, "seqs are never reused");
+    assert!(
+        fs::read_to_string(&aside).unwrap().contains("\"pid\":1005"),
+        "kept as it was"
+    );
+    assert_eq!(
+        a.append("x", Map::new()).await.unwrap(),
+        11,
+        "seqs are never reused"
+    );
     a.close().await;
     let first = &records(&a.path())[0];
-    assert_eq!((first["kind"].as_str(), first["reason"].as_str()), (Some("recovered"), Some("chain_break")));
+    assert_eq!(
+        (first["kind"].as_str(), first["reason"].as_str()),
+        (Some("recovered"), Some("chain_break"))
+    );
     assert_eq!(first["broken_file"], "audit.1.jsonl");
     assert_eq!(first["first_bad_seq"], 5);
     assert_eq!(first["seq"], 10);
 
     let (a, rec) = Audit::open(dir.path(), &cfg()).unwrap();
-    assert!(rec.is_clean(), "the next start does not set aside again: {rec:?}");
+    assert!(
+        rec.is_clean(),
+        "the next start does not set aside again: {rec:?}"
+    );
     a.close().await;
     let (code, out) = verify(dir.path());
     assert_eq!(code, 1, "the damage stays visible: {out}");
@@ -233,7 +302,10 @@ async fn head_catches_a_log_cut_short() {
     fs::write(a.path(), keep).unwrap();
     let (code, out) = verify(dir.path());
     assert_eq!(code, 1);
-    assert!(out.contains("cut short") && out.contains("first bad seq 4"), "{out}");
+    assert!(
+        out.contains("cut short") && out.contains("first bad seq 4"),
+        "{out}"
+    );
     let (a, rec) = Audit::open(dir.path(), &cfg()).unwrap();
     assert!(rec.set_aside.is_some());
     a.close().await;
@@ -243,20 +315,30 @@ async fn head_catches_a_log_cut_short() {
     let head = segments::read_head(dir.path()).unwrap().unwrap();
     let lost = text.lines().nth(4).unwrap();
     let lost: Value = serde_json::from_str(lost).unwrap();
-    assert_eq!(first["prev"], lost["hash"], "links to the last committed hash");
+    assert_eq!(
+        first["prev"], lost["hash"],
+        "links to the last committed hash"
+    );
     assert_eq!(head.seq, 6);
 }
 
 #[tokio::test]
 async fn rotation_links_segments_and_seq_continues() {
     let dir = tempfile::tempdir().unwrap();
-    let small = AuditConfig { fsync: Fsync::Never, max_bytes: 1500 };
+    let small = AuditConfig {
+        fsync: Fsync::Never,
+        max_bytes: 1500,
+    };
     let (a, _) = Audit::open(dir.path(), &small).unwrap();
     for i in 0..40 {
-        a.append("worker_started", f(json!({"group": "exec", "pid": i}))).await.unwrap();
+        a.append("worker_started", f(json!({"group": "exec", "pid": i})))
+            .await
+            .unwrap();
     }
     a.rotate();
-    a.append("supervisor_stopped", f(json!({"reason": "test"}))).await.unwrap();
+    a.append("supervisor_stopped", f(json!({"reason": "test"})))
+        .await
+        .unwrap();
     a.close().await;
     let files = segments::all(dir.path()).unwrap();
     assert!(files.len() >= 3, "{files:?}");
@@ -271,7 +353,11 @@ async fn rotation_links_segments_and_seq_continues() {
         }
     }
     assert_eq!(seq, 41);
-    assert_eq!(records(&files[files.len() - 1]).len(), 1, "rotate() rolled before the last record");
+    assert_eq!(
+        records(&files[files.len() - 1]).len(),
+        1,
+        "rotate() rolled before the last record"
+    );
     let (code, out) = verify(dir.path());
     assert_eq!(code, 0, "{out}");
     // Deleting a middle segment breaks the cross-file link.
@@ -291,7 +377,11 @@ async fn planted_secrets_never_reach_the_file() {
         client: "test",
         tool: "run_command",
         args: &args,
-        policy: PolicyVerdict { decision: "allow", reason: "mode", rule: None },
+        policy: PolicyVerdict {
+            decision: "allow",
+            reason: "mode",
+            rule: None,
+        },
     };
     a.record(&req).await.unwrap();
     let now = std::time::SystemTime::now();
@@ -302,7 +392,10 @@ async fn planted_secrets_never_reach_the_file() {
         summary: "ran",
         started_at: now,
         ended_at: now,
-        worker: Some(WorkerRef { group: "exec", pid: Some(7) }),
+        worker: Some(WorkerRef {
+            group: "exec",
+            pid: Some(7),
+        }),
         output_bytes: 0,
         truncated: false,
     };
@@ -312,7 +405,10 @@ async fn planted_secrets_never_reach_the_file() {
     for s in redact::tests::PLANTED {
         assert!(!text.contains(s), "{s} reached the log");
     }
-    assert_eq!(records(&a.path())[0]["args_sha256"], canonical::args_sha256(&args));
+    assert_eq!(
+        records(&a.path())[0]["args_sha256"],
+        canonical::args_sha256(&args)
+    );
 }
 
 #[tokio::test]
@@ -321,24 +417,40 @@ async fn failed_fdatasync_makes_log_unavailable_then_it_resumes() {
     let (a, _) = Audit::open(dir.path(), &cfg()).unwrap();
     request(&a, "c1").await;
     a.fail_next_syncs(1);
-    let err = a.append("requested", f(json!({"call_id": "c2"}))).await.unwrap_err();
+    let err = a
+        .append("requested", f(json!({"call_id": "c2"})))
+        .await
+        .unwrap_err();
     assert!(matches!(err, AuditError::Unavailable(_)), "{err}");
     assert!(!a.is_available());
     let t = Instant::now();
-    let err = a.append("requested", f(json!({"call_id": "c3"}))).await.unwrap_err();
+    let err = a
+        .append("requested", f(json!({"call_id": "c3"})))
+        .await
+        .unwrap_err();
     assert!(matches!(err, AuditError::Unavailable(_)));
     assert!(t.elapsed() < Duration::from_millis(400), "fails fast");
     let seq = a
-        .append_wait("completed", f(json!({"call_id": "c1", "status": "ok"})), Duration::from_secs(10))
+        .append_wait(
+            "completed",
+            f(json!({"call_id": "c1", "status": "ok"})),
+            Duration::from_secs(10),
+        )
         .await
         .unwrap();
     assert!(a.is_available());
-    assert_eq!(seq, 3, "seq 2 is the `recovered` record; the failed ones used none");
+    assert_eq!(
+        seq, 3,
+        "seq 2 is the `recovered` record; the failed ones used none"
+    );
     a.close().await;
     let recs = records(&a.path());
     assert_eq!(recs.len(), 3);
     assert_eq!(recs[1]["reason"], "resumed");
-    assert!(recs[1]["dropped_bytes"].as_u64().unwrap() > 0, "the unsynced c2 was cut");
+    assert!(
+        recs[1]["dropped_bytes"].as_u64().unwrap() > 0,
+        "the unsynced c2 was cut"
+    );
     assert!(recs[1]["error"].as_str().unwrap().contains("fdatasync"));
     assert!(!fs::read_to_string(a.path()).unwrap().contains("\"c2\""));
     assert_eq!(verify(dir.path()).0, 0);
@@ -351,12 +463,21 @@ async fn append_wait_gives_up_at_its_deadline() {
     a.fail_next_writes(1_000);
     assert!(a.append("x", Map::new()).await.is_err());
     let t = Instant::now();
-    let err = a.append_wait("x", Map::new(), Duration::from_millis(300)).await.unwrap_err();
+    let err = a
+        .append_wait("x", Map::new(), Duration::from_millis(300))
+        .await
+        .unwrap_err();
     assert!(matches!(err, AuditError::Unavailable(_)));
     let waited = t.elapsed();
-    assert!(waited >= Duration::from_millis(300) && waited < Duration::from_secs(3), "{waited:?}");
+    assert!(
+        waited >= Duration::from_millis(300) && waited < Duration::from_secs(3),
+        "{waited:?}"
+    );
     a.fail_next_writes(0);
-    let seq = a.append_wait("x", Map::new(), Duration::from_secs(10)).await.unwrap();
+    let seq = a
+        .append_wait("x", Map::new(), Duration::from_secs(10))
+        .await
+        .unwrap();
     assert_eq!(seq, 2, "one `recovered` record, then this one");
     a.close().await;
     assert_eq!(verify(dir.path()).0, 0);
@@ -372,25 +493,70 @@ fn tail(dir: &Path, opts: TailOptions) -> String {
 async fn tail_prints_filters_and_json() {
     let dir = tempfile::tempdir().unwrap();
     let (a, _) = Audit::open(dir.path(), &cfg()).unwrap();
-    a.append("requested", f(json!({"call_id": "c1", "trace_id": "T", "tool": "read_file"}))).await.unwrap();
-    a.append("requested", f(json!({"call_id": "c2", "trace_id": "U", "tool": "grep"}))).await.unwrap();
-    a.append("completed", f(json!({"call_id": "c1", "status": "ok", "duration_ms": 4}))).await.unwrap();
+    a.append(
+        "requested",
+        f(json!({"call_id": "c1", "trace_id": "T", "tool": "read_file"})),
+    )
+    .await
+    .unwrap();
+    a.append(
+        "requested",
+        f(json!({"call_id": "c2", "trace_id": "U", "tool": "grep"})),
+    )
+    .await
+    .unwrap();
+    a.append(
+        "completed",
+        f(json!({"call_id": "c1", "status": "ok", "duration_ms": 4})),
+    )
+    .await
+    .unwrap();
     a.rotate();
-    a.append("completed", f(json!({"call_id": "c2", "status": "error"}))).await.unwrap();
+    a.append("completed", f(json!({"call_id": "c2", "status": "error"})))
+        .await
+        .unwrap();
     a.close().await;
     let all = tail(dir.path(), TailOptions::default());
     let lines: Vec<&str> = all.lines().collect();
     assert_eq!(lines.len(), 4);
     assert!(lines[0].starts_with("1 2"), "{all}");
-    assert!(lines[0].contains(" requested c1 read_file - trace_id=T"), "{all}");
-    assert!(lines[2].contains(" completed c1 - ok duration_ms=4"), "{all}");
-    let trace = tail(dir.path(), TailOptions { trace_id: Some("T".into()), ..Default::default() });
+    assert!(
+        lines[0].contains(" requested c1 read_file - trace_id=T"),
+        "{all}"
+    );
+    assert!(
+        lines[2].contains(" completed c1 - ok duration_ms=4"),
+        "{all}"
+    );
+    let trace = tail(
+        dir.path(),
+        TailOptions {
+            trace_id: Some("T".into()),
+            ..Default::default()
+        },
+    );
     assert_eq!(trace.lines().count(), 2, "{trace}");
-    let call = tail(dir.path(), TailOptions { call_id: Some("c2".into()), json: true, ..Default::default() });
-    let parsed: Vec<Value> = call.lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    let call = tail(
+        dir.path(),
+        TailOptions {
+            call_id: Some("c2".into()),
+            json: true,
+            ..Default::default()
+        },
+    );
+    let parsed: Vec<Value> = call
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
     assert_eq!(parsed.len(), 2);
     assert_eq!(parsed[1]["status"], "error");
-    let last = tail(dir.path(), TailOptions { lines: Some(1), ..Default::default() });
+    let last = tail(
+        dir.path(),
+        TailOptions {
+            lines: Some(1),
+            ..Default::default()
+        },
+    );
     assert!(last.starts_with("4 "), "{last}");
 }
 
@@ -401,7 +567,9 @@ struct ChanOut(mpsc::Sender<String>);
 impl Write for ChanOut {
     fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
         let text = String::from_utf8_lossy(buf).into_owned();
-        self.0.send(text).map_err(|_| std::io::ErrorKind::BrokenPipe)?;
+        self.0
+            .send(text)
+            .map_err(|_| std::io::ErrorKind::BrokenPipe)?;
         Ok(buf.len())
     }
     fn flush(&mut self) -> std::io::Result<()> {
@@ -413,7 +581,10 @@ fn wait_for(rx: &mpsc::Receiver<String>, seen: &mut String, needle: &str) {
     let deadline = Instant::now() + Duration::from_secs(10);
     while !seen.contains(needle) {
         let left = deadline.saturating_duration_since(Instant::now());
-        seen.push_str(&rx.recv_timeout(left).unwrap_or_else(|_| panic!("no {needle} in {seen}")));
+        seen.push_str(
+            &rx.recv_timeout(left)
+                .unwrap_or_else(|_| panic!("no {needle} in {seen}")),
+        );
     }
 }
 
@@ -421,18 +592,29 @@ fn wait_for(rx: &mpsc::Receiver<String>, seen: &mut String, needle: &str) {
 async fn tail_follow_crosses_rotation() {
     let dir = tempfile::tempdir().unwrap();
     let (a, _) = Audit::open(dir.path(), &cfg()).unwrap();
-    a.append("x", f(json!({"call_id": "before"}))).await.unwrap();
+    a.append("x", f(json!({"call_id": "before"})))
+        .await
+        .unwrap();
     let (tx, rx) = mpsc::channel();
     let d = dir.path().to_owned();
     let follower = std::thread::spawn(move || {
-        tail_cmd(&d, TailOptions { follow: true, ..Default::default() }, &mut ChanOut(tx))
+        tail_cmd(
+            &d,
+            TailOptions {
+                follow: true,
+                ..Default::default()
+            },
+            &mut ChanOut(tx),
+        )
     });
     let mut seen = String::new();
     wait_for(&rx, &mut seen, "before");
     a.append("x", f(json!({"call_id": "live"}))).await.unwrap();
     wait_for(&rx, &mut seen, "live");
     a.rotate();
-    a.append("x", f(json!({"call_id": "rotated"}))).await.unwrap();
+    a.append("x", f(json!({"call_id": "rotated"})))
+        .await
+        .unwrap();
     wait_for(&rx, &mut seen, "rotated");
     drop(rx);
     a.append("x", f(json!({"call_id": "after"}))).await.unwrap();
@@ -456,7 +638,9 @@ async fn throughput() {
                 let a = a.clone();
                 tokio::spawn(async move {
                     for i in 0..per {
-                        a.append("worker_started", f(json!({"pid": i, "group": "exec"}))).await.unwrap();
+                        a.append("worker_started", f(json!({"pid": i, "group": "exec"})))
+                            .await
+                            .unwrap();
                     }
                 })
             })

@@ -60,7 +60,10 @@ impl Scan {
     /// The last good record, or `before` when the segment has none.
     pub fn last_link(&self, before: Option<&Link>) -> Option<Link> {
         match self.entries.last() {
-            Some(e) => Some(Link { seq: e.seq, hash: e.hash.clone() }),
+            Some(e) => Some(Link {
+                seq: e.seq,
+                hash: e.hash.clone(),
+            }),
             None => before.cloned(),
         }
     }
@@ -71,7 +74,10 @@ impl Scan {
 /// segments removed) is taken as the start of the chain.
 pub fn scan(bytes: &[u8], before: Option<&Link>) -> Scan {
     let (body_len, torn) = split_torn(bytes);
-    let mut out = Scan { torn, ..Scan::default() };
+    let mut out = Scan {
+        torn,
+        ..Scan::default()
+    };
     let mut expected = before.cloned();
     let mut offset = 0u64;
     for line in bytes[..body_len].split_inclusive(|&b| b == b'\n') {
@@ -81,9 +87,16 @@ pub fn scan(bytes: &[u8], before: Option<&Link>) -> Scan {
             Ok(s) => {
                 if let Some(detail) = link_fault(expected.as_ref(), s.seq, &s.prev) {
                     let seq = expected.as_ref().map_or(s.seq, |e| e.seq + 1);
-                    out.faults.push(Fault { seq, offset, detail });
+                    out.faults.push(Fault {
+                        seq,
+                        offset,
+                        detail,
+                    });
                 }
-                expected = Some(Link { seq: s.seq, hash: s.hash.clone() });
+                expected = Some(Link {
+                    seq: s.seq,
+                    hash: s.hash.clone(),
+                });
                 out.entries.push(Entry {
                     seq: s.seq,
                     hash: s.hash,
@@ -95,9 +108,18 @@ pub fn scan(bytes: &[u8], before: Option<&Link>) -> Scan {
                 });
             }
             Err(fault) => {
-                let seq = expected.as_ref().map_or_else(|| claimed(&fault), |e| e.seq + 1);
-                out.faults.push(Fault { seq, offset, detail: describe(&fault) });
-                expected = Some(Link { seq, hash: String::new() });
+                let seq = expected
+                    .as_ref()
+                    .map_or_else(|| claimed(&fault), |e| e.seq + 1);
+                out.faults.push(Fault {
+                    seq,
+                    offset,
+                    detail: describe(&fault),
+                });
+                expected = Some(Link {
+                    seq,
+                    hash: String::new(),
+                });
             }
         }
         offset = end;
@@ -111,7 +133,10 @@ fn split_torn(bytes: &[u8]) -> (usize, Option<Torn>) {
     let body = bytes.iter().rposition(|&b| b == b'\n').map_or(0, |i| i + 1);
     let mut start = body;
     if body > 0 {
-        let last_start = bytes[..body - 1].iter().rposition(|&b| b == b'\n').map_or(0, |i| i + 1);
+        let last_start = bytes[..body - 1]
+            .iter()
+            .rposition(|&b| b == b'\n')
+            .map_or(0, |i| i + 1);
         let last = &bytes[last_start..body - 1];
         if serde_json::from_slice::<serde_json::Value>(last).is_err() {
             start = last_start;
@@ -126,7 +151,10 @@ fn split_torn(bytes: &[u8]) -> (usize, Option<Torn>) {
 
 fn link_fault(expected: Option<&Link>, seq: u64, prev: &str) -> Option<String> {
     match expected {
-        Some(e) if seq != e.seq + 1 => Some(format!("seq {seq} follows seq {} (records missing or reordered)", e.seq)),
+        Some(e) if seq != e.seq + 1 => Some(format!(
+            "seq {seq} follows seq {} (records missing or reordered)",
+            e.seq
+        )),
         Some(e) if !e.hash.is_empty() && prev != e.hash => {
             Some(format!("prev does not match the hash of seq {}", e.seq))
         }
@@ -182,10 +210,16 @@ impl Report {
 /// complete log look cut short.
 pub fn verify_dir(dir: &Path, files: &[PathBuf]) -> Report {
     let mut report = Report::default();
-    let head = if files.is_empty() { read_head_noting(dir, &mut report) } else { None };
+    let head = if files.is_empty() {
+        read_head_noting(dir, &mut report)
+    } else {
+        None
+    };
     let list = if files.is_empty() {
         segments::all(dir).unwrap_or_else(|e| {
-            report.warnings.push(format!("cannot list {}: {e}", dir.display()));
+            report
+                .warnings
+                .push(format!("cannot list {}: {e}", dir.display()));
             Vec::new()
         })
     } else {
@@ -213,30 +247,59 @@ fn read_head_noting(dir: &Path, report: &mut Report) -> Option<Head> {
 }
 
 /// Verifies one segment after `link`; returns the new last link.
-fn verify_one(path: &Path, is_last: bool, link: Option<Link>, head: Option<&Head>, report: &mut Report) -> Option<Link> {
+fn verify_one(
+    path: &Path,
+    is_last: bool,
+    link: Option<Link>,
+    head: Option<&Head>,
+    report: &mut Report,
+) -> Option<Link> {
     let bytes = match fs::read(path) {
         Ok(b) => b,
         Err(e) => {
             let seq = link.as_ref().map_or(1, |l| l.seq + 1);
             let detail = format!("cannot read: {e}");
-            report.problems.push(Problem { file: path.into(), fault: Fault { seq, offset: 0, detail } });
+            report.problems.push(Problem {
+                file: path.into(),
+                fault: Fault {
+                    seq,
+                    offset: 0,
+                    detail,
+                },
+            });
             return link;
         }
     };
     let scan = scan(&bytes, link.as_ref());
     if let Some(t) = scan.torn {
         let seq = scan.last_link(link.as_ref()).map_or(1, |l| l.seq + 1);
-        let what = format!("torn tail: {} byte(s) at offset {} without a complete record", t.len, t.offset);
+        let what = format!(
+            "torn tail: {} byte(s) at offset {} without a complete record",
+            t.len, t.offset
+        );
         if is_last {
-            report.warnings.push(format!("{}: {what} (a write in progress, or cut at the next start)", path.display()));
+            report.warnings.push(format!(
+                "{}: {what} (a write in progress, or cut at the next start)",
+                path.display()
+            ));
         } else {
-            let fault = Fault { seq, offset: t.offset, detail: what };
-            report.problems.push(Problem { file: path.into(), fault });
+            let fault = Fault {
+                seq,
+                offset: t.offset,
+                detail: what,
+            };
+            report.problems.push(Problem {
+                file: path.into(),
+                fault,
+            });
         }
     }
     if report.first_seq.is_none() {
         if let Some(first) = scan.entries.first().filter(|e| e.seq > 1 && link.is_none()) {
-            report.warnings.push(format!("chain starts at seq {} (earlier segments not present)", first.seq));
+            report.warnings.push(format!(
+                "chain starts at seq {} (earlier segments not present)",
+                first.seq
+            ));
         }
         report.first_seq = scan.entries.first().map(|e| e.seq);
     }
@@ -244,7 +307,10 @@ fn verify_one(path: &Path, is_last: bool, link: Option<Link>, head: Option<&Head
         check_head_hash(path, h, &scan, report);
     }
     for fault in scan.faults.iter().cloned() {
-        report.problems.push(Problem { file: path.into(), fault });
+        report.problems.push(Problem {
+            file: path.into(),
+            fault,
+        });
     }
     report.records += scan.entries.len() as u64;
     let last = scan.last_link(link.as_ref());
@@ -253,21 +319,40 @@ fn verify_one(path: &Path, is_last: bool, link: Option<Link>, head: Option<&Head
 }
 
 fn check_head_hash(path: &Path, head: &Head, scan: &Scan, report: &mut Report) {
-    let Ok(i) = scan.entries.binary_search_by_key(&head.seq, |e| e.seq) else { return };
+    let Ok(i) = scan.entries.binary_search_by_key(&head.seq, |e| e.seq) else {
+        return;
+    };
     let e = &scan.entries[i];
     if e.hash != head.hash {
         let detail = "hash differs from the one audit.head recorded (record rewritten)".into();
-        let fault = Fault { seq: e.seq, offset: 0, detail };
-        report.problems.push(Problem { file: path.into(), fault });
+        let fault = Fault {
+            seq: e.seq,
+            offset: 0,
+            detail,
+        };
+        report.problems.push(Problem {
+            file: path.into(),
+            fault,
+        });
     }
 }
 
 fn check_head_reached(dir: &Path, head: &Head, last: Option<&Link>, report: &mut Report) {
     let last_seq = last.map_or(0, |l| l.seq);
     if head.seq > last_seq {
-        let detail = format!("log ends at seq {last_seq} but audit.head says seq {}: cut short", head.seq);
-        let fault = Fault { seq: last_seq + 1, offset: 0, detail };
-        report.problems.push(Problem { file: segments::active_path(dir), fault });
+        let detail = format!(
+            "log ends at seq {last_seq} but audit.head says seq {}: cut short",
+            head.seq
+        );
+        let fault = Fault {
+            seq: last_seq + 1,
+            offset: 0,
+            detail,
+        };
+        report.problems.push(Problem {
+            file: segments::active_path(dir),
+            fault,
+        });
     }
 }
 
@@ -286,14 +371,25 @@ pub(crate) mod tests {
             let mut f = Map::new();
             f.insert("call_id".into(), json!(format!("c{seq}")));
             f.insert("n".into(), json!(seq * 3));
-            prev = seal(seq, "2026-01-01T00:00:00.000Z", "requested", f, &prev, &mut out);
+            prev = seal(
+                seq,
+                "2026-01-01T00:00:00.000Z",
+                "requested",
+                f,
+                &prev,
+                &mut out,
+            );
             hashes.push(prev.clone());
         }
         (out, hashes)
     }
 
     fn line_offset(bytes: &[u8], line: usize) -> usize {
-        bytes.split_inclusive(|&b| b == b'\n').take(line).map(<[u8]>::len).sum()
+        bytes
+            .split_inclusive(|&b| b == b'\n')
+            .take(line)
+            .map(<[u8]>::len)
+            .sum()
     }
 
     #[test]
@@ -312,12 +408,24 @@ pub(crate) mod tests {
         let good = bytes.len() as u64;
         bytes.extend_from_slice(b"{\"seq\":4,\"ts\"");
         let s = scan(&bytes, None);
-        assert_eq!(s.torn, Some(Torn { offset: good, len: 13 }));
+        assert_eq!(
+            s.torn,
+            Some(Torn {
+                offset: good,
+                len: 13
+            })
+        );
         assert!(s.faults.is_empty());
         let (mut bytes, _) = make_log(3);
         bytes.extend_from_slice(b"\0\0\0\0\n");
         let s = scan(&bytes, None);
-        assert_eq!(s.torn, Some(Torn { offset: good, len: 5 }));
+        assert_eq!(
+            s.torn,
+            Some(Torn {
+                offset: good,
+                len: 5
+            })
+        );
         assert_eq!(s.entries.len(), 3);
     }
 
@@ -354,7 +462,10 @@ pub(crate) mod tests {
                 b[i] ^= 1 << bit;
                 fs::write(&path, &b).unwrap();
                 let r = verify_dir(dir.path(), &[]);
-                assert!(!r.problems.is_empty(), "flip of bit {bit} at byte {i} went unnoticed");
+                assert!(
+                    !r.problems.is_empty(),
+                    "flip of bit {bit} at byte {i} went unnoticed"
+                );
             }
         }
     }

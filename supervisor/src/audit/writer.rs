@@ -15,11 +15,11 @@ use std::time::{Duration, Instant, SystemTime};
 use serde_json::{Map, Value, json};
 use tokio::sync::oneshot;
 
+use super::AuditError;
 use super::chain::{self, RESERVED};
 use super::record::{self, rfc3339_millis};
 use super::segments;
 use super::verify::Link;
-use super::AuditError;
 use crate::config::{AuditConfig, Fsync};
 
 /// Least time between two reopen attempts while the log is unavailable.
@@ -69,7 +69,12 @@ pub(crate) struct Pending {
 
 impl Pending {
     pub(crate) fn internal(kind: &str, fields: Map<String, Value>) -> Pending {
-        Pending { kind: kind.into(), fields, reply: None, deadline: None }
+        Pending {
+            kind: kind.into(),
+            fields,
+            reply: None,
+            deadline: None,
+        }
     }
 
     fn answer(self, r: Result<u64, AuditError>) {
@@ -102,7 +107,14 @@ pub(crate) struct Writer {
 }
 
 impl Writer {
-    pub(crate) fn new(dir: PathBuf, cfg: &AuditConfig, shared: Arc<Shared>, file: File, len: u64, last: Link) -> Writer {
+    pub(crate) fn new(
+        dir: PathBuf,
+        cfg: &AuditConfig,
+        shared: Arc<Shared>,
+        file: File,
+        len: u64,
+        last: Link,
+    ) -> Writer {
         shared.last_seq.store(last.seq, Ordering::SeqCst);
         shared.available.store(true, Ordering::SeqCst);
         Writer {
@@ -151,7 +163,9 @@ impl Writer {
     /// attempt or `append_wait` deadline instead.
     fn next_cmd(&mut self, rx: &Receiver<Cmd>) -> Option<Cmd> {
         loop {
-            let Some(wake) = self.wake_at() else { return rx.recv().ok() };
+            let Some(wake) = self.wake_at() else {
+                return rx.recv().ok();
+            };
             match rx.recv_timeout(wake.saturating_duration_since(Instant::now())) {
                 Ok(cmd) => return Some(cmd),
                 Err(RecvTimeoutError::Disconnected) => return None,
@@ -215,7 +229,10 @@ impl Writer {
     }
 
     fn write_and_sync(&mut self, buf: &[u8]) -> io::Result<()> {
-        let file = self.file.as_mut().ok_or_else(|| io::Error::other("no open log file"))?;
+        let file = self
+            .file
+            .as_mut()
+            .ok_or_else(|| io::Error::other("no open log file"))?;
         if Faults::take(&self.shared.faults.fail_writes) {
             return Err(io::Error::other("injected write failure"));
         }
@@ -251,7 +268,11 @@ impl Writer {
             Some(o) => o.error = error,
             None => {
                 let next_try = Instant::now() + RETRY_EVERY;
-                self.outage = Some(Outage { error, since: SystemTime::now(), next_try });
+                self.outage = Some(Outage {
+                    error,
+                    since: SystemTime::now(),
+                    next_try,
+                });
             }
         }
     }
@@ -266,7 +287,10 @@ impl Writer {
     }
 
     fn unavailable(&self) -> AuditError {
-        let why = self.outage.as_ref().map_or("log closed", |o| o.error.as_str());
+        let why = self
+            .outage
+            .as_ref()
+            .map_or("log closed", |o| o.error.as_str());
         AuditError::Unavailable(why.to_owned())
     }
 
@@ -276,12 +300,17 @@ impl Writer {
             .into_iter()
             .partition(|p| p.reply.is_some() && p.deadline.is_none_or(|d| d <= now));
         self.waiting = kept;
-        expired.into_iter().for_each(|p| p.answer(Err(self.unavailable())));
+        expired
+            .into_iter()
+            .for_each(|p| p.answer(Err(self.unavailable())));
     }
 
     /// Tries a reopen when the log is down and the last try is old enough.
     fn resume_if_due(&mut self) {
-        let due = self.outage.as_ref().is_some_and(|o| Instant::now() >= o.next_try);
+        let due = self
+            .outage
+            .as_ref()
+            .is_some_and(|o| Instant::now() >= o.next_try);
         if due {
             self.try_resume();
         }
@@ -298,15 +327,24 @@ impl Writer {
             Ok(r) => r,
             Err(e) => return self.go_down(&e),
         };
-        let Some(outage) = self.outage.take() else { return };
+        let Some(outage) = self.outage.take() else {
+            return;
+        };
         let mut details = details;
         details.insert("error".into(), outage.error.into());
-        details.insert("unavailable_since".into(), rfc3339_millis(outage.since).into());
+        details.insert(
+            "unavailable_since".into(),
+            rfc3339_millis(outage.since).into(),
+        );
         self.file = Some(file);
         tracing::info!("audit log writable again");
         // A `resumed` record parked by an earlier failed attempt is superseded.
-        self.waiting.retain(|p| p.reply.is_some() || p.fields.get("reason") != Some(&json!("resumed")));
-        let mut batch = vec![Pending::internal("recovered", record::recovered("resumed", Value::Object(details)))];
+        self.waiting
+            .retain(|p| p.reply.is_some() || p.fields.get("reason") != Some(&json!("resumed")));
+        let mut batch = vec![Pending::internal(
+            "recovered",
+            record::recovered("resumed", Value::Object(details)),
+        )];
         batch.append(&mut self.waiting);
         self.commit(batch);
     }
@@ -336,7 +374,8 @@ impl Writer {
             return Ok(true);
         }
         let line = last_line(file, self.len)?;
-        Ok(chain::check_line(&line).is_ok_and(|s| s.seq == self.last.seq && s.hash == self.last.hash))
+        Ok(chain::check_line(&line)
+            .is_ok_and(|s| s.seq == self.last.seq && s.hash == self.last.hash))
     }
 
     /// The file changed under us while we were down: set it aside (rename) and go on
@@ -349,7 +388,10 @@ impl Writer {
         tracing::error!(file = %broken.display(), "audit log changed while unavailable; set aside");
         let mut details = Map::new();
         details.insert("broken_file".into(), file_name(&broken).into());
-        details.insert("detail".into(), format!("file was {actual} bytes, {had} committed, or its last record changed").into());
+        details.insert(
+            "detail".into(),
+            format!("file was {actual} bytes, {had} committed, or its last record changed").into(),
+        );
         Ok((file, details))
     }
 
@@ -378,7 +420,9 @@ impl Writer {
             tracing::warn!(error = %e, "final audit flush failed");
         }
         let waiting = std::mem::take(&mut self.waiting);
-        waiting.into_iter().for_each(|p| p.answer(Err(AuditError::Closed)));
+        waiting
+            .into_iter()
+            .for_each(|p| p.answer(Err(AuditError::Closed)));
     }
 }
 
@@ -402,5 +446,8 @@ pub(crate) fn last_line(file: &mut File, end: u64) -> io::Result<Vec<u8>> {
 }
 
 pub(crate) fn file_name(p: &std::path::Path) -> String {
-    p.file_name().map_or_else(|| p.display().to_string(), |n| n.to_string_lossy().into_owned())
+    p.file_name().map_or_else(
+        || p.display().to_string(),
+        |n| n.to_string_lossy().into_owned(),
+    )
 }

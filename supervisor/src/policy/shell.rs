@@ -7,9 +7,10 @@
 //! `startsWith "git status"` must see each simple command on its own, and must not be
 //! fooled by a `;` inside quotes.
 
+use std::cell::RefCell;
 use std::fmt;
 
-use tree_sitter::{Node, Parser};
+use tree_sitter::{Node, Parser, Tree};
 
 /// One simple command of a command line, e.g. `git status` in `git status | wc -l`.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -70,15 +71,31 @@ const WRAPPERS: &[&str] = &[
     "builtin", "exec", "stdbuf", "setsid", "chronic", "unbuffer",
 ];
 
+thread_local! {
+    /// One parser per thread: building one loads the grammar, and every
+    /// `run_command` call is parsed.
+    static PARSER: RefCell<Option<Parser>> = const { RefCell::new(None) };
+}
+
+/// Parse with this thread's parser; `None` only if the grammar cannot be loaded.
+fn parse(command: &str) -> Option<Tree> {
+    PARSER.with(|cell| {
+        let mut slot = cell.borrow_mut();
+        if slot.is_none() {
+            let mut parser = Parser::new();
+            parser
+                .set_language(&tree_sitter_bash::LANGUAGE.into())
+                .ok()?;
+            *slot = Some(parser);
+        }
+        slot.as_mut()?.parse(command, None)
+    })
+}
+
 /// Parse `command` and collect its simple commands and hazards.
 pub fn analyze(command: &str) -> ShellAnalysis {
     let mut out = ShellAnalysis::default();
-    let mut parser = Parser::new();
-    let tree = parser
-        .set_language(&tree_sitter_bash::LANGUAGE.into())
-        .ok()
-        .and_then(|()| parser.parse(command, None));
-    let Some(tree) = tree else {
+    let Some(tree) = parse(command) else {
         out.hazards.push(Hazard::ParseError);
         return out;
     };

@@ -419,7 +419,7 @@ fn tool_with_args() -> impl Strategy<Value = (&'static str, Value)> {
         "\\.\\./[a-z]{1,6}",
     ];
     (0usize..14, path, "[a-z ;|&$()]{1,20}").prop_map(|(i, path, cmd)| {
-        let args = match i {
+        match i {
             0 => ("read_file", json!({"path": path})),
             1 => ("read_many_files", json!({"paths": [path]})),
             2 => ("ls", json!({"path": path})),
@@ -437,8 +437,7 @@ fn tool_with_args() -> impl Strategy<Value = (&'static str, Value)> {
             11 => ("list_processes", json!({})),
             12 => ("read_output", json!({"process": "p"})),
             _ => ("kill_process", json!({"process": "p"})),
-        };
-        args
+        }
     })
 }
 
@@ -454,8 +453,7 @@ proptest! {
         let first = |want: &str| rules.iter().position(|r| r.tool == want);
         match first("read_file").or_else(|| first("*")) {
             Some(i) => {
-                let expected = if rules[i].action == Allow { Allow } else { rules[i].action };
-                prop_assert_eq!(d.action, expected);
+                prop_assert_eq!(d.action, rules[i].action);
                 prop_assert_eq!(d.rule, Some(format!("policy.rules[{i}]")));
             }
             None => {

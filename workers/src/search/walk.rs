@@ -145,3 +145,46 @@ impl<V> Drop for Slot<'_, V> {
 pub fn lossy(p: &Path) -> String {
     p.to_string_lossy().into_owned()
 }
+
+#[cfg(test)]
+mod tests {
+    use super::super::testutil::ws;
+    use proptest::prelude::*;
+    use serde_json::json;
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(32))]
+
+        /// Property 24: files matched by `.gitignore` (no git repository around) are absent
+        /// from `glob`, `grep` and recursive `ls`; the others are present.
+        #[test]
+        fn gitignore_is_respected(names in proptest::collection::btree_set("[a-c]{1,2}/[a-c]{1,2}\\.(log|rs)", 1..10),
+                                  rule in prop_oneof!["\\*\\.log", "a/", "b\\*", "/c"]) {
+            let w = ws();
+            w.write(".gitignore", format!("{rule}\n"));
+            let clash = |n: &String| names.iter().any(|m| m.starts_with(&format!("{n}/")));
+            for n in names.iter().filter(|n| !clash(n)) {
+                w.write(n, "needle\n");
+            }
+            let ignored = |n: &str| {
+                let (dir, file) = n.split_once('/').unwrap();
+                match rule.as_str() {
+                    "*.log" => file.ends_with(".log"),
+                    "a/" => dir == "a",
+                    "b*" => dir.starts_with('b') || file.starts_with('b'),
+                    _ => dir == "c",
+                }
+            };
+            let want: Vec<String> = names.iter().filter(|n| !ignored(n)).cloned().collect();
+            let glob = w.run("glob", json!({"pattern": "**"}));
+            prop_assert_eq!(glob.content.lines().collect::<Vec<_>>(), want.iter().map(String::as_str).collect::<Vec<_>>());
+            let grep = w.run("grep", json!({"pattern": "needle"}));
+            let want_grep: Vec<String> = want.iter().map(|n| format!("{n}:1: needle")).collect();
+            prop_assert_eq!(grep.content.lines().map(str::to_owned).collect::<Vec<_>>(), want_grep);
+            let ls = w.run("ls", json!({"path": ".", "recursive": true}));
+            for n in &names {
+                prop_assert_eq!(ls.content.lines().any(|l| l == n), !ignored(n), "{}", n);
+            }
+        }
+    }
+}
