@@ -95,7 +95,7 @@ pub struct WorkerInit {
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "type", rename_all = "snake_case")]
 pub enum ToWorker {
-    Init(WorkerInit),
+    Init(Box<WorkerInit>),
     Run {
         call: u64,
         /// The client's call id, used to name artifacts.

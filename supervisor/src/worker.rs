@@ -405,7 +405,7 @@ impl WorkerActorState {
             pending: Mutex::new(HashMap::new()),
             idle: tokio::sync::Notify::new(),
         });
-        if let Ok(init) = frame::encode(&ToWorker::Init(self.args.init.clone())) {
+        if let Ok(init) = frame::encode(&ToWorker::Init(Box::new(self.args.init.clone()))) {
             let _ = link.tx.send(init).await;
         }
         *lock(&self.args.shared.link) = Some(link.clone());

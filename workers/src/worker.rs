@@ -72,13 +72,7 @@ pub fn main(group: &str) -> i32 {
             return EXIT_SOFTWARE;
         }
     };
-    let guards = Guards {
-        landlock,
-        openat2: crate::paths::openat2_available(),
-        subreaper: init.group == "exec",
-        cgroup: false,
-    };
-    runtime.block_on(serve(control, Arc::new(init), resolver, guards))
+    runtime.block_on(serve(control, Arc::new(init), resolver, landlock))
 }
 
 /// Read the `init` frame synchronously, before any thread exists.
@@ -97,7 +91,7 @@ fn read_init(control: &StdUnixStream) -> Result<WorkerInit, String> {
     (&*control).read_exact(&mut body).map_err(|e| e.to_string())?;
     control.set_read_timeout(None).map_err(|e| e.to_string())?;
     match frame::decode::<ToWorker>(&body, KNOWN_TO_WORKER).map_err(|e| e.to_string())? {
-        ToWorker::Init(init) => Ok(init),
+        ToWorker::Init(init) => Ok(*init),
         other => Err(format!("expected init, got {other:?}")),
     }
 }
@@ -109,8 +103,16 @@ async fn serve(
     control: StdUnixStream,
     init: Arc<WorkerInit>,
     resolver: Arc<Resolver>,
-    guards: Guards,
+    landlock: Option<u32>,
 ) -> i32 {
+    let exec = Arc::new(ExecState::new(&init));
+    let is_exec = init.group == "exec";
+    let guards = Guards {
+        landlock,
+        openat2: crate::paths::openat2_available(),
+        subreaper: is_exec && exec.subreaper(),
+        cgroup: is_exec && crate::exec::cgroup(),
+    };
     let stream = match control
         .set_nonblocking(true)
         .and_then(|_| UnixStream::from_std(control))
@@ -128,7 +130,6 @@ async fn serve(
     if tx.send(FromWorker::Ready { pid, guards }).await.is_err() {
         return EXIT_SOFTWARE;
     }
-    let exec = Arc::new(ExecState::new(&init));
     let running: Running = Arc::default();
     let max = init.limits.max_frame_bytes.max(toolvisor_protocol::DEFAULT_MAX_FRAME_BYTES);
     loop {
