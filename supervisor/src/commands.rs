@@ -120,7 +120,7 @@ async fn call(c: &mut Client, req: CallRequest, json: bool) -> Result<i32, Clien
         return Ok(0);
     }
     if !json && let Some(e) = &result.error {
-        eprintln!("toolvisor: {} ({}): {}", result.status.as_str(), e.kind, e.message);
+        eprintln!("toolvisor: {} ({})", result.status.as_str(), e.kind);
     }
     Ok(1)
 }

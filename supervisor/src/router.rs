@@ -14,6 +14,7 @@ use toolvisor_protocol::worker::Outcome;
 use toolvisor_protocol::{ErrorBody, ErrorType, Id};
 
 use crate::outbox::Outbox;
+use crate::previews::{PendingChange, PreviewStore};
 use crate::pool::Job;
 use crate::service::Service;
 
@@ -46,17 +47,54 @@ impl Service {
     async fn route(&self, session: &SessionInfo, req: &CallRequest, cancel: &CancellationToken) -> (Outcome, Map<String, Value>) {
         let extra = Map::new();
         let Some(spec) = tools::find(&self.tools, &req.tool) else {
-            return (fail(ErrorType::ToolNotFound, not_found_message(&self.tools, &req.tool)), extra);
+            return (fail(ErrorType::ToolNotFound, self.validators.not_found(&req.tool)), extra);
         };
-        if !req.args.is_object() {
-            return (fail(ErrorType::InvalidParams, "args must be a map"), extra);
+        if let Err(violations) = self.validators.check(spec.name, &req.args) {
+            return (fail(ErrorType::InvalidParams, format!("invalid arguments for {}:\n{violations}", spec.name)), extra);
         }
-        let outcome = self.dispatch(session, req, spec, cancel).await;
+        let outcome = match spec.name {
+            "apply_file_change" => self.apply_change(session, req, spec, cancel).await,
+            _ => {
+                let mut o = self.dispatch(session, req, spec, &req.args, spec.name, cancel).await;
+                if spec.name.starts_with("preview_") {
+                    self.issue_preview_token(spec.name, &mut o);
+                }
+                o
+            }
+        };
         (outcome, extra)
     }
 
+    /// Keep a preview's change in the supervisor (it outlives edit-worker restarts)
+    /// and hand the client its single-use token instead of the new content.
+    fn issue_preview_token(&self, tool: &str, o: &mut Outcome) {
+        if o.status != Status::Ok {
+            return;
+        }
+        let Some(change) = PendingChange::from_preview_meta(tool, &mut o.meta) else { return };
+        let ttl = Duration::from_millis(self.config().edit.preview_ttl_ms);
+        let token = self.previews().issue(change, Instant::now(), ttl);
+        o.meta.insert("token".into(), Value::String(token));
+    }
+
+    /// `apply_file_change`: exactly the change its preview showed, once.
+    async fn apply_change(&self, session: &SessionInfo, req: &CallRequest, spec: &ToolSpec, cancel: &CancellationToken) -> Outcome {
+        let token = req.args.get("token").and_then(Value::as_str).unwrap_or_default();
+        let change = match self.previews().take(token, Instant::now()) {
+            Ok(c) => c,
+            Err(e) => return fail(e.error_type(), e.to_string()),
+        };
+        let mut o = self.dispatch(session, req, spec, &change.apply_args(), "apply_change", cancel).await;
+        o.meta.insert("path".into(), Value::String(change.path));
+        o
+    }
+
+    fn previews(&self) -> std::sync::MutexGuard<'_, PreviewStore> {
+        self.previews.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
     /// Send the call to its group's pool and wait for its end.
-    async fn dispatch(&self, session: &SessionInfo, req: &CallRequest, spec: &ToolSpec, cancel: &CancellationToken) -> Outcome {
+    async fn dispatch(&self, session: &SessionInfo, req: &CallRequest, spec: &ToolSpec, args: &Value, worker_tool: &str, cancel: &CancellationToken) -> Outcome {
         let Some(pool) = self.pools.get(spec.group) else {
             return fail(ErrorType::InternalError, format!("no pool for group {}", spec.group));
         };
@@ -70,8 +108,8 @@ impl Service {
         let job = Job {
             call: self.next_call(),
             name: req.id.to_string(),
-            tool: spec.name.to_owned(),
-            args: req.args.clone(),
+            tool: worker_tool.to_owned(),
+            args: args.clone(),
             stream: req.stream == Some(true),
             timeout,
             rerunnable: spec.read_only && spec.risk == Risk::Low && spec.group == "search",
@@ -115,36 +153,6 @@ async fn forward_output(mut rx: mpsc::Receiver<(String, String)>, id: Id, out: O
     }
 }
 
-/// `ToolNotFound` with the closest names.
-fn not_found_message(tools: &[ToolSpec], name: &str) -> String {
-    let mut names: Vec<(usize, &str)> = tools
-        .iter()
-        .flat_map(|t| std::iter::once(t.name).chain(t.aliases.iter().copied()))
-        .map(|n| (edit_distance(name, n), n))
-        .collect();
-    names.sort();
-    let close: Vec<&str> = names.iter().filter(|(d, _)| *d <= 3.max(name.len() / 3)).take(3).map(|(_, n)| *n).collect();
-    if close.is_empty() {
-        format!("no tool named `{name}`")
-    } else {
-        format!("no tool named `{name}`; did you mean {}?", close.iter().map(|n| format!("`{n}`")).collect::<Vec<_>>().join(", "))
-    }
-}
-
-fn edit_distance(a: &str, b: &str) -> usize {
-    let b: Vec<char> = b.chars().collect();
-    let mut prev: Vec<usize> = (0..=b.len()).collect();
-    for (i, ca) in a.chars().enumerate() {
-        let mut cur = vec![i + 1];
-        for (j, cb) in b.iter().enumerate() {
-            let sub = prev[j] + usize::from(ca != *cb);
-            cur.push(sub.min(prev[j + 1] + 1).min(cur[j] + 1));
-        }
-        prev = cur;
-    }
-    prev[b.len()]
-}
-
 /// Build the wire result from a worker outcome.
 pub fn to_result(id: Id, o: Outcome, extra: Map<String, Value>, started: Instant, audit_seq: u64) -> ToolResult {
     let mut meta = o.meta;
@@ -175,15 +183,6 @@ pub fn internal_result(id: Id, why: &str) -> ToolResult {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn near_names_are_suggested() {
-        let tools = tools::catalog();
-        let m = not_found_message(&tools, "read_fil");
-        assert!(m.contains("`read_file`"), "{m}");
-        let m = not_found_message(&tools, "zzzzzzzzzzzzzzzzzz");
-        assert!(!m.contains("did you mean"), "{m}");
-    }
 
     #[test]
     fn handles_name_their_worker() {

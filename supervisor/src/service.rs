@@ -15,6 +15,8 @@ use toolvisor_protocol::worker::{ExecSettings, Roots, WorkerInit};
 use crate::config::Config;
 use crate::events::Events;
 use crate::pool::{Pool, PoolSpec};
+use crate::previews::PreviewStore;
+use crate::validate::Validators;
 use crate::restart::RestartPolicy;
 use crate::spawn::{SpawnSpec, Spawner};
 
@@ -33,6 +35,9 @@ pub struct Service {
     pub paths: Paths,
     pub config: RwLock<Arc<Config>>,
     pub tools: Vec<ToolSpec>,
+    pub validators: Validators,
+    /// Changes shown by a preview, waiting for `apply_file_change`.
+    pub previews: std::sync::Mutex<PreviewStore>,
     pub pools: HashMap<String, Arc<Pool>>,
     pub events: Events,
     pub started: Instant,
@@ -76,6 +81,8 @@ impl Service {
         Ok(Arc::new(Service {
             paths,
             config: RwLock::new(Arc::new(config)),
+            validators: Validators::new(&tools::catalog()).map_err(|e| e.to_string())?,
+            previews: std::sync::Mutex::new(PreviewStore::new()),
             tools: tools::catalog(),
             pools,
             events,
