@@ -355,7 +355,7 @@ mod tests {
         let (b, mut rx_b) = m.register(details("s", 2), t0 + Duration::from_secs(30));
         assert_eq!(m.next_deadline(), Some(t0 + Duration::from_secs(60)));
         assert!(m.expire(t0 + Duration::from_secs(59)).is_empty());
-        assert_eq!(m.expire(t0 + Duration::from_secs(60)), [a.clone()]);
+        assert_eq!(m.expire(t0 + Duration::from_secs(60)), vec![a.clone()]);
         assert_eq!(rx_a.try_recv(), Ok(Answer::TimedOut));
         assert!(rx_b.try_recv().is_err(), "b still waits");
         let left = m.pending(t0 + Duration::from_secs(60));

@@ -139,7 +139,7 @@ impl Grants {
         let token = random_hex(16)?;
         let expires = now + req.ttl;
         let mut live = self.lock();
-        live.retain(|_, g| g.expires > now && !(g.used && !g.reusable));
+        live.retain(|_, g| g.expires > now && (g.reusable || !g.used));
         live.insert(
             token.clone(),
             Grant {
@@ -198,15 +198,15 @@ impl Grants {
                 allowed: g.tools.join(", "),
             });
         }
-        if let Some(expected) = &g.trace_id {
-            if call.trace_id != Some(expected.as_str()) {
-                return Err(TokenInvalid::WrongTrace {
-                    expected: expected.clone(),
-                    got: call
-                        .trace_id
-                        .map_or("no trace id".to_string(), |t| format!("`{t}`")),
-                });
-            }
+        if let Some(expected) = &g.trace_id
+            && call.trace_id != Some(expected.as_str())
+        {
+            return Err(TokenInvalid::WrongTrace {
+                expected: expected.clone(),
+                got: call
+                    .trace_id
+                    .map_or("no trace id".to_string(), |t| format!("`{t}`")),
+            });
         }
         self.paths_fit(g, call.locations)
     }

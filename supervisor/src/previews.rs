@@ -42,6 +42,8 @@ pub struct PendingChange {
     pub content: String,
     /// The preview tool that made it (`preview_write_file` / `preview_edit_file`).
     pub tool: String,
+    /// The diff the preview showed (for the confirmation of `apply_file_change`).
+    pub diff: String,
 }
 
 impl PendingChange {
@@ -59,11 +61,13 @@ impl PendingChange {
             Value::String(s) => s,
             _ => return None,
         };
+        let diff = meta.get("diff").and_then(Value::as_str).unwrap_or_default().to_owned();
         Some(PendingChange {
             path,
             before_sha256,
             content,
             tool: tool.to_owned(),
+            diff,
         })
     }
 
@@ -297,6 +301,7 @@ mod tests {
             before_sha256: None,
             content: format!("content {n}"),
             tool: "preview_write_file".into(),
+            diff: String::new(),
         }
     }
 

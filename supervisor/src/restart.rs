@@ -150,8 +150,9 @@ mod tests {
     }
 
     proptest! {
-        /// Whatever the crash times, no window of `restart_window_ms` holds more than
-        /// `restart_max` restarts, and every delay stays within the backoff bounds.
+        /// Whatever the crash times, between two failures no window of
+        /// `restart_window_ms` holds more than `restart_max` restarts, and every delay
+        /// stays within the backoff bounds.
         #[test]
         fn intensity_and_backoff_bounds_hold(gaps in prop::collection::vec(0u64..20_000, 1..60)) {
             let cfg = SupervisorConfig::default();
@@ -171,7 +172,10 @@ mod tests {
                         prop_assert!(in_window <= cfg.restart_max as usize);
                     }
                     Next::Fail { retry_after } => {
+                        // The cool-down passes, then counting starts afresh.
                         prop_assert_eq!(retry_after, Some(ms(cfg.cooldown_ms)));
+                        now += ms(cfg.cooldown_ms);
+                        restarts.clear();
                         p.reset();
                     }
                 }

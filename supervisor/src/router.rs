@@ -183,6 +183,7 @@ pub fn internal_result(id: Id, why: &str) -> ToolResult {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use serde_json::json;
 
     #[test]
     fn handles_name_their_worker() {

@@ -223,3 +223,143 @@ pub fn block<F: std::future::Future>(deadline: Duration, f: F) -> F::Output {
 }
 
 pub const T: Duration = Duration::from_secs(60);
+
+// ---- Helpers for the exec and edit tests (appended). ----
+
+/// A value unique to this test run, for `env` markers.
+pub fn unique_marker(tag: &str) -> String {
+    static N: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let n = N.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos());
+    format!("e2e-{tag}-{}-{n}-{nanos}", std::process::id())
+}
+
+/// Live (not zombie) processes whose environment has an entry containing `needle`.
+pub fn procs_with_env(needle: &str) -> Vec<u32> {
+    let me = std::process::id();
+    let Ok(rd) = std::fs::read_dir("/proc") else { return Vec::new() };
+    let needle = needle.as_bytes();
+    let mut out = Vec::new();
+    for e in rd.flatten() {
+        let Some(pid) = e.file_name().to_str().and_then(|n| n.parse::<u32>().ok()) else { continue };
+        if pid == me {
+            continue;
+        }
+        let Ok(env) = std::fs::read(format!("/proc/{pid}/environ")) else { continue };
+        if env.split(|&b| b == 0).any(|entry| entry.windows(needle.len()).any(|w| w == needle)) && pid_alive(pid) {
+            out.push(pid);
+        }
+    }
+    out
+}
+
+/// `comm` of a process ("?" when gone).
+pub fn proc_comm(pid: u32) -> String {
+    std::fs::read_to_string(format!("/proc/{pid}/comm")).map_or_else(|_| "?".into(), |s| s.trim().to_owned())
+}
+
+/// Whether `pid` exists and is not a zombie.
+pub fn pid_alive(pid: u32) -> bool {
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        // The state is the first field after the `(comm)`, which may contain spaces.
+        Ok(stat) => stat.rsplit_once(')').and_then(|(_, rest)| rest.split_whitespace().next()).is_some_and(|st| st != "Z" && st != "X"),
+        Err(_) => false,
+    }
+}
+
+/// Wait until no live process carries `needle` in its environment. A foreign process's
+/// death has no event to wait on: re-scan /proc with short pauses, up to `deadline`.
+pub async fn wait_no_procs_with_env(needle: &str, deadline: Duration) -> Result<(), Vec<(u32, String)>> {
+    let end = Instant::now() + deadline;
+    loop {
+        let left = procs_with_env(needle);
+        if left.is_empty() {
+            return Ok(());
+        }
+        if Instant::now() >= end {
+            return Err(left.into_iter().map(|p| (p, proc_comm(p))).collect());
+        }
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+}
+
+/// Wait until at least `n` live processes named `comm` carry `needle` in their environment.
+pub async fn wait_procs_with_env(needle: &str, comm: &str, n: usize, deadline: Duration) -> Vec<u32> {
+    let end = Instant::now() + deadline;
+    loop {
+        let found: Vec<u32> = procs_with_env(needle).into_iter().filter(|&p| proc_comm(p) == comm).collect();
+        if found.len() >= n {
+            return found;
+        }
+        assert!(Instant::now() < end, "no {n} {comm:?} processes with {needle:?} within {deadline:?}");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+/// Resident set size of `pid` in bytes (`VmRSS` of /proc/<pid>/status).
+pub fn rss_bytes(pid: u32) -> Option<u64> {
+    let s = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    let line = s.lines().find(|l| l.starts_with("VmRSS:"))?;
+    let kb: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    Some(kb * 1024)
+}
+
+impl Server {
+    /// Like [`Server::start`], with extra variables in the server's environment.
+    pub fn start_with_env(config: &str, env: &[(&str, &str)]) -> Server {
+        let dir = tempfile::tempdir().expect("tempdir");
+        std::fs::write(dir.path().join("toolvisor.toml"), config).expect("write config");
+        let mut child = Command::new(BIN)
+            .arg("serve")
+            .arg("--workspace")
+            .arg(dir.path())
+            .env("RUST_LOG", "info")
+            .envs(env.iter().copied())
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("spawn toolvisor serve");
+        let stderr = child.stderr.take().expect("stderr");
+        let (tx, rx) = mpsc::channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+                if std::env::var_os("E2E_VERBOSE").is_some() {
+                    eprintln!("[serve] {line}");
+                }
+                if tx.send(line).is_err() {
+                    break;
+                }
+            }
+        });
+        let mut s = Server { dir, child: Some(child), log: rx, log_seen: Vec::new() };
+        s.wait_log("serving", START_DEADLINE);
+        s.wait_ready(START_DEADLINE);
+        s
+    }
+
+    /// Every worker of every group from status: (group, pid, state).
+    pub async fn workers(&self) -> Vec<(String, Option<u32>, String)> {
+        let mut c = self.client().await;
+        let id = "st".into();
+        match c.request(&ClientMessage::Status { id: "st".into() }, &id).await.expect("status") {
+            ServerMessage::Status { workers, .. } => workers.iter().map(|w| (w.group.clone(), w.pid, w.state.clone())).collect(),
+            other => panic!("{other:?}"),
+        }
+    }
+
+    /// Wait until every worker of `group` is `ready` and none has a pid in `old`.
+    pub async fn wait_group_back(&self, group: &str, old: &[u32], deadline: Duration) -> Vec<u32> {
+        let end = Instant::now() + deadline;
+        loop {
+            let ws: Vec<_> = self.workers().await.into_iter().filter(|w| w.0 == group).collect();
+            let back = !ws.is_empty() && ws.iter().all(|w| w.2 == "ready" && w.1.is_some_and(|p| !old.contains(&p)));
+            if back {
+                return ws.iter().filter_map(|w| w.1).collect();
+            }
+            assert!(Instant::now() < end, "{group} workers not back within {deadline:?}: {ws:?}");
+            // Readiness has no event a client can wait on besides status: poll it.
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    }
+}

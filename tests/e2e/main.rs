@@ -4,5 +4,8 @@
 mod harness;
 
 mod crash;
+mod edit;
+mod exec;
 mod protocol;
+mod python_client;
 mod search;

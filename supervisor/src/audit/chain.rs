@@ -244,3 +244,25 @@ mod tests {
         );
     }
 }
+
+#[cfg(test)]
+mod props {
+    use super::*;
+    use proptest::prelude::*;
+
+    proptest! {
+        /// Whatever text a caller records (control characters, quotes, any Unicode),
+        /// the sealed line is one line and checks.
+        #[test]
+        fn any_text_seals_to_one_checkable_line(key in "\\PC{0,12}", text in any::<String>(), n in any::<i64>()) {
+            let mut fields = Map::new();
+            fields.insert(format!("f_{key}"), Value::String(text));
+            fields.insert("n".into(), n.into());
+            let mut out = Vec::new();
+            let h = seal(1, "T", "k", fields, GENESIS, &mut out);
+            prop_assert_eq!(out.iter().filter(|&&b| b == b'\n').count(), 1);
+            let s = check_line(&out[..out.len() - 1]).unwrap();
+            prop_assert_eq!(s.hash, h);
+        }
+    }
+}

@@ -142,6 +142,14 @@ impl Audit {
         self.append_wait(R::KIND, r.fields(), RESULT_WAIT).await
     }
 
+    /// Queues a record without waiting for it (for sync callers such as worker life
+    /// events). It joins the next group commit; while the log is unavailable it is kept
+    /// and written when the log resumes. Returns false once the log is closed.
+    pub fn append_detached(&self, kind: &str, fields: Map<String, Value>) -> bool {
+        let p = Pending::internal(kind, fields);
+        self.inner.tx.send(Cmd::Append(p)).is_ok()
+    }
+
     async fn submit(
         &self,
         kind: &str,

@@ -37,14 +37,6 @@ fn records(path: &Path) -> Vec<Value> {
         .collect()
 }
 
-fn all_records(dir: &Path) -> Vec<Value> {
-    segments::all(dir)
-        .unwrap()
-        .iter()
-        .flat_map(|p| records(p))
-        .collect()
-}
-
 fn verify(dir: &Path) -> (i32, String) {
     let mut out = Vec::new();
     let code = verify_cmd(dir, &[], &mut out);
@@ -96,6 +88,29 @@ async fn records_chain_from_genesis_and_verify() {
 
 async fn request_after_close(a: &Audit) -> Result<u64, AuditError> {
     a.append("requested", Map::new()).await
+}
+
+#[tokio::test]
+async fn detached_records_are_kept_through_an_outage() {
+    let dir = tempfile::tempdir().unwrap();
+    let (a, _) = Audit::open(dir.path(), &cfg()).unwrap();
+    a.fail_next_writes(1);
+    assert!(a.append("x", Map::new()).await.is_err());
+    assert!(a.append_detached("worker_exited", f(json!({"pid": 7}))));
+    let seq = a
+        .append_wait("x", Map::new(), Duration::from_secs(10))
+        .await
+        .unwrap();
+    a.close().await;
+    let kinds: Vec<Value> = records(&a.path())
+        .iter()
+        .map(|r| r["kind"].clone())
+        .collect();
+    assert_eq!(
+        kinds,
+        [json!("recovered"), json!("worker_exited"), json!("x")]
+    );
+    assert_eq!(seq, 3);
 }
 
 #[tokio::test]
@@ -175,7 +190,10 @@ async fn torn_tail_without_newline_is_cut_and_recorded() {
     assert_eq!(recs[2]["seq"], 3);
     let saved = rec.torn_saved_to.unwrap();
     assert_eq!(fs::read(saved).unwrap(), &next[..next.len() / 2]);
-    assert!(fs::read(a.path()).unwrap().starts_with(&before), "good records untouched");
+    assert!(
+        fs::read(a.path()).unwrap().starts_with(&before),
+        "good records untouched"
+    );
     assert_eq!(verify(dir.path()).0, 0);
 }
 

@@ -178,25 +178,23 @@ impl Policy {
     /// Why an all-allow verdict still needs a person, if it does.
     fn allow_blocker(&self, facts: &Facts<'_>, verdicts: &[Verdict<'_>]) -> Option<String> {
         let rules: Vec<&CompiledRule> = verdicts.iter().filter_map(|v| v.rule).collect();
-        if let Some(shell) = &facts.shell {
-            if let (Some(r), Some(h)) = (
-                rules.iter().find(|r| r.tests_command()),
-                shell.hazards.first(),
-            ) {
-                return Some(format!(
-                    "{} allows the command's parts, but {h}; that needs confirmation",
-                    r.id()
-                ));
-            }
+        if let Some(shell) = &facts.shell
+            && let Some(r) = rules.iter().find(|r| r.tests_command())
+            && let Some(h) = shell.hazards.first()
+        {
+            return Some(format!(
+                "{} allows the command's parts, but {h}; that needs confirmation",
+                r.id()
+            ));
         }
-        if !facts.dangerous_env.is_empty() {
-            if let Some(r) = rules.iter().find(|r| !r.tests_env()) {
-                return Some(format!(
-                    "the call's env sets {}, which {} does not test",
-                    facts.dangerous_env.join(", "),
-                    r.id()
-                ));
-            }
+        if !facts.dangerous_env.is_empty()
+            && let Some(r) = rules.iter().find(|r| !r.tests_env())
+        {
+            return Some(format!(
+                "the call's env sets {}, which {} does not test",
+                facts.dangerous_env.join(", "),
+                r.id()
+            ));
         }
         None
     }
@@ -437,10 +435,10 @@ impl<'a> Facts<'a> {
     /// unit's text, list elements one by one, `env` as `KEY=VALUE` entries, and
     /// `env.KEY` for one entry. `None` when the call does not have it.
     fn values(&self, param: &str, command: Option<&str>) -> Option<Vec<String>> {
-        if param == COMMAND {
-            if let Some(c) = command {
-                return Some(vec![c.to_string()]);
-            }
+        if param == COMMAND
+            && let Some(c) = command
+        {
+            return Some(vec![c.to_string()]);
         }
         if let Some(v) = self.resolved.get(param) {
             return Some(v.clone());

@@ -313,12 +313,11 @@ impl Walker<'_> {
     }
 
     fn calls(&self, node: Node<'_>, name: &str) -> bool {
-        if node.kind() == "command" {
-            if let Some(n) = node.child_by_field_name("name") {
-                if unquote(&self.text(n)) == name {
-                    return true;
-                }
-            }
+        if node.kind() == "command"
+            && let Some(n) = node.child_by_field_name("name")
+            && unquote(&self.text(n)) == name
+        {
+            return true;
         }
         let mut cursor = node.walk();
         let children: Vec<Node<'_>> = node.children(&mut cursor).collect();

@@ -418,26 +418,24 @@ fn tool_with_args() -> impl Strategy<Value = (&'static str, Value)> {
         "/etc/[a-z]{1,6}",
         "\\.\\./[a-z]{1,6}",
     ];
-    (0usize..14, path, "[a-z ;|&$()]{1,20}").prop_map(|(i, path, cmd)| {
-        match i {
-            0 => ("read_file", json!({"path": path})),
-            1 => ("read_many_files", json!({"paths": [path]})),
-            2 => ("ls", json!({"path": path})),
-            3 => ("glob", json!({"pattern": "*", "directory": path})),
-            4 => ("grep", json!({"pattern": "x", "directory": path})),
-            5 => ("write_file", json!({"path": path, "content": "c"})),
-            6 => (
-                "edit_file",
-                json!({"path": path, "edits": [{"target": "a", "replacement": "b"}]}),
-            ),
-            7 => ("preview_write_file", json!({"path": path, "content": "c"})),
-            8 => ("preview_edit_file", json!({"path": path, "edits": []})),
-            9 => ("apply_file_change", json!({"token": "t"})),
-            10 => ("run_command", json!({"command": cmd, "cwd": path})),
-            11 => ("list_processes", json!({})),
-            12 => ("read_output", json!({"process": "p"})),
-            _ => ("kill_process", json!({"process": "p"})),
-        }
+    (0usize..14, path, "[a-z ;|&$()]{1,20}").prop_map(|(i, path, cmd)| match i {
+        0 => ("read_file", json!({"path": path})),
+        1 => ("read_many_files", json!({"paths": [path]})),
+        2 => ("ls", json!({"path": path})),
+        3 => ("glob", json!({"pattern": "*", "directory": path})),
+        4 => ("grep", json!({"pattern": "x", "directory": path})),
+        5 => ("write_file", json!({"path": path, "content": "c"})),
+        6 => (
+            "edit_file",
+            json!({"path": path, "edits": [{"target": "a", "replacement": "b"}]}),
+        ),
+        7 => ("preview_write_file", json!({"path": path, "content": "c"})),
+        8 => ("preview_edit_file", json!({"path": path, "edits": []})),
+        9 => ("apply_file_change", json!({"token": "t"})),
+        10 => ("run_command", json!({"command": cmd, "cwd": path})),
+        11 => ("list_processes", json!({})),
+        12 => ("read_output", json!({"process": "p"})),
+        _ => ("kill_process", json!({"process": "p"})),
     })
 }
 
