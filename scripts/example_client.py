@@ -156,11 +156,12 @@ class ProtocolError(Exception):
 
 def default_socket(workspace):
     """PROTOCOL.md §1: <workspace>/.toolvisor/toolvisor.sock, or the hashed fallback."""
-    state = os.path.join(os.path.realpath(workspace), ".toolvisor")
+    ws = os.path.realpath(workspace)
+    state = os.path.join(ws, ".toolvisor")
     inside = os.path.join(state, "toolvisor.sock")
     if len(os.fsencode(inside)) <= 107:
         return inside
-    digest = hashlib.sha256(os.fsencode(state)).hexdigest()[:16]
+    digest = hashlib.sha256(os.fsencode(ws)).hexdigest()[:16]
     base = os.environ.get("XDG_RUNTIME_DIR") or ""
     if not os.path.isdir(base):
         base = "/tmp"

@@ -104,7 +104,8 @@ pub fn decode<T: DeserializeOwned>(body: &[u8], known: &[&str]) -> Result<T, Dec
         return Err(DecodeError::UnknownType(kind.to_owned()));
     }
     let mut de = rmp_serde::Deserializer::from_read_ref(body);
-    de.set_max_depth(MAX_DEPTH);
+    // The value pass above enforced MAX_DEPTH; this only has to not refuse it.
+    de.set_max_depth(3 * MAX_DEPTH);
     T::deserialize(&mut de).map_err(|e| DecodeError::BadFields {
         message: format!("bad `{kind}` message: {e}"),
         id: field(entries, "id").and_then(id_of),
@@ -115,8 +116,15 @@ pub fn decode<T: DeserializeOwned>(body: &[u8], known: &[&str]) -> Result<T, Dec
 /// nothing trails it.
 pub fn decode_value(body: &[u8]) -> Result<rmpv::Value, DecodeError> {
     let mut rd = body;
-    let value = rmpv::decode::read_value_with_max_depth(&mut rd, MAX_DEPTH)
+    // rmpv spends two or three units of its budget per level: this bound only keeps
+    // the recursion short; the exact limit is checked on the value below.
+    let value = rmpv::decode::read_value_with_max_depth(&mut rd, 3 * MAX_DEPTH)
         .map_err(|e| DecodeError::Malformed(format!("not valid MessagePack: {e}")))?;
+    if nesting(&value) > MAX_DEPTH {
+        return Err(DecodeError::Malformed(format!(
+            "message nests deeper than {MAX_DEPTH} levels"
+        )));
+    }
     if !rd.is_empty() {
         return Err(DecodeError::Malformed(format!(
             "{} bytes after the message",
@@ -124,6 +132,29 @@ pub fn decode_value(body: &[u8]) -> Result<rmpv::Value, DecodeError> {
         )));
     }
     Ok(value)
+}
+
+/// How many arrays and maps deep `v` goes (the outermost counts 1), iteratively.
+fn nesting(v: &rmpv::Value) -> usize {
+    let mut deepest = 0;
+    let mut stack = vec![(v, 1usize)];
+    while let Some((v, d)) = stack.pop() {
+        match v {
+            rmpv::Value::Array(items) => {
+                deepest = deepest.max(d);
+                stack.extend(items.iter().map(|i| (i, d + 1)));
+            }
+            rmpv::Value::Map(entries) => {
+                deepest = deepest.max(d);
+                for (k, v) in entries {
+                    stack.push((k, d + 1));
+                    stack.push((v, d + 1));
+                }
+            }
+            _ => {}
+        }
+    }
+    deepest
 }
 
 fn field<'a>(entries: &'a [(rmpv::Value, rmpv::Value)], key: &str) -> Option<&'a rmpv::Value> {
@@ -136,7 +167,10 @@ fn field<'a>(entries: &'a [(rmpv::Value, rmpv::Value)], key: &str) -> Option<&'a
 fn id_of(v: &rmpv::Value) -> Option<crate::Id> {
     match v {
         rmpv::Value::String(s) => s.as_str().map(crate::Id::from),
-        rmpv::Value::Integer(n) => n.as_i64().map(crate::Id::Int),
+        rmpv::Value::Integer(n) => n
+            .as_i64()
+            .map(crate::Id::Int)
+            .or_else(|| n.as_u64().map(crate::Id::UInt)),
         _ => None,
     }
 }
@@ -158,6 +192,29 @@ mod tests {
         b.push(0xc0);
         let err = decode::<ClientMessage>(&b, KNOWN_CLIENT_TYPES).unwrap_err();
         assert!(matches!(err, DecodeError::Malformed(_)), "{err:?}");
+    }
+
+    /// A map nested `levels` deep in total (the message itself is level 1).
+    fn nested(levels: usize) -> Vec<u8> {
+        let mut v = rmpv::Value::Nil;
+        for _ in 1..levels {
+            v = rmpv::Value::Map(vec![("x".into(), v)]);
+        }
+        let msg = rmpv::Value::Map(vec![
+            ("type".into(), "ping".into()),
+            ("id".into(), "p".into()),
+            ("deep".into(), v),
+        ]);
+        body(&msg)
+    }
+
+    #[test]
+    fn nesting_up_to_32_levels_is_accepted_and_33_refused() {
+        assert!(decode::<ClientMessage>(&nested(MAX_DEPTH), KNOWN_CLIENT_TYPES).is_ok());
+        assert!(matches!(
+            decode::<ClientMessage>(&nested(MAX_DEPTH + 1), KNOWN_CLIENT_TYPES),
+            Err(DecodeError::Malformed(_))
+        ));
     }
 
     #[test]

@@ -10,6 +10,8 @@ use std::fmt;
 pub enum Id {
     Str(String),
     Int(i64),
+    /// An unsigned id above `i64::MAX`.
+    UInt(u64),
 }
 
 impl fmt::Display for Id {
@@ -17,6 +19,7 @@ impl fmt::Display for Id {
         match self {
             Id::Str(s) => f.write_str(s),
             Id::Int(n) => write!(f, "{n}"),
+            Id::UInt(n) => write!(f, "{n}"),
         }
     }
 }

@@ -104,7 +104,7 @@ pub fn resolve(cli: &Cli) -> Result<Resolved, String> {
     let config = Config::load(&config_file).map_err(|e| e.to_string())?;
     let state_dir = absolute(&workspace, &config.server.state_dir);
     let state_dir = state_dir.canonicalize().unwrap_or(state_dir);
-    let socket = cli.socket.clone().unwrap_or_else(|| crate::state::socket_path(&state_dir));
+    let socket = cli.socket.clone().unwrap_or_else(|| crate::state::socket_path(&state_dir, &workspace));
     Ok(Resolved { workspace, config_file, config, socket, explicit_socket: cli.socket.clone() })
 }
 

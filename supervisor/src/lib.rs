@@ -2,6 +2,7 @@
 //! (validation, policy, audit), one pool of worker processes per group, and the CLI.
 
 pub mod audit;
+pub mod call_audit;
 pub mod cli;
 pub mod commands;
 pub mod config;

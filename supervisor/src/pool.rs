@@ -109,13 +109,16 @@ impl Pool {
 
     /// Run a job to its end: result, timeout, cancel, crash (re-run once when allowed).
     pub async fn run(&self, mut job: Job, cancel: &CancellationToken) -> JobEnd {
-        let deadline = Instant::now() + job.timeout;
+        // Waiting for a free worker is bounded by the call's timeout too; the call's
+        // own clock starts when a worker takes it.
+        let queue_deadline = Instant::now() + job.timeout;
         let mut rerun_left = job.rerunnable;
         loop {
-            let (slot, rx) = match self.acquire(&mut job, deadline, cancel).await {
+            let (slot, rx) = match self.acquire(&mut job, queue_deadline, cancel).await {
                 Ok(x) => x,
                 Err(outcome) => return JobEnd { outcome, worker: None },
             };
+            let deadline = Instant::now() + job.timeout;
             let worker = slot.pid().map(|pid| (self.group.clone(), pid));
             let end = |outcome| JobEnd { outcome, worker: worker.clone() };
             let give_up = tokio::time::Instant::from_std(deadline + self.deadline_grace);

@@ -3,7 +3,7 @@
 //! the one `result` the client gets.
 
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime};
 
 use serde_json::{Map, Value};
 use tokio::sync::mpsc;
@@ -13,6 +13,7 @@ use toolvisor_protocol::tools::{self, Risk, ToolSpec};
 use toolvisor_protocol::worker::Outcome;
 use toolvisor_protocol::{ErrorBody, ErrorType, Id};
 
+use crate::call_audit::CallRecord;
 use crate::outbox::Outbox;
 use crate::previews::{PendingChange, PreviewStore};
 use crate::pool::Job;
@@ -40,29 +41,60 @@ impl Service {
     pub async fn run_call(self: Arc<Self>, session: Arc<SessionInfo>, req: CallRequest, cancel: CancellationToken) -> ToolResult {
         let started = Instant::now();
         let _open = self.open_call();
-        let (outcome, meta_extra) = self.route(&session, &req, &cancel).await;
-        to_result(req.id, outcome, meta_extra, started, 0)
+        let mut rec = CallRecord {
+            call_id: format!("{}:{}", session.id, req.id),
+            trace_id: req.trace_id.clone().unwrap_or_default(),
+            session: &session,
+            tool: &req.tool,
+            args: &req.args,
+            decision: "allow",
+            reason: "no policy rule applies",
+            rule: None,
+            started_at: SystemTime::now(),
+        };
+        let mut extra = Map::new();
+        let spec = match self.admit(&req) {
+            Ok(spec) => spec,
+            Err(o) => {
+                let seq = rec.rejected(&self.audit, &o).await;
+                return to_result(req.id, o, extra, started, seq);
+            }
+        };
+        rec.tool = spec.name;
+        if let Err(e) = rec.requested_durably(&self.audit).await {
+            let o = fail(ErrorType::InternalError, format!("audit unavailable: no tool may start ({e})"));
+            return to_result(req.id, o, extra, started, 0);
+        }
+        let (mut outcome, worker) = self.route(&session, &req, spec, &cancel).await;
+        let seq = rec.completed(&self.audit, &mut outcome, worker.as_ref().map(|(g, p)| (g.as_str(), *p))).await;
+        extra.insert("call_id".into(), Value::String(rec.call_id.clone()));
+        to_result(req.id, outcome, extra, started, seq)
     }
 
-    async fn route(&self, session: &SessionInfo, req: &CallRequest, cancel: &CancellationToken) -> (Outcome, Map<String, Value>) {
-        let extra = Map::new();
+    /// Find the tool and check its arguments; an error ends the call before it runs.
+    fn admit(&self, req: &CallRequest) -> Result<&ToolSpec, Outcome> {
         let Some(spec) = tools::find(&self.tools, &req.tool) else {
-            return (fail(ErrorType::ToolNotFound, self.validators.not_found(&req.tool)), extra);
+            return Err(fail(ErrorType::ToolNotFound, self.validators.not_found(&req.tool)));
         };
         if let Err(violations) = self.validators.check(spec.name, &req.args) {
-            return (fail(ErrorType::InvalidParams, format!("invalid arguments for {}:\n{violations}", spec.name)), extra);
+            return Err(fail(ErrorType::InvalidParams, format!("invalid arguments for {}:\n{violations}", spec.name)));
         }
+        Ok(spec)
+    }
+
+    /// Run an admitted call; returns its outcome and the worker that ran it.
+    async fn route(&self, session: &SessionInfo, req: &CallRequest, spec: &ToolSpec, cancel: &CancellationToken) -> (Outcome, Option<(String, u32)>) {
         let outcome = match spec.name {
             "apply_file_change" => self.apply_change(session, req, spec, cancel).await,
             _ => {
-                let mut o = self.dispatch(session, req, spec, &req.args, spec.name, cancel).await;
+                let mut end = self.dispatch(session, req, spec, &req.args, spec.name, cancel).await;
                 if spec.name.starts_with("preview_") {
-                    self.issue_preview_token(spec.name, &mut o);
+                    self.issue_preview_token(spec.name, &mut end.0);
                 }
-                o
+                return end;
             }
         };
-        (outcome, extra)
+        outcome
     }
 
     /// Keep a preview's change in the supervisor (it outlives edit-worker restarts)
@@ -78,15 +110,15 @@ impl Service {
     }
 
     /// `apply_file_change`: exactly the change its preview showed, once.
-    async fn apply_change(&self, session: &SessionInfo, req: &CallRequest, spec: &ToolSpec, cancel: &CancellationToken) -> Outcome {
+    async fn apply_change(&self, session: &SessionInfo, req: &CallRequest, spec: &ToolSpec, cancel: &CancellationToken) -> (Outcome, Option<(String, u32)>) {
         let token = req.args.get("token").and_then(Value::as_str).unwrap_or_default();
         let change = match self.previews().take(token, Instant::now()) {
             Ok(c) => c,
-            Err(e) => return fail(e.error_type(), e.to_string()),
+            Err(e) => return (fail(e.error_type(), e.to_string()), None),
         };
-        let mut o = self.dispatch(session, req, spec, &change.apply_args(), "apply_change", cancel).await;
-        o.meta.insert("path".into(), Value::String(change.path));
-        o
+        let mut end = self.dispatch(session, req, spec, &change.apply_args(), "apply_change", cancel).await;
+        end.0.meta.insert("path".into(), Value::String(change.path));
+        end
     }
 
     fn previews(&self) -> std::sync::MutexGuard<'_, PreviewStore> {
@@ -94,9 +126,9 @@ impl Service {
     }
 
     /// Send the call to its group's pool and wait for its end.
-    async fn dispatch(&self, session: &SessionInfo, req: &CallRequest, spec: &ToolSpec, args: &Value, worker_tool: &str, cancel: &CancellationToken) -> Outcome {
+    async fn dispatch(&self, session: &SessionInfo, req: &CallRequest, spec: &ToolSpec, args: &Value, worker_tool: &str, cancel: &CancellationToken) -> (Outcome, Option<(String, u32)>) {
         let Some(pool) = self.pools.get(spec.group) else {
-            return fail(ErrorType::InternalError, format!("no pool for group {}", spec.group));
+            return (fail(ErrorType::InternalError, format!("no pool for group {}", spec.group)), None);
         };
         let timeout = self.deadline(spec, req);
         let (output, forwarder) = if req.stream == Some(true) {
@@ -121,7 +153,7 @@ impl Service {
         if let Some(f) = forwarder {
             let _ = f.await; // every output frame goes out before the result
         }
-        end.outcome
+        (end.outcome, end.worker)
     }
 
     /// The effective deadline: the smallest of the call's `timeout_ms`, the tool's own

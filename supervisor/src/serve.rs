@@ -30,7 +30,7 @@ pub struct ServeArgs {
 /// Run the service; returns the process exit code.
 pub fn run(args: ServeArgs) -> i32 {
     let state_dir = resolve(&args.workspace, &args.config.server.state_dir);
-    let state = match StateDir::acquire(&state_dir) {
+    let state = match StateDir::acquire(&state_dir, &args.workspace) {
         Ok(s) => s,
         Err(e) => {
             eprintln!("toolvisor: {e}");
@@ -61,7 +61,7 @@ async fn serve(args: ServeArgs, state: StateDir) -> i32 {
             return 70;
         }
     };
-    let state_dir = state.dir.canonicalize().unwrap_or_else(|_| state.dir.clone());
+    let state_dir = state.dir.clone();
     let socket = args.socket.clone().unwrap_or_else(|| state.socket.clone());
     let instance = instance_marker(&state_dir);
     crate::leftovers::kill(&instance);
@@ -72,8 +72,16 @@ async fn serve(args: ServeArgs, state: StateDir) -> i32 {
             return 70;
         }
     };
-    let paths = Paths { workspace: args.workspace.clone(), state_dir, socket: socket.clone(), config_file: args.config_file.clone(), exe };
-    let service = match Service::start(paths, args.config, spawner, instance).await {
+    let paths = Paths { workspace: args.workspace.clone(), state_dir: state_dir.clone(), socket: socket.clone(), config_file: args.config_file.clone(), exe };
+    let audit = match open_audit(&state_dir, &args.config) {
+        Ok(a) => a,
+        Err(e) => {
+            eprintln!("toolvisor: {e}");
+            return 1;
+        }
+    };
+    record_start(&audit, &args.workspace, &instance).await;
+    let service = match Service::start(paths, args.config, spawner, instance, audit.clone()).await {
         Ok(s) => s,
         Err(e) => {
             eprintln!("toolvisor: {e}");
@@ -104,12 +112,47 @@ async fn serve(args: ServeArgs, state: StateDir) -> i32 {
     let grace = Duration::from_millis(service.config().server.drain_grace_ms);
     service.drain(grace).await;
     service.stop_workers().await;
+    let stopped = crate::audit::record::SupervisorStopped { reason: if code == 0 { "signal" } else { "error" } };
+    if let Err(e) = audit.record(&stopped).await {
+        tracing::error!("cannot record supervisor_stopped: {e}");
+    }
+    audit.close().await;
     state.cleanup();
     if socket != state.socket {
         let _ = std::fs::remove_file(&socket);
     }
     tracing::info!("stopped");
     code
+}
+
+/// Open (and recover) the audit log, and say what recovery did.
+fn open_audit(state_dir: &std::path::Path, config: &Config) -> Result<crate::audit::Audit, crate::audit::AuditError> {
+    let (audit, recovery) = crate::audit::Audit::open(state_dir, &config.audit)?;
+    if !recovery.is_clean() {
+        tracing::warn!(
+            torn_bytes = recovery.torn_bytes,
+            interrupted = recovery.interrupted.len(),
+            problems = recovery.problems.len(),
+            set_aside = ?recovery.set_aside,
+            "audit log recovered"
+        );
+        for p in &recovery.problems {
+            tracing::warn!("audit: {p:?}");
+        }
+    }
+    Ok(audit)
+}
+
+async fn record_start(audit: &crate::audit::Audit, workspace: &std::path::Path, instance: &str) {
+    let r = crate::audit::record::SupervisorStarted {
+        pid: std::process::id(),
+        version: env!("CARGO_PKG_VERSION"),
+        workspace: &workspace.display().to_string(),
+        instance_id: instance,
+    };
+    if let Err(e) = audit.record(&r).await {
+        tracing::error!("cannot record supervisor_started: {e}");
+    }
 }
 
 /// The marker every command carries: which state directory, and which run of it.
@@ -142,7 +185,10 @@ async fn obey_signals(service: &Arc<Service>) -> i32 {
                 let status = crate::status::status(service, "sigusr1".into()).await;
                 tracing::info!("status: {}", serde_json::to_string(&status).unwrap_or_default());
             }
-            _ = usr2.recv() => tracing::info!("SIGUSR2: audit rotation requested"),
+            _ = usr2.recv() => {
+                tracing::info!("SIGUSR2: rotating the audit log");
+                service.audit.rotate();
+            }
         }
     }
 }

@@ -12,6 +12,7 @@ use tokio_util::sync::CancellationToken;
 use toolvisor_protocol::tools::{self, ToolSpec};
 use toolvisor_protocol::worker::{ExecSettings, Roots, WorkerInit};
 
+use crate::audit::Audit;
 use crate::config::Config;
 use crate::events::Events;
 use crate::pool::{Pool, PoolSpec};
@@ -40,6 +41,7 @@ pub struct Service {
     pub previews: std::sync::Mutex<PreviewStore>,
     pub pools: HashMap<String, Arc<Pool>>,
     pub events: Events,
+    pub audit: Audit,
     pub started: Instant,
     /// The marker every command carries in its environment.
     pub instance: String,
@@ -53,8 +55,12 @@ pub struct Service {
 
 impl Service {
     /// Start the pools of every group.
-    pub async fn start(paths: Paths, config: Config, spawner: Spawner, instance: String) -> Result<Arc<Service>, String> {
+    pub async fn start(paths: Paths, config: Config, spawner: Spawner, instance: String, audit: Audit) -> Result<Arc<Service>, String> {
         let events = Events::new();
+        let hook_audit = audit.clone();
+        events.set_audit(Arc::new(move |kind, fields| {
+            hook_audit.append_detached(kind, fields);
+        }));
         let init = worker_init(&paths, &config, &instance)?;
         let mut pools = HashMap::new();
         for group in tools::GROUPS {
@@ -86,6 +92,7 @@ impl Service {
             tools: tools::catalog(),
             pools,
             events,
+            audit,
             started: Instant::now(),
             instance,
             next_call: AtomicU64::new(1),

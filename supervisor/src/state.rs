@@ -34,13 +34,15 @@ pub struct StateDir {
     _lock: Flock<File>,
 }
 
-/// Where the socket of a state directory lives.
-pub fn socket_path(state_dir: &Path) -> PathBuf {
+/// Where the socket of a workspace's state directory lives: inside it, or, when that
+/// path is too long for a Unix socket, `$XDG_RUNTIME_DIR` (or `/tmp`) under a name
+/// made of the first 16 hex digits of the SHA-256 of the workspace path.
+pub fn socket_path(state_dir: &Path, workspace: &Path) -> PathBuf {
     let inside = state_dir.join("toolvisor.sock");
     if inside.as_os_str().len() <= SUN_PATH_MAX {
         return inside;
     }
-    let digest = Sha256::digest(state_dir.as_os_str().as_encoded_bytes());
+    let digest = Sha256::digest(workspace.as_os_str().as_encoded_bytes());
     let hex: String = digest.iter().take(8).map(|b| format!("{b:02x}")).collect();
     let base = std::env::var_os("XDG_RUNTIME_DIR")
         .map(PathBuf::from)
@@ -51,7 +53,7 @@ pub fn socket_path(state_dir: &Path) -> PathBuf {
 
 impl StateDir {
     /// Create (0700) and lock the state directory; refuse if another instance holds it.
-    pub fn acquire(dir: &Path) -> Result<StateDir, StateError> {
+    pub fn acquire(dir: &Path, workspace: &Path) -> Result<StateDir, StateError> {
         let derr = |source| StateError::Dir { path: dir.display().to_string(), source };
         std::fs::DirBuilder::new().recursive(true).mode(0o700).create(dir).map_err(derr)?;
         let meta = std::fs::symlink_metadata(dir).map_err(derr)?;
@@ -79,7 +81,8 @@ impl StateDir {
                 .map(|p| format!(" by pid {}", p.trim()))
                 .unwrap_or_default(),
         })?;
-        Ok(StateDir { socket: socket_path(dir), pidfile, dir: dir.to_owned(), _lock: lock })
+        let dir = dir.canonicalize().map_err(derr)?;
+        Ok(StateDir { socket: socket_path(&dir, workspace), pidfile, dir, _lock: lock })
     }
 
     /// Write our pid (replacing any stale pidfile: we hold the lock).
@@ -124,20 +127,20 @@ mod tests {
     fn second_instance_is_refused() {
         let tmp = tempfile::tempdir().unwrap();
         let dir = tmp.path().join(".toolvisor");
-        let first = StateDir::acquire(&dir).unwrap();
+        let first = StateDir::acquire(&dir, tmp.path()).unwrap();
         first.write_pidfile().unwrap();
-        let err = StateDir::acquire(&dir).unwrap_err();
+        let err = StateDir::acquire(&dir, tmp.path()).unwrap_err();
         assert!(matches!(err, StateError::Locked { .. }), "{err}");
         assert!(err.to_string().contains(&std::process::id().to_string()));
         drop(first);
-        StateDir::acquire(&dir).unwrap();
+        StateDir::acquire(&dir, tmp.path()).unwrap();
     }
 
     #[test]
     fn state_dir_is_private() {
         let tmp = tempfile::tempdir().unwrap();
         let dir = tmp.path().join("st");
-        let _s = StateDir::acquire(&dir).unwrap();
+        let _s = StateDir::acquire(&dir, tmp.path()).unwrap();
         let mode = std::fs::metadata(&dir).unwrap().permissions().mode() & 0o777;
         assert_eq!(mode, 0o700);
     }
@@ -145,7 +148,7 @@ mod tests {
     #[test]
     fn long_paths_put_the_socket_in_the_runtime_dir() {
         let long = PathBuf::from("/tmp").join("x".repeat(120));
-        let p = socket_path(&long);
+        let p = socket_path(&long, Path::new("/w"));
         assert!(p.as_os_str().len() <= SUN_PATH_MAX, "{}", p.display());
         assert!(p.file_name().unwrap().to_string_lossy().starts_with("toolvisor-"));
     }

@@ -75,8 +75,8 @@ impl Service {
     /// Where the audit log is and the last seq written.
     pub fn audit_status(&self) -> AuditStatus {
         AuditStatus {
-            path: self.paths.state_dir.join("audit.jsonl").display().to_string(),
-            seq: 0,
+            path: self.audit.path().display().to_string(),
+            seq: self.audit.last_seq(),
         }
     }
 }

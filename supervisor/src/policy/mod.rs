@@ -167,7 +167,11 @@ impl Policy {
         Decision {
             action,
             risk,
-            reason: with_risk_notes(reason, action, &facts.assessment),
+            reason: with_risk_notes(
+                with_hazards(reason, action, facts),
+                action,
+                &facts.assessment,
+            ),
             rule,
             description: describe::describe(facts.spec, facts.args, &facts.locations),
             locations: facts.locations.clone(),
@@ -201,7 +205,7 @@ impl Policy {
 
     fn reason(&self, facts: &Facts<'_>, v: &Verdict<'_>) -> String {
         let subject = match v.unit.and_then(|i| facts.unit_text(i)) {
-            Some(text) if facts.unit_count() > 1 => format!("`{text}`"),
+            Some(text) => format!("`{text}`"),
             _ => format!("this {} call", facts.spec.name),
         };
         match v.rule {
@@ -265,6 +269,24 @@ fn mode_name(mode: Mode) -> &'static str {
         Mode::Workspace => "workspace",
         Mode::Auto => "auto",
         Mode::Ask => "ask",
+    }
+}
+
+/// A person deciding also wants to know what in the command needs care.
+fn with_hazards(reason: String, action: Action, facts: &Facts<'_>) -> String {
+    let Some(shell) = facts.shell.as_ref().filter(|_| action != Action::Allow) else {
+        return reason;
+    };
+    let extra: Vec<String> = shell
+        .hazards
+        .iter()
+        .map(ToString::to_string)
+        .filter(|h| !reason.contains(h.as_str()))
+        .collect();
+    if extra.is_empty() {
+        reason
+    } else {
+        format!("{reason}; also {}", extra.join(", "))
     }
 }
 
@@ -410,10 +432,6 @@ impl<'a> Facts<'a> {
                 units
             }
         }
-    }
-
-    fn unit_count(&self) -> usize {
-        self.shell.as_ref().map_or(1, |s| s.commands.len())
     }
 
     /// A unit's command text; index `commands.len()` is the whole command line.

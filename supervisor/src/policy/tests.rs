@@ -524,3 +524,21 @@ proptest! {
         prop_assert_ne!(d.action, Allow);
     }
 }
+
+#[test]
+fn reasons_name_the_part_that_asks() {
+    let p = git_cargo(vec![]);
+    let d = run(&p, "git status; rm -rf ~");
+    assert!(d.reason.contains("`rm -rf ~`"), "{}", d.reason);
+    assert!(d.reason.contains("deletes recursively"), "{}", d.reason);
+    let d = run(&p, "git status $(whoami)");
+    assert!(d.reason.contains("command substitution"), "{}", d.reason);
+    let d = run(&p, "git status '$(x)' $(git status)");
+    assert!(d.reason.contains("command substitution"), "{}", d.reason);
+    assert_eq!(d.rule.as_deref(), Some("policy.rules[0]"));
+    let d = run(&p, "git status > ~/.bashrc");
+    assert!(d.reason.contains("~/.bashrc"), "{}", d.reason);
+    let help = how_to_allow(&run(&p, "make all"), "run_command");
+    assert!(help.contains("value = \"make all\""), "{help}");
+    eprintln!("{}\n---\n{}", d.reason, help);
+}
