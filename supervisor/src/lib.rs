@@ -8,6 +8,7 @@ pub mod commands;
 pub mod config;
 pub mod confirm;
 pub mod events;
+pub mod gate;
 pub mod grants;
 pub mod leftovers;
 pub mod listener;

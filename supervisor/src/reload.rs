@@ -3,23 +3,48 @@
 
 use std::sync::Arc;
 
+use crate::audit::record::{ConfigReloadFailed, ConfigReloaded};
 use crate::config::Config;
+use crate::policy::Policy;
 use crate::service::Service;
 
+/// Read and check the configuration file again, policy included.
+fn load(service: &Service) -> Result<(Config, Policy), String> {
+    let cfg = Config::load(&service.paths.config_file).map_err(|e| e.to_string())?;
+    let init = crate::service::worker_init(&service.paths, &cfg, &service.instance)?;
+    let policy = Policy::new(&cfg.policy, &init.roots).map_err(|e| format!("bad [policy]: {e}"))?;
+    Ok((cfg, policy))
+}
+
 pub async fn reload_and_restart(service: &Arc<Service>) {
-    match Config::load(&service.paths.config_file) {
-        Ok(cfg) => {
+    let path = service.paths.config_file.display().to_string();
+    match load(service) {
+        Ok((cfg, policy)) => {
             for (group, pool) in &service.pools {
                 if let Some(g) = cfg.workers.group(group) {
                     pool.set_queue_max(g.queue_max);
                 }
             }
             *service.config.write().unwrap_or_else(|p| p.into_inner()) = Arc::new(cfg);
+            *service.policy.write().unwrap_or_else(|p| p.into_inner()) = Arc::new(policy);
+            let digest = file_sha256(&service.paths.config_file);
+            service.audit.record_detached(&ConfigReloaded { path: &path, config_sha256: &digest });
             tracing::info!("SIGHUP: configuration reloaded");
         }
-        Err(e) => tracing::error!("SIGHUP: keeping the old configuration: {e}"),
+        Err(e) => {
+            service.audit.record_detached(&ConfigReloadFailed { path: &path, error: &e });
+            tracing::error!("SIGHUP: keeping the old configuration: {e}");
+        }
     }
     let restarts = service.pools.values().map(|p| p.restart());
     futures::future::join_all(restarts).await;
     tracing::info!("SIGHUP: every worker restarted");
+}
+
+/// SHA-256 of the config file as read (empty when there is none).
+fn file_sha256(path: &std::path::Path) -> String {
+    use sha2::{Digest, Sha256};
+    std::fs::read(path)
+        .map(|b| Sha256::digest(&b).iter().map(|x| format!("{x:02x}")).collect())
+        .unwrap_or_default()
 }

@@ -61,6 +61,16 @@ impl Service {
             }
         };
         rec.tool = spec.name;
+        let (decision, gate) = self.gate(&session, &req, spec, &rec.call_id, &cancel).await;
+        let reason = decision.reason.clone();
+        rec.decision = crate::gate::action_str(decision.action);
+        rec.reason = &reason;
+        rec.rule = decision.rule.as_deref();
+        extra.insert("policy".into(), crate::gate::meta(&decision));
+        if let Err(o) = gate {
+            let seq = rec.rejected(&self.audit, &o).await;
+            return to_result(req.id, o, extra, started, seq);
+        }
         if let Err(e) = rec.requested_durably(&self.audit).await {
             let o = fail(ErrorType::InternalError, format!("audit unavailable: no tool may start ({e})"));
             return to_result(req.id, o, extra, started, 0);
@@ -126,7 +136,7 @@ impl Service {
     }
 
     /// Send the call to its group's pool and wait for its end.
-    async fn dispatch(&self, session: &SessionInfo, req: &CallRequest, spec: &ToolSpec, args: &Value, worker_tool: &str, cancel: &CancellationToken) -> (Outcome, Option<(String, u32)>) {
+    pub(crate) async fn dispatch(&self, session: &SessionInfo, req: &CallRequest, spec: &ToolSpec, args: &Value, worker_tool: &str, cancel: &CancellationToken) -> (Outcome, Option<(String, u32)>) {
         let Some(pool) = self.pools.get(spec.group) else {
             return (fail(ErrorType::InternalError, format!("no pool for group {}", spec.group)), None);
         };

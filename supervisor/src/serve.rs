@@ -54,6 +54,14 @@ fn resolve(workspace: &std::path::Path, p: &std::path::Path) -> PathBuf {
 }
 
 async fn serve(args: ServeArgs, state: StateDir) -> i32 {
+    // Handlers first: a signal that arrives while we start must not kill us half-way.
+    let signals = match Signals::install() {
+        Ok(s) => s,
+        Err(e) => {
+            eprintln!("toolvisor: cannot install signal handlers: {e}");
+            return 70;
+        }
+    };
     let exe = match std::env::current_exe() {
         Ok(e) => e,
         Err(e) => {
@@ -107,7 +115,7 @@ async fn serve(args: ServeArgs, state: StateDir) -> i32 {
         }
     };
     tracing::info!(socket = %socket.display(), workspace = %args.workspace.display(), pid = std::process::id(), "serving");
-    let code = obey_signals(&service).await;
+    let code = obey_signals(&service, signals).await;
     listener_ref.stop(None);
     let grace = Duration::from_millis(service.config().server.drain_grace_ms);
     service.drain(grace).await;
@@ -164,18 +172,30 @@ fn instance_marker(state_dir: &std::path::Path) -> String {
     format!("{hex}-{}-{nanos}", std::process::id())
 }
 
+/// The signals an operator may send.
+struct Signals {
+    term: tokio::signal::unix::Signal,
+    int: tokio::signal::unix::Signal,
+    hup: tokio::signal::unix::Signal,
+    usr1: tokio::signal::unix::Signal,
+    usr2: tokio::signal::unix::Signal,
+}
+
+impl Signals {
+    fn install() -> std::io::Result<Signals> {
+        Ok(Signals {
+            term: signal(SignalKind::terminate())?,
+            int: signal(SignalKind::interrupt())?,
+            hup: signal(SignalKind::hangup())?,
+            usr1: signal(SignalKind::user_defined1())?,
+            usr2: signal(SignalKind::user_defined2())?,
+        })
+    }
+}
+
 /// Wait for signals; returns the exit code once a drain was asked for.
-async fn obey_signals(service: &Arc<Service>) -> i32 {
-    let (Ok(mut term), Ok(mut int), Ok(mut hup), Ok(mut usr1), Ok(mut usr2)) = (
-        signal(SignalKind::terminate()),
-        signal(SignalKind::interrupt()),
-        signal(SignalKind::hangup()),
-        signal(SignalKind::user_defined1()),
-        signal(SignalKind::user_defined2()),
-    ) else {
-        tracing::error!("cannot install signal handlers");
-        return 70;
-    };
+async fn obey_signals(service: &Arc<Service>, s: Signals) -> i32 {
+    let Signals { mut term, mut int, mut hup, mut usr1, mut usr2 } = s;
     loop {
         tokio::select! {
             _ = term.recv() => { tracing::info!("SIGTERM: draining"); return 0; }

@@ -14,6 +14,9 @@ use toolvisor_protocol::worker::{ExecSettings, Roots, WorkerInit};
 
 use crate::audit::Audit;
 use crate::config::Config;
+use crate::confirm::Confirmations;
+use crate::grants::Grants;
+use crate::policy::Policy;
 use crate::events::Events;
 use crate::pool::{Pool, PoolSpec};
 use crate::previews::PreviewStore;
@@ -37,6 +40,9 @@ pub struct Service {
     pub config: RwLock<Arc<Config>>,
     pub tools: Vec<ToolSpec>,
     pub validators: Validators,
+    pub policy: RwLock<Arc<Policy>>,
+    pub grants: Grants,
+    pub confirmations: Confirmations,
     /// Changes shown by a preview, waiting for `apply_file_change`.
     pub previews: std::sync::Mutex<PreviewStore>,
     pub pools: HashMap<String, Arc<Pool>>,
@@ -62,6 +68,7 @@ impl Service {
             hook_audit.append_detached(kind, fields);
         }));
         let init = worker_init(&paths, &config, &instance)?;
+        let policy = Policy::new(&config.policy, &init.roots).map_err(|e| format!("bad [policy]: {e}"))?;
         let mut pools = HashMap::new();
         for group in tools::GROUPS {
             let Some(gcfg) = config.workers.group(group) else { continue };
@@ -88,6 +95,9 @@ impl Service {
             paths,
             config: RwLock::new(Arc::new(config)),
             validators: Validators::new(&tools::catalog()).map_err(|e| e.to_string())?,
+            grants: Grants::new(policy.scopes().clone()),
+            confirmations: Confirmations::new(policy.confirm_timeout()),
+            policy: RwLock::new(Arc::new(policy)),
             previews: std::sync::Mutex::new(PreviewStore::new()),
             tools: tools::catalog(),
             pools,
@@ -101,6 +111,10 @@ impl Service {
             idle: Notify::new(),
             shutdown: CancellationToken::new(),
         }))
+    }
+
+    pub fn policy(&self) -> Arc<Policy> {
+        self.policy.read().unwrap_or_else(|p| p.into_inner()).clone()
     }
 
     pub fn config(&self) -> Arc<Config> {

@@ -48,10 +48,13 @@ pub struct SessionState {
 impl Drop for SessionState {
     fn drop(&mut self) {
         self.reader.abort();
+        self.service.confirmations.end_session(&self.id);
         for token in self.open.values() {
             token.cancel();
         }
-        self.out.closed.cancel();
+        // The writer flushes what is queued (a last error, say), closes, and then
+        // marks the outbox closed for everyone still holding it.
+        self.out.close_after_flush();
     }
 }
 
@@ -143,11 +146,25 @@ impl SessionState {
             ClientMessage::Subscribe { id, topics } => {
                 crate::subscribe::start(&self.service, &self.out, id, topics);
             }
-            ClientMessage::Batch { id, .. } | ClientMessage::Grant { id, .. } => {
+            ClientMessage::Batch { id, .. } => {
                 self.out.send(&ServerMessage::error(Some(id), ErrorType::BadMessage, "not supported yet"));
             }
-            ClientMessage::Confirm { interaction, .. } => {
-                self.out.send(&ServerMessage::error(None, ErrorType::UnknownInteraction, format!("no pending interaction `{interaction}`")));
+            ClientMessage::Grant { id, tools, trace_id, paths, ttl_ms, reusable } => {
+                let req = crate::grants::GrantRequest {
+                    tools,
+                    trace_id,
+                    paths: paths.unwrap_or_default(),
+                    ttl: std::time::Duration::from_millis(ttl_ms),
+                    reusable: reusable.unwrap_or(false),
+                };
+                self.out.send(&self.service.grant(&info, id, &req));
+            }
+            ClientMessage::Confirm { interaction, approve, remember } => {
+                let answer = self.service.confirmations.answer(&interaction, approve, remember.unwrap_or_default());
+                self.out.send(&match answer {
+                    Ok(()) => ServerMessage::Confirmed { interaction, approve },
+                    Err(e) => ServerMessage::error(None, ErrorType::UnknownInteraction, e.to_string()),
+                });
             }
         }
     }
@@ -290,5 +307,6 @@ async fn write_loop(mut wr: tokio::net::unix::OwnedWriteHalf, mut rx: mpsc::Rece
         buf.clear();
     }
     let _ = wr.shutdown().await;
+    closed.cancel();
     let _ = session.cast(SessionMsg::Closed);
 }

@@ -83,7 +83,10 @@ fn output_exit_code_and_signal() {
             ErrorType::ShellExecutionError,
             "{r:?}"
         );
-        assert_eq!(r.content, "partial\noops\n");
+        // Two pipes: lines written at the same instant may arrive in either order.
+        let mut lines: Vec<&str> = r.content.lines().collect();
+        lines.sort();
+        assert_eq!(lines, ["oops", "partial"], "{r:?}");
         assert_eq!(r.meta["exit_code"], json!(3), "{r:?}");
 
         // Death by a signal: meta.signal, no exit code.
@@ -556,7 +559,6 @@ fn a_gigabyte_of_output_keeps_memory_bounded() {
 }
 
 #[test]
-#[ignore = "bug: read_output of a running background job fails with InternalError \"the output file is gone\" (workers/src/exec/jobs.rs: JobState.log is only set when the job ends)"]
 fn background_job_lifecycle() {
     let s = Server::start(&format!("{ALLOW_ALL}\n[workers.exec]\ncount = 2\n"));
     let marker = unique_marker("bg");

@@ -150,6 +150,11 @@ impl Audit {
         self.inner.tx.send(Cmd::Append(p)).is_ok()
     }
 
+    /// [`Audit::append_detached`] for a typed record.
+    pub fn record_detached<R: Record>(&self, r: &R) -> bool {
+        self.append_detached(R::KIND, r.fields())
+    }
+
     async fn submit(
         &self,
         kind: &str,
