@@ -64,6 +64,40 @@ pub enum Command {
     },
     /// Restart the workers (of one group), one at a time, after their calls end.
     Restart { group: Option<String> },
+    /// Answer confirmations as they come (all pending ones first).
+    Approve {
+        /// Approve everything without asking (for scripts; use with care).
+        #[arg(long)]
+        all: bool,
+        /// Answer `remember: session` (approve the same call again without asking).
+        #[arg(long)]
+        session: bool,
+        /// Stop after answering this many (default: run until interrupted).
+        #[arg(long, value_name = "N")]
+        count: Option<usize>,
+    },
+    /// Issue a grant token that lets matching calls pass an `ask`.
+    Grant {
+        /// A tool the token covers (repeatable).
+        #[arg(long = "tool", required = true, value_name = "TOOL")]
+        tools: Vec<String>,
+        #[arg(long, value_name = "ID")]
+        trace: Option<String>,
+        /// A workspace-relative path prefix the calls must stay under (repeatable).
+        #[arg(long = "path", value_name = "PATH")]
+        paths: Vec<String>,
+        /// How long the token lives: 90s, 10m, 2h, or milliseconds.
+        #[arg(long, default_value = "10m", value_parser = parse_duration_ms)]
+        ttl: u64,
+        /// Usable many times until it expires.
+        #[arg(long)]
+        reusable: bool,
+    },
+    /// Read and check the audit log (works with the service up or down).
+    Audit {
+        #[command(subcommand)]
+        command: AuditCommand,
+    },
     /// Internal: a worker process.
     #[command(hide = true)]
     Worker {
@@ -76,6 +110,43 @@ pub enum Command {
         #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
         argv: Vec<String>,
     },
+}
+
+#[derive(Subcommand, Debug)]
+pub enum AuditCommand {
+    /// Check the hash chain; exit 1 with the first bad seq.
+    Verify {
+        /// Segments to check (default: every segment in the state directory).
+        files: Vec<PathBuf>,
+    },
+    /// Print records (the last 20 by default).
+    Tail {
+        #[arg(short = 'f', long)]
+        follow: bool,
+        #[arg(long, value_name = "ID")]
+        trace: Option<String>,
+        #[arg(long, value_name = "ID")]
+        call: Option<String>,
+        #[arg(long)]
+        json: bool,
+        #[arg(short = 'n', long, default_value_t = 20)]
+        lines: usize,
+    },
+}
+
+/// `90s`, `10m`, `2h`, `500ms` or a number of milliseconds.
+fn parse_duration_ms(s: &str) -> Result<u64, String> {
+    let s = s.trim();
+    let (num, unit) = s.find(|c: char| !c.is_ascii_digit()).map_or((s, ""), |i| s.split_at(i));
+    let n: u64 = num.parse().map_err(|_| format!("`{s}` is not a duration like 90s, 10m or 2h"))?;
+    let factor = match unit {
+        "" | "ms" => 1,
+        "s" => 1000,
+        "m" => 60_000,
+        "h" => 3_600_000,
+        _ => return Err(format!("unknown unit `{unit}` in `{s}` (use ms, s, m or h)")),
+    };
+    Ok(n * factor)
 }
 
 #[derive(Clone, Copy, Debug, ValueEnum)]
@@ -154,5 +225,47 @@ fn run(cli: &Cli) -> i32 {
             socket: r.explicit_socket,
         });
     }
+    if let Command::Audit { command } = &cli.command {
+        return audit(command, &r);
+    }
     crate::commands::run(&cli.command, &r)
+}
+
+/// `audit verify|tail` read the files directly: no daemon needed.
+fn audit(cmd: &AuditCommand, r: &Resolved) -> i32 {
+    let state_dir = absolute(&r.workspace, &r.config.server.state_dir);
+    let mut out = std::io::stdout();
+    match cmd {
+        AuditCommand::Verify { files } => crate::audit::cli::verify_cmd(&state_dir, files, &mut out),
+        AuditCommand::Tail { follow, trace, call, json, lines } => {
+            let opts = crate::audit::cli::TailOptions {
+                follow: *follow,
+                trace_id: trace.clone(),
+                call_id: call.clone(),
+                json: *json,
+                lines: Some(*lines),
+            };
+            crate::audit::cli::tail_cmd(&state_dir, opts, &mut out)
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn durations_parse() {
+        assert_eq!(parse_duration_ms("10m"), Ok(600_000));
+        assert_eq!(parse_duration_ms("90s"), Ok(90_000));
+        assert_eq!(parse_duration_ms("250"), Ok(250));
+        assert!(parse_duration_ms("3 weeks").is_err());
+    }
+
+    #[test]
+    fn global_flags_go_before_or_after_the_command() {
+        let a = Cli::try_parse_from(["toolvisor", "--workspace", "/w", "status"]).unwrap();
+        let b = Cli::try_parse_from(["toolvisor", "status", "--workspace", "/w"]).unwrap();
+        assert_eq!(a.workspace, b.workspace);
+    }
 }

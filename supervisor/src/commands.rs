@@ -57,7 +57,26 @@ async fn dispatch(cmd: &Command, r: &Resolved) -> Result<i32, ClientError> {
                 other => refused(other),
             }
         }
-        Command::Serve | Command::Worker { .. } | Command::Reap { .. } => Ok(2),
+        Command::Approve { all, session, count } => approve(&mut c, *all, *session, *count).await,
+        Command::Grant { tools, trace, paths, ttl, reusable } => {
+            let msg = ClientMessage::Grant {
+                id: "grant".into(),
+                tools: tools.clone(),
+                trace_id: trace.clone(),
+                paths: (!paths.is_empty()).then(|| paths.clone()),
+                ttl_ms: *ttl,
+                reusable: Some(*reusable),
+            };
+            match c.request(&msg, &"grant".into()).await? {
+                ServerMessage::Token { token, expires_at, .. } => {
+                    println!("{token}");
+                    eprintln!("expires at {expires_at}; pass it as confirm_token (toolvisor call --token …)");
+                    Ok(0)
+                }
+                other => refused(other),
+            }
+        }
+        Command::Serve | Command::Worker { .. } | Command::Reap { .. } | Command::Audit { .. } => Ok(2),
     }
 }
 
@@ -100,14 +119,26 @@ async fn tools(c: &mut Client, format: FormatArg) -> Result<i32, ClientError> {
 
 async fn call(c: &mut Client, req: CallRequest, json: bool) -> Result<i32, ClientError> {
     let mut streamed = false;
-    let transcript = c
-        .call(req, |_, data| {
-            streamed = true;
-            print!("{data}");
-            let _ = std::io::stdout().flush();
-        })
-        .await?;
-    let Some(result) = transcript.result else { return Ok(1) };
+    let id = req.id.clone();
+    c.send(&ClientMessage::Call(req)).await?;
+    let result = loop {
+        let (_, m) = c.recv_matching(|m| belongs(m, &id).then_some(())).await?;
+        match m {
+            ServerMessage::Output { data, .. } => {
+                streamed = true;
+                print!("{data}");
+                let _ = std::io::stdout().flush();
+            }
+            ServerMessage::ConfirmRequired { interaction, tool, description, risk, locations, preview, .. } => {
+                show_confirmation(&tool, &description, &risk, &locations, preview.as_deref());
+                let approve = ask_line("Allow this call? [y/N] ").await.is_some_and(|a| a == "y" || a == "yes");
+                c.send(&ClientMessage::Confirm { interaction, approve, remember: None }).await?;
+            }
+            ServerMessage::Result(r) => break r,
+            ServerMessage::Error { error, .. } => return Err(ClientError::Refused(error)),
+            _ => {}
+        }
+    };
     if json {
         println!("{}", serde_json::to_string_pretty(&result).unwrap_or_default());
     } else if !streamed || result.truncated.is_some() {
@@ -123,6 +154,77 @@ async fn call(c: &mut Client, req: CallRequest, json: bool) -> Result<i32, Clien
         eprintln!("toolvisor: {} ({})", result.status.as_str(), e.kind);
     }
     Ok(1)
+}
+
+fn belongs(m: &ServerMessage, id: &toolvisor_protocol::Id) -> bool {
+    match m {
+        ServerMessage::Output { id: i, .. } | ServerMessage::ConfirmRequired { id: i, .. } => i == id,
+        ServerMessage::Confirmed { .. } => false,
+        other => toolvisor_protocol::client::answers(other, id),
+    }
+}
+
+fn show_confirmation(tool: &str, description: &str, risk: &str, locations: &[String], preview: Option<&str>) {
+    eprintln!("\n== {tool} ({risk} risk): {description}");
+    if !locations.is_empty() {
+        eprintln!("   paths: {}", locations.join(", "));
+    }
+    if let Some(p) = preview {
+        eprintln!("{}", p.trim_end());
+    }
+}
+
+/// One line from stdin (blocking, off the runtime); `None` at end of input.
+async fn ask_line(prompt: &str) -> Option<String> {
+    eprint!("{prompt}");
+    let _ = std::io::stderr().flush();
+    tokio::task::spawn_blocking(|| {
+        let mut line = String::new();
+        match std::io::stdin().read_line(&mut line) {
+            Ok(0) | Err(_) => None,
+            Ok(_) => Some(line.trim().to_lowercase()),
+        }
+    })
+    .await
+    .ok()
+    .flatten()
+}
+
+/// `toolvisor approve`: show each pending confirmation and answer it.
+async fn approve(c: &mut Client, all: bool, session: bool, count: Option<usize>) -> Result<i32, ClientError> {
+    use toolvisor_protocol::message::{Remember, Topic};
+    let id = "approve".into();
+    match c.request(&ClientMessage::Subscribe { id: "approve".into(), topics: vec![Topic::Confirmations] }, &id).await? {
+        ServerMessage::Subscribed { .. } => {}
+        other => return refused(other),
+    }
+    let mut answered = 0usize;
+    let mut approve_all = all;
+    while count.is_none_or(|n| answered < n) {
+        let (_, m) = c.recv_matching(|m| matches!(m, ServerMessage::Event { event, .. } if event == "confirm_required").then_some(())).await?;
+        let ServerMessage::Event { fields, .. } = m else { continue };
+        let text = |k: &str| fields.get(k).and_then(Value::as_str).unwrap_or_default().to_owned();
+        let locations: Vec<String> = fields.get("locations").and_then(Value::as_array).map(|a| a.iter().filter_map(|v| v.as_str().map(str::to_owned)).collect()).unwrap_or_default();
+        show_confirmation(&text("tool"), &text("description"), &text("risk"), &locations, fields.get("preview").and_then(Value::as_str));
+        let (yes, remember) = if approve_all {
+            (true, session)
+        } else {
+            match ask_line("[y]es / [n]o / [s]ession (same call again without asking) / [a]ll: ").await.as_deref() {
+                Some("y" | "yes") => (true, false),
+                Some("s" | "session") => (true, true),
+                Some("a" | "all") => {
+                    approve_all = true;
+                    (true, session)
+                }
+                None => return Ok(0),
+                _ => (false, false),
+            }
+        };
+        let remember = Some(if remember { Remember::Session } else { Remember::Once });
+        c.send(&ClientMessage::Confirm { interaction: text("interaction"), approve: yes, remember }).await?;
+        answered += 1;
+    }
+    Ok(0)
 }
 
 async fn status(c: &mut Client, json: bool) -> Result<i32, ClientError> {
