@@ -1,6 +1,10 @@
 //! toolvisor's supervisor: the listener, one session per connection, the router
 //! (validation, policy, audit), one pool of worker processes per group, and the CLI.
 
+// A call that cannot go on ends with the `Outcome` the client will see; it is the
+// natural error value on the call path, and boxing it would only add noise.
+#![allow(clippy::result_large_err)]
+
 pub mod audit;
 pub mod call_audit;
 pub mod cli;

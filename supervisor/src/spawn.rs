@@ -6,7 +6,7 @@
 //! death signal (then a check that its parent is still us), no new privileges, no core
 //! dumps, a scrubbed environment, and its control socket as fd 3.
 
-use std::os::fd::{AsRawFd, OwnedFd};
+use std::os::fd::AsRawFd;
 use std::path::PathBuf;
 use std::process::Stdio;
 use std::sync::mpsc as std_mpsc;
@@ -114,7 +114,7 @@ fn spawn(spec: &SpawnSpec) -> std::io::Result<Spawned> {
     Ok(Spawned {
         child,
         pid,
-        control: std::os::unix::net::UnixStream::from(OwnedFd::from(ours)),
+        control: std::os::unix::net::UnixStream::from(ours),
     })
 }
 

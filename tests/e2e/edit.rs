@@ -293,6 +293,25 @@ async fn result_of(c: &mut Client, id: &str) -> ToolResult {
     r
 }
 
+/// Wait until a call is in flight on a worker of `group` (status says so: there is no
+/// event for a dispatch).
+async fn wait_in_flight(s: &Server, group: &str) {
+    let end = Instant::now() + Duration::from_secs(30);
+    loop {
+        let mut c = s.client().await;
+        let id: Id = "st".into();
+        if let Ok(ServerMessage::Status { workers, .. }) = c
+            .request(&ClientMessage::Status { id: id.clone() }, &id)
+            .await
+            && workers.iter().any(|w| w.group == group && w.in_flight > 0)
+        {
+            return;
+        }
+        assert!(Instant::now() < end, "no call in flight on {group}");
+        tokio::time::sleep(Duration::from_millis(2)).await;
+    }
+}
+
 /// `size` bytes of lines that say which version they belong to.
 fn version(tag: char, size: usize) -> String {
     let mut s = String::with_capacity(size);
@@ -315,7 +334,6 @@ fn write_file_is_atomic_under_kill_9() {
 
 /// ... and no temp file stays visible afterwards.
 #[test]
-#[ignore = "bug: a kill -9 of the edit worker mid-write leaves `.NAME.toolvisor-PID-N.tmp` in the target directory, visible to ls includeHidden (workers/src/edit/atomic.rs: no cleanup of a dead worker's temp files)"]
 fn no_temp_files_are_left_after_kill_9() {
     kill_9_rounds(true);
 }
@@ -325,25 +343,31 @@ fn kill_9_rounds(check_temps: bool) {
     let s = Server::start(&format!(
         "{ALLOW_ALL}\n[supervisor]\nrestart_max = 1000\nbackoff_initial_ms = 5\nbackoff_max_ms = 20\n[workers.edit]\ncount = 1\n"
     ));
-    // Largest whole-file write the edit tools accept is 4 MiB (target::MAX_FILE_BYTES):
-    // with overwrite the current file is read first. 3.5 MiB stays under it and under
-    // the 8 MiB frame limit.
-    const SIZE: usize = 3_500_000;
+    // 1 MiB: the issue asked for 8 MiB, but the edit tools refuse to overwrite a file
+    // over 4 MiB (workers/src/edit/target.rs MAX_FILE_BYTES: the current file is read
+    // first), a call must fit the 8 MiB frame, and the supervisor (debug build) spends
+    // about 0.5 s per MB of args before dispatch, so 20 rounds of more would not fit
+    // in the time budget.
+    const SIZE: usize = 1 << 20;
     let a = version('A', SIZE);
     let b = version('B', SIZE);
     let path = s.ws().join("big.txt");
     let start = Instant::now();
     let mut outcomes = Vec::new();
     block(Duration::from_secs(120), async {
-        // How long an undisturbed write takes on this machine now, so the kills below
-        // spread over the whole call: transfer, temp file, fsync, rename, reply.
+        // How long an undisturbed write takes on the worker, from its dispatch (the
+        // supervisor's own work on a large call comes first and can take longer), so
+        // the kills below spread over the worker's part: temp file, fsync, rename, reply.
+        let mut c = s.client().await;
+        let req = CallRequest::new(
+            "w",
+            "write_file",
+            json!({"path": "big.txt", "content": a, "overwrite": true}),
+        );
+        c.send(&ClientMessage::Call(req)).await.unwrap();
+        wait_in_flight(&s, "edit").await;
         let t0 = Instant::now();
-        let r = s
-            .call(
-                "write_file",
-                json!({"path": "big.txt", "content": a, "overwrite": true}),
-            )
-            .await;
+        let r = result_of(&mut c, "w").await;
         assert_eq!(r.status, Status::Ok, "{r:?}");
         let took = t0.elapsed();
         let mut current: Option<&str> = Some(a.as_str());
@@ -359,8 +383,9 @@ fn kill_9_rounds(check_temps: bool) {
                 json!({"path": "big.txt", "content": next, "overwrite": true}),
             );
             c.send(&ClientMessage::Call(req)).await.unwrap();
-            // Vary the moment over the whole call (0 to 80 % of an undisturbed write):
-            // the rename comes at about a third of it, the diff for the reply after.
+            wait_in_flight(&s, "edit").await;
+            // Vary the moment over the worker's part of the call (0 to 80 % of an
+            // undisturbed write): the rename comes early in it, the diff for the reply after.
             tokio::time::sleep(took * round / 24).await;
             nix::sys::signal::kill(
                 nix::unistd::Pid::from_raw(pids[0] as i32),

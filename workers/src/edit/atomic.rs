@@ -1,18 +1,27 @@
 //! Atomic file replacement beneath a directory fd.
 //!
-//! The new content goes to a fresh temp file in the same directory, is fsynced, renamed
-//! over the target with `renameat` inside that one directory fd, and the directory is
-//! fsynced. A `kill -9` (or a power cut) at any moment leaves either the old file or the
-//! new one, never a mix; a failure removes the temp file. Working beneath the parent's fd
-//! means a concurrent rename of a parent cannot redirect the write elsewhere.
+//! The new content goes to an *unnamed* `O_TMPFILE` file in the target's directory and
+//! is fsynced; only then is it given a name: straight the target's when it must not
+//! replace anything (`linkat` fails on an existing name), else a temp name that is
+//! renamed over the target at once. The directory is fsynced last. A `kill -9` (or a
+//! power cut) at any moment leaves either the old file or the new one, never a mix, and
+//! a killed writer leaves nothing behind: an unnamed file vanishes with its last fd.
+//! Only the microseconds between link and rename have a named temp file.
+//!
+//! Filesystems without `O_TMPFILE` (and processes without `/proc`) fall back to a named
+//! temp file written, fsynced and renamed the same way; a failure removes it, but a
+//! `kill -9` mid-write leaves it (hidden, `.NAME.toolvisor-PID-N.tmp`).
+//!
+//! Working beneath the parent's fd means a concurrent rename of a parent cannot
+//! redirect the write elsewhere.
 
 use std::ffi::{OsStr, OsString};
 use std::io::Write;
-use std::os::fd::{BorrowedFd, OwnedFd};
+use std::os::fd::{AsRawFd, BorrowedFd, OwnedFd};
 use std::os::unix::ffi::{OsStrExt, OsStringExt};
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use rustix::fs::{AtFlags, Mode, OFlags, RenameFlags};
+use rustix::fs::{AtFlags, CWD, Mode, OFlags, RenameFlags};
 use rustix::io::Errno;
 
 /// Whether the rename may replace an existing file.
@@ -46,41 +55,138 @@ pub fn write_atomic(
     mode: Option<u32>,
     replace: Replace,
 ) -> Result<(), Errno> {
-    let temp = TempFile::create(dir, name, mode)?;
-    temp.fill(content)?;
-    temp.rename_to(name, replace)?;
+    if !write_unnamed(dir, name, content, mode, replace)? {
+        write_named(dir, name, content, mode, replace)?;
+    }
     rustix::fs::fsync(dir)
 }
 
-/// A temp file that removes itself unless renamed into place.
-struct TempFile<'d> {
+/// The `O_TMPFILE` way; `Ok(false)` when this filesystem or process cannot do it
+/// (nothing was written then).
+fn write_unnamed(
+    dir: BorrowedFd<'_>,
+    name: &OsStr,
+    content: &[u8],
+    mode: Option<u32>,
+    replace: Replace,
+) -> Result<bool, Errno> {
+    let fd = match open_unnamed(dir, mode) {
+        Err(e) if tmpfile_unsupported(e) => return Ok(false),
+        r => r?,
+    };
+    fill(&fd, content)?;
+    let linked = match replace {
+        // No temp name at all: the link itself refuses an existing name.
+        Replace::Never => link_fd(&fd, dir, name).map(|()| None),
+        Replace::Allowed => TempName::link(dir, &fd, name).map(Some),
+    };
+    let temp = match linked {
+        Err(e) if link_unavailable(e) => return Ok(false),
+        r => r?,
+    };
+    if let Some(temp) = temp {
+        temp.rename_to(name, Replace::Allowed)?;
+    }
+    Ok(true)
+}
+
+/// The fallback: a named temp file, renamed over the target.
+fn write_named(
+    dir: BorrowedFd<'_>,
+    name: &OsStr,
+    content: &[u8],
+    mode: Option<u32>,
+    replace: Replace,
+) -> Result<(), Errno> {
+    let (temp, fd) = TempName::create(dir, name, mode)?;
+    fill(&fd, content)?;
+    temp.rename_to(name, replace)
+}
+
+/// An unnamed regular file in `dir` (`O_TMPFILE`), with the permissions it will keep.
+fn open_unnamed(dir: BorrowedFd<'_>, mode: Option<u32>) -> Result<OwnedFd, Errno> {
+    let flags = OFlags::TMPFILE | OFlags::WRONLY | OFlags::CLOEXEC;
+    let perm = permissions(mode);
+    let fd = rustix::fs::openat(dir, ".", flags, perm)?;
+    keep_mode(&fd, mode)?;
+    Ok(fd)
+}
+
+/// How a filesystem (or an old kernel, which sees `O_DIRECTORY|O_WRONLY`) refuses
+/// `O_TMPFILE`.
+fn tmpfile_unsupported(e: Errno) -> bool {
+    matches!(e, Errno::OPNOTSUPP | Errno::ISDIR | Errno::INVAL)
+}
+
+/// How naming an unnamed file fails when `/proc` is not mounted and the process lacks
+/// `CAP_DAC_READ_SEARCH` for `AT_EMPTY_PATH`. A directory removed meanwhile fails the
+/// same way; the fallback then reports it.
+fn link_unavailable(e: Errno) -> bool {
+    matches!(e, Errno::NOENT | Errno::PERM | Errno::ACCESS)
+}
+
+/// Give the unnamed file `fd` the name `dir/name` (`EEXIST` if taken). Through
+/// `/proc/self/fd` (no privilege needed), else `AT_EMPTY_PATH` (needs
+/// `CAP_DAC_READ_SEARCH`).
+fn link_fd(fd: &OwnedFd, dir: BorrowedFd<'_>, name: &OsStr) -> Result<(), Errno> {
+    let magic = format!("/proc/self/fd/{}", fd.as_raw_fd());
+    match rustix::fs::linkat(CWD, &magic, dir, name, AtFlags::SYMLINK_FOLLOW) {
+        Err(e) if link_unavailable(e) => rustix::fs::linkat(fd, "", dir, name, AtFlags::EMPTY_PATH),
+        r => r,
+    }
+}
+
+/// Permission bits for a new file: the given ones (masked) or 0o666.
+fn permissions(mode: Option<u32>) -> Mode {
+    Mode::from_bits_truncate(mode.map_or(NEW_FILE_MODE, |m| m & 0o777))
+}
+
+/// The umask applied at creation; an existing file's mode is kept exactly.
+fn keep_mode(fd: &OwnedFd, mode: Option<u32>) -> Result<(), Errno> {
+    match mode {
+        Some(_) => rustix::fs::fchmod(fd, permissions(mode)),
+        None => Ok(()),
+    }
+}
+
+/// Write everything and fsync, so the name publishes complete, durable content.
+fn fill(fd: &OwnedFd, content: &[u8]) -> Result<(), Errno> {
+    let mut file = std::fs::File::from(fd.try_clone().map_err(errno)?);
+    file.write_all(content).map_err(errno)?;
+    rustix::fs::fsync(fd)
+}
+
+/// A temp name in `dir` that is removed unless renamed into place.
+struct TempName<'d> {
     dir: BorrowedFd<'d>,
     name: OsString,
-    fd: OwnedFd,
     placed: std::cell::Cell<bool>,
 }
 
-impl<'d> TempFile<'d> {
+impl<'d> TempName<'d> {
+    fn new(dir: BorrowedFd<'d>, name: OsString) -> Self {
+        TempName {
+            dir,
+            name,
+            placed: std::cell::Cell::new(false),
+        }
+    }
+
     /// `O_CREAT|O_EXCL|O_NOFOLLOW` on a fresh name: never opens something planted there.
-    fn create(dir: BorrowedFd<'d>, target: &OsStr, mode: Option<u32>) -> Result<Self, Errno> {
+    fn create(
+        dir: BorrowedFd<'d>,
+        target: &OsStr,
+        mode: Option<u32>,
+    ) -> Result<(Self, OwnedFd), Errno> {
         let flags =
             OFlags::WRONLY | OFlags::CREATE | OFlags::EXCL | OFlags::NOFOLLOW | OFlags::CLOEXEC;
-        let perm = Mode::from_bits_truncate(mode.map_or(NEW_FILE_MODE, |m| m & 0o777));
         loop {
             let name = temp_name(target);
-            match rustix::fs::openat(dir, &name, flags, perm) {
+            match rustix::fs::openat(dir, &name, flags, permissions(mode)) {
                 Ok(fd) => {
-                    let temp = TempFile {
-                        dir,
-                        name,
-                        fd,
-                        placed: std::cell::Cell::new(false),
-                    };
-                    // The umask applied at creation; an existing file's mode is kept exactly.
-                    if mode.is_some() {
-                        rustix::fs::fchmod(&temp.fd, perm)?;
-                    }
-                    return Ok(temp);
+                    let temp = TempName::new(dir, name);
+                    keep_mode(&fd, mode)?;
+                    return Ok((temp, fd));
                 }
                 Err(Errno::EXIST) => continue,
                 Err(e) => return Err(e),
@@ -88,11 +194,16 @@ impl<'d> TempFile<'d> {
         }
     }
 
-    /// Write everything and fsync, so the rename publishes complete, durable content.
-    fn fill(&self, content: &[u8]) -> Result<(), Errno> {
-        let mut file = std::fs::File::from(self.fd.try_clone().map_err(errno)?);
-        file.write_all(content).map_err(errno)?;
-        rustix::fs::fsync(&self.fd)
+    /// Name the unnamed file `fd` with a fresh temp name, right before the rename.
+    fn link(dir: BorrowedFd<'d>, fd: &OwnedFd, target: &OsStr) -> Result<Self, Errno> {
+        loop {
+            let name = temp_name(target);
+            match link_fd(fd, dir, &name) {
+                Ok(()) => return Ok(TempName::new(dir, name)),
+                Err(Errno::EXIST) => continue,
+                Err(e) => return Err(e),
+            }
+        }
     }
 
     /// Rename over the target within the same directory fd.
@@ -119,7 +230,7 @@ impl<'d> TempFile<'d> {
     }
 }
 
-impl Drop for TempFile<'_> {
+impl Drop for TempName<'_> {
     fn drop(&mut self) {
         if !self.placed.get() {
             // Best effort: after a successful rename the name no longer exists (ENOENT).
@@ -233,6 +344,55 @@ mod tests {
             std::fs::read_to_string(ws.path().join("real")).unwrap(),
             "keep"
         );
+    }
+
+    #[test]
+    fn the_data_is_written_without_a_name_in_the_directory() {
+        let ws = tempfile::tempdir().unwrap();
+        let dir = open(ws.path());
+        let fd = match open_unnamed(dir.as_fd(), None) {
+            // This filesystem has no O_TMPFILE: the fallback is tested below.
+            Err(e) if tmpfile_unsupported(e) => return,
+            r => r.unwrap(),
+        };
+        fill(&fd, b"data").unwrap();
+        let names = std::fs::read_dir(ws.path()).unwrap().count();
+        assert_eq!(names, 0, "an unnamed file shows no entry");
+        link_fd(&fd, dir.as_fd(), OsStr::new("n")).unwrap();
+        assert_eq!(std::fs::read(ws.path().join("n")).unwrap(), b"data");
+        assert_eq!(
+            link_fd(&fd, dir.as_fd(), OsStr::new("n")),
+            Err(Errno::EXIST)
+        );
+    }
+
+    #[test]
+    fn the_named_fallback_replaces_and_cleans_up() {
+        let ws = tempfile::tempdir().unwrap();
+        std::fs::write(ws.path().join("f"), "old").unwrap();
+        let dir = open(ws.path());
+        let f = OsStr::new("f");
+        let err = write_named(dir.as_fd(), f, b"new", None, Replace::Never);
+        assert_eq!(err, Err(Errno::EXIST));
+        assert!(leftover_temps(ws.path()).is_empty());
+        write_named(dir.as_fd(), f, b"new", Some(0o600), Replace::Allowed).unwrap();
+        assert_eq!(std::fs::read_to_string(ws.path().join("f")).unwrap(), "new");
+        let mode = std::fs::metadata(ws.path().join("f"))
+            .unwrap()
+            .permissions();
+        assert_eq!(mode.mode() & 0o7777, 0o600);
+        assert!(leftover_temps(ws.path()).is_empty());
+    }
+
+    #[test]
+    fn never_replace_refuses_a_dangling_symlink() {
+        let ws = tempfile::tempdir().unwrap();
+        symlink("nowhere", ws.path().join("l")).unwrap();
+        let dir = open(ws.path());
+        let err = write_atomic(dir.as_fd(), OsStr::new("l"), b"x", None, Replace::Never);
+        assert_eq!(err, Err(Errno::EXIST));
+        assert!(!ws.path().join("nowhere").exists());
+        assert!(leftover_temps(ws.path()).is_empty());
     }
 
     #[test]

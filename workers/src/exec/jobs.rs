@@ -8,6 +8,7 @@
 //! when the next job starts), and at most [`MAX_FINISHED`] finished jobs are kept.
 
 use std::os::unix::fs::FileExt;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, SystemTime};
@@ -52,6 +53,9 @@ struct Job {
     command: String,
     pid: u32,
     started: SystemTime,
+    /// The job's log file, known from the start: `read_output` pages through it while
+    /// the job runs as well as after it ended.
+    log_path: PathBuf,
     /// Bytes the process wrote (the log may hold fewer: it is capped).
     bytes: AtomicU64,
     kill: CancelFlag,
@@ -66,9 +70,9 @@ struct JobState {
     /// Where the next `read_output` without `since` starts.
     cursor: u64,
     read_to_end: bool,
-    /// The log, kept registered (not pruned) while the job is in the table.
+    /// The log's registration once the job ended (while it runs the pump holds it), so
+    /// the artifacts pruning spares it as long as the job is in the table.
     log: Option<ArtifactFile>,
-    log_len: u64,
 }
 
 impl Job {
@@ -101,11 +105,11 @@ impl Job {
         m
     }
 
-    /// Remove the log file (the job leaves the table).
+    /// Remove the log file (the job leaves the table; only finished jobs do).
     fn discard(&self) {
-        if let Some(log) = self.lock().log.take() {
-            let _ = std::fs::remove_file(&log.path);
-        }
+        let registration = self.lock().log.take();
+        let _ = std::fs::remove_file(&self.log_path);
+        drop(registration);
     }
 }
 
@@ -118,9 +122,11 @@ struct JobLog {
 impl Record for JobLog {
     fn record(&mut self, data: &[u8]) {
         self.file.write(data);
+        // Release: whoever sees the count also finds those bytes in the file (written
+        // just above, unbuffered).
         self.job
             .bytes
-            .fetch_add(data.len() as u64, Ordering::Relaxed);
+            .fetch_add(data.len() as u64, Ordering::Release);
     }
 }
 
@@ -198,6 +204,7 @@ impl Jobs {
             command: a.command.to_owned(),
             pid: proc.pid,
             started: SystemTime::now(),
+            log_path: file.path.clone(),
             bytes: AtomicU64::new(0),
             kill: CancelFlag::new(),
             done: watch::channel(false).0,
@@ -223,7 +230,7 @@ impl Jobs {
         for j in &jobs {
             let m = j.meta();
             let running = !j.finished();
-            let bytes = j.bytes.load(Ordering::Relaxed);
+            let bytes = j.bytes.load(Ordering::Acquire);
             let started = rfc3339(j.started);
             let exit = match (m.get("exit_code").and_then(Value::as_i64), m.get("signal")) {
                 (Some(c), _) => c.to_string(),
@@ -265,55 +272,31 @@ impl Jobs {
 
     /// `read_output`: a contiguous page of at most `shell_max` bytes from `since`
     /// (default: where the last read stopped), cut on a character boundary; `meta.next`
-    /// is exactly where it ended.
+    /// is exactly where it ended. Works while the job runs: the log is read from disk
+    /// as far as it has been written.
     pub(crate) fn read_output(&self, args: &Value) -> Result<Outcome, ToolError> {
         let job = self.find(args)?;
-        // Finished first, then the file: a finished job's log is complete.
-        let finished = job.finished();
+        // The state first, then the file: a job seen finished has its log complete, and
+        // the page reports the state it was read under (`running`, `exit_code`).
+        let meta = job.meta();
+        let finished = job_finished(&meta);
         let mut st = job.lock();
-        let path = st
-            .log
-            .as_ref()
-            .map(|l| l.path.clone())
-            .ok_or_else(|| ToolError::internal("the output file is gone"))?;
-        let file = std::fs::File::open(&path)
-            .map_err(|e| ToolError::internal(format!("cannot read the output: {e}")))?;
-        let len = file.metadata().map(|m| m.len()).unwrap_or(0);
         let since = args
             .get("since")
             .and_then(Value::as_u64)
-            .unwrap_or(st.cursor)
-            .min(len);
-        let want = ((len - since) as usize).min(self.page);
-        let mut buf = vec![0u8; want];
-        let mut n = 0;
-        while n < want {
-            match file.read_at(&mut buf[n..], since + n as u64) {
-                Ok(0) => break,
-                Ok(k) => n += k,
-                Err(e) => return Err(ToolError::internal(format!("cannot read the output: {e}"))),
-            }
-        }
-        let more = since + (n as u64) < len || !finished;
-        if more {
-            let c = complete_prefix(&buf[..n]);
-            if c > 0 {
-                n = c;
-            }
-        }
-        let next = since + n as u64;
-        st.cursor = next;
-        st.log_len = len;
-        if finished && next >= len {
+            .unwrap_or(st.cursor);
+        let page = read_page(&job.log_path, since, self.page, finished)?;
+        st.cursor = page.next;
+        if finished && page.next >= page.len {
             st.read_to_end = true;
         }
         drop(st);
-        let mut out = Outcome::ok(String::from_utf8_lossy(&buf[..n]).into_owned());
-        out.meta = job.meta();
-        out.meta.insert("next".into(), json!(next));
+        let mut out = Outcome::ok(String::from_utf8_lossy(&page.bytes).into_owned());
+        out.meta = meta;
+        out.meta.insert("next".into(), json!(page.next));
         out.meta.insert(
             "output_bytes".into(),
-            json!(job.bytes.load(Ordering::Relaxed)),
+            json!(job.bytes.load(Ordering::Acquire)),
         );
         Ok(out)
     }
@@ -397,9 +380,63 @@ async fn run_job(
     {
         let mut st = job.lock();
         st.exit = exit_parts(ended.status);
+        // Keep the log registered (spared by pruning) while the job stays listed.
         st.log = Some(log.file);
     }
     job.done.send_replace(true);
+}
+
+/// Whether a [`Job::meta`] snapshot says the job had ended.
+fn job_finished(meta: &Map<String, Value>) -> bool {
+    meta.get("running").and_then(Value::as_bool) == Some(false)
+}
+
+/// One `read_output` page of a job's log.
+#[derive(Debug)]
+struct Page {
+    bytes: Vec<u8>,
+    /// Offset right after `bytes`.
+    next: u64,
+    /// The log's length when it was read.
+    len: u64,
+}
+
+/// Read at most `max` bytes of the log at `path` from `since` (clamped to its length).
+/// Unless the job has `finished`, an incomplete UTF-8 character at the end of the page
+/// is left for the next read: the rest of it may still be on its way.
+fn read_page(path: &Path, since: u64, max: usize, finished: bool) -> Result<Page, ToolError> {
+    let failed = |e: std::io::Error| ToolError::internal(format!("cannot read the output: {e}"));
+    let file = std::fs::File::open(path).map_err(failed)?;
+    let len = file.metadata().map_err(failed)?.len();
+    let since = since.min(len);
+    let want = usize::try_from(len - since).map_or(max, |n| n.min(max));
+    let mut bytes = vec![0u8; want];
+    let mut n = 0;
+    while n < want {
+        match file.read_at(&mut bytes[n..], since + n as u64) {
+            Ok(0) => break,
+            Ok(k) => n += k,
+            Err(e) => return Err(failed(e)),
+        }
+    }
+    bytes.truncate(n);
+    let at_end = since + n as u64 >= len;
+    bytes.truncate(page_cut(&bytes, at_end, finished));
+    let next = since + bytes.len() as u64;
+    Ok(Page { bytes, next, len })
+}
+
+/// Where a page of `bytes` ends: before a trailing incomplete character, unless the
+/// log is complete and read to its end (then that character is all there is). A page
+/// is never cut to nothing while more follows, so paging always advances.
+fn page_cut(bytes: &[u8], at_end: bool, finished: bool) -> usize {
+    if finished && at_end {
+        return bytes.len();
+    }
+    match complete_prefix(bytes) {
+        0 if !at_end => bytes.len(),
+        c => c,
+    }
 }
 
 /// Drop finished jobs read to their end, then the oldest finished beyond the cap.
@@ -483,6 +520,39 @@ mod tests {
     fn one_line_flattens_and_cuts() {
         assert_eq!(one_line("a\nb", 10), "a b");
         assert_eq!(one_line("abcdef", 4), "abc…");
+    }
+
+    #[test]
+    fn pages_hold_back_a_trailing_partial_char_until_the_job_ends() {
+        let euro = "€".as_bytes();
+        let b = [b'a', euro[0], euro[1]];
+        assert_eq!(page_cut(&b, true, false), 1, "running: wait for the rest");
+        assert_eq!(page_cut(&b, false, true), 1, "finished, more follows");
+        assert_eq!(
+            page_cut(&b, true, true),
+            3,
+            "finished and at the end: all of it"
+        );
+        assert_eq!(page_cut(&b[1..], true, false), 0, "nothing whole yet");
+        assert_eq!(page_cut(&b[1..], false, false), 2, "never stuck mid-log");
+    }
+
+    #[test]
+    fn read_page_reads_a_growing_log() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("log");
+        std::fs::write(&path, "one\n").unwrap();
+        let p = read_page(&path, 0, 100, false).unwrap();
+        assert_eq!((p.bytes.as_slice(), p.next, p.len), (&b"one\n"[..], 4, 4));
+        std::fs::write(&path, "one\ntwo\n").unwrap();
+        let p = read_page(&path, p.next, 2, false).unwrap();
+        assert_eq!((p.bytes.as_slice(), p.next), (&b"tw"[..], 6));
+        let p = read_page(&path, 99, 2, false).unwrap();
+        assert_eq!(
+            (p.bytes.len(), p.next),
+            (0, 8),
+            "since past the end is clamped"
+        );
     }
 
     #[test]

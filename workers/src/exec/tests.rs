@@ -502,6 +502,60 @@ async fn background_job_lifecycle() {
     assert_eq!(o.status, Status::Error);
 }
 
+/// `output_bytes` of `handle` in `list_processes`.
+async fn output_bytes(f: &Fixture, handle: &str) -> Option<i64> {
+    let l = f.call("list_processes", json!({})).await;
+    let rows = l.meta.get("processes")?.as_array()?;
+    let row = rows.iter().find(|r| r["process"] == json!(handle))?;
+    row["output_bytes"].as_i64()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn read_output_of_a_running_job() {
+    let f = fixture();
+    // "one\n" and the first two bytes of "€", then it keeps running.
+    let o = f
+        .call(
+            "run_command",
+            json!({"command": "printf 'one\\n\\342\\202'; exec sleep 300", "background": true}),
+        )
+        .await;
+    let h = o.meta["process"].as_str().unwrap().to_owned();
+    // Poll (bounded) until all six bytes were written: list_processes counts them live.
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while output_bytes(&f, &h).await != Some(6) {
+        assert!(Instant::now() < deadline, "output never reached 6 bytes");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let r = f.call("read_output", json!({"process": h})).await;
+    assert_eq!(r.status, Status::Ok, "{r:?}");
+    assert_eq!(
+        r.content, "one\n",
+        "the partial character waits for its rest"
+    );
+    assert_eq!(
+        (meta_i64(&r, "next"), r.meta["running"].clone()),
+        (Some(4), json!(true))
+    );
+    let r = f
+        .call("read_output", json!({"process": h, "since": 1}))
+        .await;
+    assert_eq!(
+        (r.content.as_str(), meta_i64(&r, "next")),
+        ("ne\n", Some(4))
+    );
+
+    let k = f.call("kill_process", json!({"process": h})).await;
+    assert_eq!(k.status, Status::Ok, "{k:?}");
+    // Ended: the log is complete, so the incomplete character is all there is.
+    let r = f.call("read_output", json!({"process": h})).await;
+    assert_eq!(r.content, "\u{FFFD}");
+    assert_eq!(
+        (meta_i64(&r, "next"), r.meta["running"].clone()),
+        (Some(6), json!(false))
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn read_output_pages_are_contiguous_on_char_boundaries() {
     let f = fixture_with(
