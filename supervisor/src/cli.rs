@@ -93,6 +93,8 @@ pub enum Command {
         #[arg(long)]
         reusable: bool,
     },
+    /// Serve the tools as an MCP server on stdio, backed by the running daemon.
+    Mcp,
     /// Read and check the audit log (works with the service up or down).
     Audit {
         #[command(subcommand)]
@@ -227,6 +229,9 @@ fn run(cli: &Cli) -> i32 {
     }
     if let Command::Audit { command } = &cli.command {
         return audit(command, &r);
+    }
+    if matches!(cli.command, Command::Mcp) {
+        return crate::mcp::run(r.socket);
     }
     crate::commands::run(&cli.command, &r)
 }

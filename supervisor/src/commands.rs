@@ -76,7 +76,7 @@ async fn dispatch(cmd: &Command, r: &Resolved) -> Result<i32, ClientError> {
                 other => refused(other),
             }
         }
-        Command::Serve | Command::Worker { .. } | Command::Reap { .. } | Command::Audit { .. } => Ok(2),
+        Command::Serve | Command::Worker { .. } | Command::Reap { .. } | Command::Audit { .. } | Command::Mcp => Ok(2),
     }
 }
 

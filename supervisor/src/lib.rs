@@ -16,6 +16,7 @@ pub mod gate;
 pub mod grants;
 pub mod leftovers;
 pub mod listener;
+pub mod mcp;
 pub mod outbox;
 pub mod policy;
 pub mod pool;

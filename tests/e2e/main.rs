@@ -4,8 +4,10 @@
 mod harness;
 
 mod crash;
+mod mcp;
 mod edit;
 mod exec;
+mod policy;
 mod protocol;
 mod python_client;
 mod search;
