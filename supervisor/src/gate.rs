@@ -51,33 +51,62 @@ impl Service {
         cancel: &CancellationToken,
     ) -> (Decision, Result<(), Outcome>) {
         let policy = self.policy();
-        let mut decision = policy.decide(&CallFacts { tool: spec.name, args: &req.args });
+        let mut decision = policy.decide(&CallFacts {
+            tool: spec.name,
+            args: &req.args,
+        });
         if spec.name == "apply_file_change" {
             self.add_change_location(req, &mut decision);
         }
         // A path no root contains can never run: say so, rather than ask a person.
-        if let Some(outside) = decision.locations.iter().find(|l| policy.scopes().resolve(l).is_outside()) {
+        if let Some(outside) = decision
+            .locations
+            .iter()
+            .find(|l| policy.scopes().resolve(l).is_outside())
+        {
             let msg = format!("`{outside}` is outside the workspace");
             return (decision, Err(denied(ErrorType::PathOutsideWorkspace, msg)));
         }
         if decision.action == Action::Ask
             && let Some(token) = &req.confirm_token
         {
-            let use_ = TokenUse { tool: spec.name, trace_id: req.trace_id.as_deref(), locations: &decision.locations };
-            match self.grants.settle(decision.action, token, &use_, Instant::now()) {
+            let use_ = TokenUse {
+                tool: spec.name,
+                trace_id: req.trace_id.as_deref(),
+                locations: &decision.locations,
+            };
+            match self
+                .grants
+                .settle(decision.action, token, &use_, Instant::now())
+            {
                 Ok(action) => {
                     decision.action = action;
                     decision.reason = format!("{} (passed by a grant token)", decision.reason);
                     let grant_id = crate::grants::fingerprint(token);
-                    self.audit.record_detached(&GrantUsed { grant_id: &grant_id, call_id, tool: spec.name });
+                    self.audit.record_detached(&GrantUsed {
+                        grant_id: &grant_id,
+                        call_id,
+                        tool: spec.name,
+                    });
                 }
-                Err(why) => return (decision, Err(denied(ErrorType::TokenInvalid, why.to_string()))),
+                Err(why) => {
+                    return (
+                        decision,
+                        Err(denied(ErrorType::TokenInvalid, why.to_string())),
+                    );
+                }
             }
         }
         let result = match decision.action {
             Action::Allow => Ok(()),
-            Action::Deny => Err(denied(ErrorType::PolicyDenied, format!("denied by policy: {}", decision.reason))),
-            Action::Ask => self.ask(session, req, spec, call_id, &decision, cancel).await,
+            Action::Deny => Err(denied(
+                ErrorType::PolicyDenied,
+                format!("denied by policy: {}", decision.reason),
+            )),
+            Action::Ask => {
+                self.ask(session, req, spec, call_id, &decision, cancel)
+                    .await
+            }
         };
         if result.is_ok() {
             decision.action = Action::Allow;
@@ -87,7 +116,11 @@ impl Service {
 
     /// The path an `apply_file_change` will write, from its pending preview.
     fn add_change_location(&self, req: &CallRequest, decision: &mut Decision) {
-        let token = req.args.get("token").and_then(Value::as_str).unwrap_or_default();
+        let token = req
+            .args
+            .get("token")
+            .and_then(Value::as_str)
+            .unwrap_or_default();
         let previews = self.previews.lock().unwrap_or_else(|p| p.into_inner());
         if let Ok(change) = previews.peek(token, Instant::now()) {
             decision.locations = vec![change.path.clone()];
@@ -105,11 +138,17 @@ impl Service {
         cancel: &CancellationToken,
     ) -> Result<(), Outcome> {
         let args_sha256 = crate::audit::canonical::args_sha256(&req.args);
-        if self.confirmations.is_remembered(&session.id, spec.name, &args_sha256) {
+        if self
+            .confirmations
+            .is_remembered(&session.id, spec.name, &args_sha256)
+        {
             return Ok(());
         }
         if !session.interactive {
-            return Err(denied(ErrorType::ConfirmationRequired, how_to_allow(decision, spec.name)));
+            return Err(denied(
+                ErrorType::ConfirmationRequired,
+                how_to_allow(decision, spec.name),
+            ));
         }
         let details = ConfirmDetails {
             session: session.id.clone(),
@@ -142,56 +181,112 @@ impl Service {
         };
         let word = match answer {
             Answer::Approved => "approved",
-            Answer::Rejected => "rejected",
-            Answer::TimedOut => "timed_out",
+            Answer::Rejected => "denied",
+            Answer::TimedOut => "timeout",
             Answer::Withdrawn => "withdrawn",
         };
-        self.events.publish(Topic::Confirmations, "confirm_answered", obj(json!({"interaction": interaction, "id": req.id, "session": session.id, "answer": word})));
-        self.audit.record_detached(&ConfirmAnswered { call_id, answer: word, by: "person" });
+        let approve = answer == Answer::Approved;
+        self.events.publish(
+            Topic::Confirmations,
+            "confirm_answered",
+            obj(json!({"interaction": interaction, "approve": approve, "id": req.id, "session": session.id, "answer": word})),
+        );
+        self.audit.record_detached(&ConfirmAnswered {
+            call_id,
+            answer: word,
+            by: "person",
+        });
         match answer {
             Answer::Approved => Ok(()),
-            Answer::Rejected => Err(denied(ErrorType::PolicyDenied, "a person declined this call")),
-            Answer::TimedOut => Err(denied(ErrorType::ConfirmationTimeout, format!("nobody answered within {} ms", expires_in.as_millis()))),
-            Answer::Withdrawn => Err(denied(ErrorType::Cancelled, "the call was cancelled while waiting for confirmation")),
+            Answer::Rejected => Err(denied(
+                ErrorType::PolicyDenied,
+                "a person declined this call",
+            )),
+            Answer::TimedOut => Err(denied(
+                ErrorType::ConfirmationTimeout,
+                format!("nobody answered within {} ms", expires_in.as_millis()),
+            )),
+            Answer::Withdrawn => Err(denied(
+                ErrorType::Cancelled,
+                "the call was cancelled while waiting for confirmation",
+            )),
         }
     }
 
     /// What the person sees: the command, or the diff an edit would make.
-    async fn preview_for(&self, session: &SessionInfo, req: &CallRequest, spec: &ToolSpec, cancel: &CancellationToken) -> Option<String> {
+    async fn preview_for(
+        &self,
+        session: &SessionInfo,
+        req: &CallRequest,
+        spec: &ToolSpec,
+        cancel: &CancellationToken,
+    ) -> Option<String> {
         match spec.name {
-            "run_command" => req.args.get("command").and_then(Value::as_str).map(str::to_owned),
+            "run_command" => req
+                .args
+                .get("command")
+                .and_then(Value::as_str)
+                .map(str::to_owned),
             "apply_file_change" => {
-                let token = req.args.get("token").and_then(Value::as_str).unwrap_or_default();
+                let token = req
+                    .args
+                    .get("token")
+                    .and_then(Value::as_str)
+                    .unwrap_or_default();
                 let previews = self.previews.lock().unwrap_or_else(|p| p.into_inner());
-                previews.peek(token, Instant::now()).ok().map(|c| c.diff.clone())
+                previews
+                    .peek(token, Instant::now())
+                    .ok()
+                    .map(|c| c.diff.clone())
             }
             "write_file" | "edit_file" => {
-                let preview_tool = if spec.name == "write_file" { "preview_write_file" } else { "preview_edit_file" };
-                let (o, _) = self.dispatch(session, req, spec, &req.args, preview_tool, cancel).await;
-                o.meta.get("diff").and_then(Value::as_str).map(str::to_owned)
+                let preview_tool = if spec.name == "write_file" {
+                    "preview_write_file"
+                } else {
+                    "preview_edit_file"
+                };
+                let (o, _) = self
+                    .dispatch(session, req, spec, &req.args, preview_tool, cancel)
+                    .await;
+                o.meta
+                    .get("diff")
+                    .and_then(Value::as_str)
+                    .map(str::to_owned)
             }
             _ => None,
         }
     }
 
     /// Issue a grant token (the `grant` message) and record it.
-    pub fn grant(&self, session: &SessionInfo, id: toolvisor_protocol::Id, req: &crate::grants::GrantRequest) -> ServerMessage {
+    pub fn grant(
+        &self,
+        session: &SessionInfo,
+        id: toolvisor_protocol::Id,
+        req: &crate::grants::GrantRequest,
+    ) -> ServerMessage {
         let issued = match self.grants.issue(req, Instant::now()) {
             Ok(i) => i,
-            Err(e) => return ServerMessage::error(Some(id), ErrorType::InvalidParams, e.to_string()),
+            Err(e) => {
+                return ServerMessage::error(Some(id), ErrorType::InvalidParams, e.to_string());
+            }
         };
         let expires_at = std::time::SystemTime::now() + req.ttl;
         let grant_id = crate::grants::fingerprint(&issued.token);
-        self.audit.record_detached(&crate::audit::record::GrantIssued {
-            grant_id: &grant_id,
-            tools: &req.tools,
-            trace_id: req.trace_id.as_deref(),
-            paths: &req.paths,
-            expires_at,
-            reusable: req.reusable,
-            issued_by: &session.id,
-        });
-        ServerMessage::Token { id, token: issued.token, expires_at: crate::audit::record::rfc3339_millis(expires_at) }
+        self.audit
+            .record_detached(&crate::audit::record::GrantIssued {
+                grant_id: &grant_id,
+                tools: &req.tools,
+                trace_id: req.trace_id.as_deref(),
+                paths: &req.paths,
+                expires_at,
+                reusable: req.reusable,
+                issued_by: &session.id,
+            });
+        ServerMessage::Token {
+            id,
+            token: issued.token,
+            expires_at: crate::audit::record::rfc3339_millis(expires_at),
+        }
     }
 
     /// Tell `confirmations` subscribers.
@@ -208,7 +303,11 @@ impl Service {
             .pending(Instant::now())
             .into_iter()
             .map(|p| {
-                let id = p.details.call_id.rsplit_once(':').map_or(p.details.call_id.clone(), |(_, id)| id.to_owned());
+                let id = p
+                    .details
+                    .call_id
+                    .rsplit_once(':')
+                    .map_or(p.details.call_id.clone(), |(_, id)| id.to_owned());
                 let req = CallRequest::new(id, p.details.tool.clone(), Value::Null);
                 confirm_required(&req, &p.interaction, &p.details, p.expires_in)
             })
@@ -216,7 +315,12 @@ impl Service {
     }
 }
 
-fn confirm_required(req: &CallRequest, interaction: &str, d: &ConfirmDetails, expires_in: Duration) -> ServerMessage {
+fn confirm_required(
+    req: &CallRequest,
+    interaction: &str,
+    d: &ConfirmDetails,
+    expires_in: Duration,
+) -> ServerMessage {
     ServerMessage::ConfirmRequired {
         id: req.id.clone(),
         interaction: interaction.to_owned(),

@@ -197,7 +197,7 @@ impl Record for ConfirmRequested<'_> {
     }
 }
 
-/// `confirm_answered`: the answer (`approved`, `denied`, `timeout`) and who gave it.
+/// `confirm_answered`: the answer (`approved`, `denied`, `timeout`, `withdrawn`) and who gave it.
 #[derive(Clone, Debug)]
 pub struct ConfirmAnswered<'a> {
     pub call_id: &'a str,

@@ -73,10 +73,15 @@ pub fn preview(args: &Value) -> String {
     cut(text, MAX_PREVIEW)
 }
 
-/// A copy of `v` with secrets masked.
+/// Longest part of one string that is masked and may reach the preview. The preview
+/// keeps at most [`MAX_PREVIEW`] bytes, so a secret that starts inside it ends well
+/// within this bound; scanning a multi-megabyte `content` whole would only cost time.
+const SCAN_MAX: usize = 4 * MAX_PREVIEW;
+
+/// A copy of `v` with secrets masked (long strings cut to [`SCAN_MAX`] first).
 pub fn redact(v: &Value) -> Value {
     match v {
-        Value::String(s) => Value::String(mask_str(s)),
+        Value::String(s) => Value::String(mask_str(head(s, SCAN_MAX))),
         Value::Array(items) => Value::Array(items.iter().map(redact).collect()),
         Value::Object(map) => {
             let masked: Map<String, Value> = map
@@ -94,6 +99,18 @@ pub fn redact(v: &Value) -> Value {
         }
         other => other.clone(),
     }
+}
+
+/// The first `max` bytes of `s`, cut on a character boundary.
+fn head(s: &str, max: usize) -> &str {
+    if s.len() <= max {
+        return s;
+    }
+    let mut end = max;
+    while !s.is_char_boundary(end) {
+        end -= 1;
+    }
+    &s[..end]
 }
 
 /// Whether a key names a secret (case-insensitive substring).
