@@ -8,7 +8,7 @@
 //! explanation of how to allow it.
 
 use std::collections::HashMap;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
 use serde_json::{Value, json};
@@ -81,7 +81,7 @@ async fn serve(socket: PathBuf) -> i32 {
     0
 }
 
-fn handle(msg: Value, socket: &PathBuf, tx: &mpsc::Sender<Value>, calls: &Calls) {
+fn handle(msg: Value, socket: &Path, tx: &mpsc::Sender<Value>, calls: &Calls) {
     let method = msg
         .get("method")
         .and_then(Value::as_str)
@@ -102,7 +102,7 @@ fn handle(msg: Value, socket: &PathBuf, tx: &mpsc::Sender<Value>, calls: &Calls)
         }
         return;
     };
-    let (socket, tx, calls) = (socket.clone(), tx.clone(), calls.clone());
+    let (socket, tx, calls) = (socket.to_owned(), tx.clone(), calls.clone());
     tokio::spawn(async move {
         let reply = match method.as_str() {
             "initialize" => Ok(initialize(&params)),
@@ -141,13 +141,13 @@ fn initialize(params: &Value) -> Value {
     })
 }
 
-async fn connect(socket: &PathBuf) -> Result<Client, (i64, String)> {
+async fn connect(socket: &Path) -> Result<Client, (i64, String)> {
     Client::connect(socket, "toolvisor-mcp", false)
         .await
         .map_err(|e| (-32603, format!("toolvisor daemon: {e}")))
 }
 
-async fn list_tools(socket: &PathBuf) -> Result<Value, (i64, String)> {
+async fn list_tools(socket: &Path) -> Result<Value, (i64, String)> {
     let mut c = connect(socket).await?;
     let id = "tools".into();
     let msg = ClientMessage::ListTools {
@@ -166,7 +166,7 @@ async fn list_tools(socket: &PathBuf) -> Result<Value, (i64, String)> {
 }
 
 async fn call_tool(
-    socket: &PathBuf,
+    socket: &Path,
     rpc_id: &Value,
     params: &Value,
     calls: &Calls,
