@@ -1,1 +1,3 @@
-fn main() { toolvisor_supervisor::cli::main() }
+fn main() {
+    toolvisor_supervisor::cli::main()
+}

@@ -123,7 +123,11 @@ impl Client {
     }
 
     /// Send a request with an `id` and wait for the answer that echoes it.
-    pub async fn request(&mut self, msg: &ClientMessage, id: &Id) -> Result<ServerMessage, ClientError> {
+    pub async fn request(
+        &mut self,
+        msg: &ClientMessage,
+        id: &Id,
+    ) -> Result<ServerMessage, ClientError> {
         self.send(msg).await?;
         let (_, m) = self.recv_matching(|m| answers(m, id).then_some(())).await?;
         Ok(m)
@@ -139,7 +143,9 @@ impl Client {
         self.send(&ClientMessage::Call(req)).await?;
         let mut t = CallTranscript::default();
         loop {
-            let (_, m) = self.recv_matching(|m| belongs_to_call(m, &id).then_some(())).await?;
+            let (_, m) = self
+                .recv_matching(|m| belongs_to_call(m, &id).then_some(()))
+                .await?;
             match m {
                 ServerMessage::Output { stream, data, .. } => {
                     output(&stream, &data);
@@ -174,7 +180,9 @@ pub fn answers(m: &ServerMessage, id: &Id) -> bool {
 
 fn belongs_to_call(m: &ServerMessage, id: &Id) -> bool {
     match m {
-        ServerMessage::Output { id: i, .. } | ServerMessage::ConfirmRequired { id: i, .. } => i == id,
+        ServerMessage::Output { id: i, .. } | ServerMessage::ConfirmRequired { id: i, .. } => {
+            i == id
+        }
         other => answers(other, id),
     }
 }

@@ -219,7 +219,10 @@ mod tests {
 
     #[test]
     fn lying_lengths_are_errors() {
-        for b in [&[0xdd, 0xff, 0xff, 0xff, 0xff][..], &[0xdb, 0xff, 0xff, 0xff, 0xff]] {
+        for b in [
+            &[0xdd, 0xff, 0xff, 0xff, 0xff][..],
+            &[0xdb, 0xff, 0xff, 0xff, 0xff],
+        ] {
             assert!(matches!(
                 decode::<ClientMessage>(b, KNOWN_CLIENT_TYPES),
                 Err(DecodeError::Malformed(_))

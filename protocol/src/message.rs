@@ -377,8 +377,8 @@ mod tests {
             prop::option::of(any::<bool>()),
             prop::option::of("[a-f0-9]{8}"),
         )
-            .prop_map(|(id, tool, args, trace_id, timeout_ms, stream, confirm_token)| {
-                CallRequest {
+            .prop_map(
+                |(id, tool, args, trace_id, timeout_ms, stream, confirm_token)| CallRequest {
                     id,
                     tool,
                     args: Value::Object(args.into_iter().collect()),
@@ -386,8 +386,8 @@ mod tests {
                     timeout_ms,
                     stream,
                     confirm_token,
-                }
-            })
+                },
+            )
     }
 
     fn arb_client() -> impl Strategy<Value = ClientMessage> {
@@ -399,16 +399,19 @@ mod tests {
                     interactive
                 }
             ),
-            (arb_id(), prop::option::of(prop_oneof![
-                Just(ToolFormat::Native),
-                Just(ToolFormat::Openai),
-                Just(ToolFormat::Mcp)
-            ]))
-            .prop_map(|(id, format)| ClientMessage::ListTools {
-                id,
-                format,
-                groups: Some(vec!["search".into()])
-            }),
+            (
+                arb_id(),
+                prop::option::of(prop_oneof![
+                    Just(ToolFormat::Native),
+                    Just(ToolFormat::Openai),
+                    Just(ToolFormat::Mcp)
+                ])
+            )
+                .prop_map(|(id, format)| ClientMessage::ListTools {
+                    id,
+                    format,
+                    groups: Some(vec!["search".into()])
+                }),
             arb_call().prop_map(ClientMessage::Call),
             (arb_id(), prop::collection::vec(arb_call(), 0..4))
                 .prop_map(|(id, calls)| ClientMessage::Batch { id, calls }),
@@ -476,27 +479,77 @@ mod tests {
     fn every_server_message_round_trips() {
         let id: Id = "a".into();
         let msgs = vec![
-            ServerMessage::Welcome { protocol: 1, server: "toolvisor/0.1.0".into(), session: "s1".into(), tools: 14 },
-            ServerMessage::Tools { id: id.clone(), tools: vec![json!({"name": "ls"})] },
-            ServerMessage::Output { id: id.clone(), stream: "stdout".into(), data: "hi".into() },
-            ServerMessage::ConfirmRequired {
-                id: id.clone(), interaction: "i1".into(), tool: "run_command".into(),
-                description: "run ls".into(), risk: "high".into(), locations: vec![".".into()],
-                preview: Some("ls".into()), expires_in_ms: 60000,
+            ServerMessage::Welcome {
+                protocol: 1,
+                server: "toolvisor/0.1.0".into(),
+                session: "s1".into(),
+                tools: 14,
             },
-            ServerMessage::BatchDone { id: id.clone(), ids: vec!["x".into(), Id::Int(2)] },
-            ServerMessage::Confirmed { interaction: "i1".into(), approve: true },
-            ServerMessage::Token { id: id.clone(), token: "t".into(), expires_at: "2026-01-01T00:00:00Z".into() },
+            ServerMessage::Tools {
+                id: id.clone(),
+                tools: vec![json!({"name": "ls"})],
+            },
+            ServerMessage::Output {
+                id: id.clone(),
+                stream: "stdout".into(),
+                data: "hi".into(),
+            },
+            ServerMessage::ConfirmRequired {
+                id: id.clone(),
+                interaction: "i1".into(),
+                tool: "run_command".into(),
+                description: "run ls".into(),
+                risk: "high".into(),
+                locations: vec![".".into()],
+                preview: Some("ls".into()),
+                expires_in_ms: 60000,
+            },
+            ServerMessage::BatchDone {
+                id: id.clone(),
+                ids: vec!["x".into(), Id::Int(2)],
+            },
+            ServerMessage::Confirmed {
+                interaction: "i1".into(),
+                approve: true,
+            },
+            ServerMessage::Token {
+                id: id.clone(),
+                token: "t".into(),
+                expires_at: "2026-01-01T00:00:00Z".into(),
+            },
             ServerMessage::Subscribed { id: id.clone() },
             ServerMessage::Event {
-                topic: Topic::Workers, event: "worker_started".into(), dropped: Some(2),
-                fields: json!({"group": "search", "index": 0, "pid": 7}).as_object().unwrap().clone(),
+                topic: Topic::Workers,
+                event: "worker_started".into(),
+                dropped: Some(2),
+                fields: json!({"group": "search", "index": 0, "pid": 7})
+                    .as_object()
+                    .unwrap()
+                    .clone(),
             },
             ServerMessage::Status {
-                id: id.clone(), uptime_ms: 5,
-                workers: vec![WorkerStatus { group: "search".into(), index: 0, pid: None, state: "failed".into(), restarts: 5, in_flight: 0, rss_bytes: 0, cpu_percent: 0.0 }],
-                audit: AuditStatus { path: "/x".into(), seq: 4 },
-                guards: Guards { landlock: Some(7), openat2: true, subreaper: true, cgroup: false },
+                id: id.clone(),
+                uptime_ms: 5,
+                workers: vec![WorkerStatus {
+                    group: "search".into(),
+                    index: 0,
+                    pid: None,
+                    state: "failed".into(),
+                    restarts: 5,
+                    in_flight: 0,
+                    rss_bytes: 0,
+                    cpu_percent: 0.0,
+                }],
+                audit: AuditStatus {
+                    path: "/x".into(),
+                    seq: 4,
+                },
+                guards: Guards {
+                    landlock: Some(7),
+                    openat2: true,
+                    subreaper: true,
+                    cgroup: false,
+                },
             },
             ServerMessage::Ack { id: id.clone() },
             ServerMessage::Pong { id: id.clone() },

@@ -378,7 +378,12 @@ mod tests {
         assert_eq!(names, sorted);
         assert_eq!(names.len(), 14);
         for t in &tools {
-            assert_eq!(t.parameters["additionalProperties"], json!(false), "{}", t.name);
+            assert_eq!(
+                t.parameters["additionalProperties"],
+                json!(false),
+                "{}",
+                t.name
+            );
             assert!(GROUPS.contains(&t.group));
         }
     }

@@ -5,8 +5,8 @@
 //! supervisor sends `run` and `cancel` frames and the worker answers with `output` and
 //! exactly one `done` per call.
 
-use crate::message::{Guards, Status, Truncated};
 use crate::ErrorBody;
+use crate::message::{Guards, Status, Truncated};
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 use std::collections::BTreeMap;

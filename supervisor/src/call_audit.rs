@@ -45,7 +45,10 @@ impl CallRecord<'_> {
 
     /// The call never ran: one `rejected` record; its seq is the result's `audit_seq`.
     pub async fn rejected(&self, audit: &Audit, o: &Outcome) -> u64 {
-        let kind = o.error.as_ref().map_or("InternalError", |e| e.kind.as_str());
+        let kind = o
+            .error
+            .as_ref()
+            .map_or("InternalError", |e| e.kind.as_str());
         let r = Rejected {
             call: self.requested(),
             status: o.status.as_str(),
@@ -64,7 +67,12 @@ impl CallRecord<'_> {
 
     /// Durable before the result leaves; if it cannot be written within the wait, the
     /// result becomes `InternalError` (never a silent gap).
-    pub async fn completed(&self, audit: &Audit, o: &mut Outcome, worker: Option<(&str, u32)>) -> u64 {
+    pub async fn completed(
+        &self,
+        audit: &Audit,
+        o: &mut Outcome,
+        worker: Option<(&str, u32)>,
+    ) -> u64 {
         let summary = summary(o);
         let c = Completed {
             call_id: &self.call_id,
@@ -73,8 +81,12 @@ impl CallRecord<'_> {
             summary: &summary,
             started_at: self.started_at,
             ended_at: SystemTime::now(),
-            worker: worker.map(|(group, pid)| WorkerRef { group, pid: Some(pid) }),
-            output_bytes: o.content.len() as u64 + o.truncated.as_ref().map_or(0, |t| t.omitted_bytes),
+            worker: worker.map(|(group, pid)| WorkerRef {
+                group,
+                pid: Some(pid),
+            }),
+            output_bytes: o.content.len() as u64
+                + o.truncated.as_ref().map_or(0, |t| t.omitted_bytes),
             truncated: o.truncated.is_some(),
         };
         match audit.record_wait(&c).await {

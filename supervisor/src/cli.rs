@@ -8,7 +8,11 @@ use clap::{Parser, Subcommand, ValueEnum};
 use crate::config::Config;
 
 #[derive(Parser, Debug)]
-#[command(name = "toolvisor", version, about = "A local supervisor that executes tools for LLM agents")]
+#[command(
+    name = "toolvisor",
+    version,
+    about = "A local supervisor that executes tools for LLM agents"
+)]
 pub struct Cli {
     /// The workspace (default: the current directory).
     #[arg(long, global = true, value_name = "DIR")]
@@ -139,14 +143,22 @@ pub enum AuditCommand {
 /// `90s`, `10m`, `2h`, `500ms` or a number of milliseconds.
 fn parse_duration_ms(s: &str) -> Result<u64, String> {
     let s = s.trim();
-    let (num, unit) = s.find(|c: char| !c.is_ascii_digit()).map_or((s, ""), |i| s.split_at(i));
-    let n: u64 = num.parse().map_err(|_| format!("`{s}` is not a duration like 90s, 10m or 2h"))?;
+    let (num, unit) = s
+        .find(|c: char| !c.is_ascii_digit())
+        .map_or((s, ""), |i| s.split_at(i));
+    let n: u64 = num
+        .parse()
+        .map_err(|_| format!("`{s}` is not a duration like 90s, 10m or 2h"))?;
     let factor = match unit {
         "" | "ms" => 1,
         "s" => 1000,
         "m" => 60_000,
         "h" => 3_600_000,
-        _ => return Err(format!("unknown unit `{unit}` in `{s}` (use ms, s, m or h)")),
+        _ => {
+            return Err(format!(
+                "unknown unit `{unit}` in `{s}` (use ms, s, m or h)"
+            ));
+        }
     };
     Ok(n * factor)
 }
@@ -169,20 +181,41 @@ pub struct Resolved {
 
 pub fn resolve(cli: &Cli) -> Result<Resolved, String> {
     let ws = cli.workspace.clone().unwrap_or_else(|| PathBuf::from("."));
-    let workspace = ws.canonicalize().map_err(|e| format!("workspace {}: {e}", ws.display()))?;
-    let config_file = cli.config.clone().unwrap_or_else(|| workspace.join("toolvisor.toml"));
+    let workspace = ws
+        .canonicalize()
+        .map_err(|e| format!("workspace {}: {e}", ws.display()))?;
+    let config_file = cli
+        .config
+        .clone()
+        .unwrap_or_else(|| workspace.join("toolvisor.toml"));
     if cli.config.is_some() && !config_file.exists() {
-        return Err(format!("config file {} does not exist", config_file.display()));
+        return Err(format!(
+            "config file {} does not exist",
+            config_file.display()
+        ));
     }
     let config = Config::load(&config_file).map_err(|e| e.to_string())?;
     let state_dir = absolute(&workspace, &config.server.state_dir);
     let state_dir = state_dir.canonicalize().unwrap_or(state_dir);
-    let socket = cli.socket.clone().unwrap_or_else(|| crate::state::socket_path(&state_dir, &workspace));
-    Ok(Resolved { workspace, config_file, config, socket, explicit_socket: cli.socket.clone() })
+    let socket = cli
+        .socket
+        .clone()
+        .unwrap_or_else(|| crate::state::socket_path(&state_dir, &workspace));
+    Ok(Resolved {
+        workspace,
+        config_file,
+        config,
+        socket,
+        explicit_socket: cli.socket.clone(),
+    })
 }
 
 fn absolute(base: &Path, p: &Path) -> PathBuf {
-    if p.is_absolute() { p.to_owned() } else { base.join(p) }
+    if p.is_absolute() {
+        p.to_owned()
+    } else {
+        base.join(p)
+    }
 }
 
 fn init_tracing(format: LogFormat) {
@@ -203,7 +236,12 @@ fn init_tracing(format: LogFormat) {
 pub fn main() {
     let cli = Cli::parse();
     let code = match &cli.command {
-        Command::Worker { group } => toolvisor_workers::worker::main(group),
+        Command::Worker { group } => {
+            // Workers log to the supervisor's stderr (inherited), e.g. the background
+            // jobs a planned restart kills; RUST_LOG passes through to them.
+            init_tracing(cli.log_format);
+            toolvisor_workers::worker::main(group)
+        }
         Command::Reap { argv } => toolvisor_workers::reap::main(argv.clone()),
         _ => run(&cli),
     };
@@ -241,8 +279,16 @@ fn audit(cmd: &AuditCommand, r: &Resolved) -> i32 {
     let state_dir = absolute(&r.workspace, &r.config.server.state_dir);
     let mut out = std::io::stdout();
     match cmd {
-        AuditCommand::Verify { files } => crate::audit::cli::verify_cmd(&state_dir, files, &mut out),
-        AuditCommand::Tail { follow, trace, call, json, lines } => {
+        AuditCommand::Verify { files } => {
+            crate::audit::cli::verify_cmd(&state_dir, files, &mut out)
+        }
+        AuditCommand::Tail {
+            follow,
+            trace,
+            call,
+            json,
+            lines,
+        } => {
             let opts = crate::audit::cli::TailOptions {
                 follow: *follow,
                 trace_id: trace.clone(),

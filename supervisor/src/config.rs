@@ -325,10 +325,16 @@ impl Config {
             ("file_keep", l.file_keep, l.file_max),
             ("list_keep", l.list_keep, l.list_max),
             ("search_keep", l.search_keep, l.search_max),
-            ("shell_head + shell_tail", l.shell_head + l.shell_tail, l.shell_max),
+            (
+                "shell_head + shell_tail",
+                l.shell_head + l.shell_tail,
+                l.shell_max,
+            ),
         ] {
             if keep > max {
-                return Err(format!("limits.{key} ({keep}) must not exceed its maximum ({max})"));
+                return Err(format!(
+                    "limits.{key} ({keep}) must not exceed its maximum ({max})"
+                ));
             }
         }
         if l.max_frame_bytes < 1024 {
@@ -341,7 +347,10 @@ impl Config {
             for c in &rule.conditions {
                 if c.operator == Operator::Matches {
                     regex::Regex::new(&c.value).map_err(|e| {
-                        format!("policy.rules[{i}] condition on `{}`: bad regex: {e}", c.param)
+                        format!(
+                            "policy.rules[{i}] condition on `{}`: bad regex: {e}",
+                            c.param
+                        )
                     })?;
                 }
             }

@@ -59,7 +59,11 @@ impl Events {
     }
 
     pub fn publish(&self, topic: Topic, name: &'static str, fields: Map<String, Value>) {
-        let _ = self.tx.send(Event { topic, name, fields });
+        let _ = self.tx.send(Event {
+            topic,
+            name,
+            fields,
+        });
     }
 
     fn audit(&self, kind: &'static str, fields: &Map<String, Value>) {
@@ -80,9 +84,20 @@ impl Events {
         self.publish(Topic::Workers, name, fields);
     }
 
-    pub fn worker_exited(&self, w: &WorkerShared, pid: Option<u32>, code: Option<i32>, signal: Option<i32>) {
+    /// A worker process ended. `reason` says whether on purpose (`operator_restart`,
+    /// `reload`, `memory`, `shutdown`) or not (`crashed`, `not_ready`); the fields are
+    /// those of [`crate::audit::record::WorkerExited`].
+    pub fn worker_exited(
+        &self,
+        w: &WorkerShared,
+        pid: Option<u32>,
+        code: Option<i32>,
+        signal: Option<i32>,
+        reason: &str,
+    ) {
         let fields = obj(json!({
-            "group": w.group, "index": w.index, "pid": pid, "exit_code": code, "signal": signal,
+            "group": w.group, "index": w.index, "pid": pid, "code": code, "signal": signal,
+            "reason": reason,
         }));
         self.audit("worker_exited", &fields);
         self.publish(Topic::Workers, "worker_exited", fields);

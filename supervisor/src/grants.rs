@@ -233,7 +233,11 @@ impl Grants {
 /// A grant's id for the audit log: enough to tell grants apart, useless as a token.
 pub fn fingerprint(token: &str) -> String {
     use sha2::{Digest, Sha256};
-    Sha256::digest(token.as_bytes()).iter().take(8).map(|b| format!("{b:02x}")).collect()
+    Sha256::digest(token.as_bytes())
+        .iter()
+        .take(8)
+        .map(|b| format!("{b:02x}"))
+        .collect()
 }
 
 /// `n` bytes from the kernel's CSPRNG, as lowercase hex: unguessable tokens and ids.

@@ -6,6 +6,7 @@
 #![allow(clippy::result_large_err)]
 
 pub mod audit;
+pub mod batch;
 pub mod call_audit;
 pub mod cli;
 pub mod commands;
@@ -32,4 +33,5 @@ pub mod state;
 pub mod status;
 pub mod subscribe;
 pub mod validate;
+pub mod watchdog;
 pub mod worker;

@@ -35,12 +35,21 @@ impl Actor for Listener {
     type State = ListenerState;
     type Arguments = ListenerArgs;
 
-    async fn pre_start(&self, myself: ActorRef<ListenerMsg>, args: ListenerArgs) -> Result<ListenerState, ActorProcessingErr> {
+    async fn pre_start(
+        &self,
+        myself: ActorRef<ListenerMsg>,
+        args: ListenerArgs,
+    ) -> Result<ListenerState, ActorProcessingErr> {
         let accept = tokio::spawn(accept_loop(args.listener, args.service, myself));
         Ok(ListenerState { accept })
     }
 
-    async fn handle_supervisor_evt(&self, _: ActorRef<ListenerMsg>, evt: SupervisionEvent, _: &mut ListenerState) -> Result<(), ActorProcessingErr> {
+    async fn handle_supervisor_evt(
+        &self,
+        _: ActorRef<ListenerMsg>,
+        evt: SupervisionEvent,
+        _: &mut ListenerState,
+    ) -> Result<(), ActorProcessingErr> {
         if let SupervisionEvent::ActorFailed(_, e) = evt {
             tracing::error!("a session failed: {e}");
         }
@@ -60,12 +69,19 @@ async fn accept_loop(listener: UnixListener, service: Arc<Service>, me: ActorRef
                 continue;
             }
         };
-        let Ok(cred) = stream.peer_cred() else { continue };
+        let Ok(cred) = stream.peer_cred() else {
+            continue;
+        };
         if cred.uid() != my_uid {
             tracing::warn!(uid = cred.uid(), pid = ?cred.pid(), "refused a connection from another uid");
             continue; // dropping the stream closes it
         }
-        let args = SessionArgs { service: service.clone(), stream, uid: cred.uid(), pid: cred.pid() };
+        let args = SessionArgs {
+            service: service.clone(),
+            stream,
+            uid: cred.uid(),
+            pid: cred.pid(),
+        };
         if let Err(e) = Actor::spawn_linked(None, SessionActor, args, me.get_cell()).await {
             tracing::error!("cannot start a session: {e}");
         }

@@ -19,7 +19,10 @@ use toolvisor_protocol::{ErrorBody, ErrorType};
 use crate::events::Events;
 use crate::restart::RestartPolicy;
 use crate::spawn::{SpawnSpec, Spawner};
-use crate::worker::{CANCEL_GRACE, Reply, WorkerActor, WorkerArgs, WorkerMsg, WorkerShared, WorkerState};
+use crate::worker::{
+    CANCEL_GRACE, Reconfig, Reply, RestartReason, WorkerActor, WorkerArgs, WorkerMsg, WorkerShared,
+    WorkerState,
+};
 
 /// Calls one worker process runs at once before more wait in the group's queue.
 pub const MAX_IN_FLIGHT_PER_WORKER: usize = 32;
@@ -116,11 +119,19 @@ impl Pool {
         loop {
             let (slot, rx) = match self.acquire(&mut job, queue_deadline, cancel).await {
                 Ok(x) => x,
-                Err(outcome) => return JobEnd { outcome, worker: None },
+                Err(outcome) => {
+                    return JobEnd {
+                        outcome,
+                        worker: None,
+                    };
+                }
             };
             let deadline = Instant::now() + job.timeout;
             let worker = slot.pid().map(|pid| (self.group.clone(), pid));
-            let end = |outcome| JobEnd { outcome, worker: worker.clone() };
+            let end = |outcome| JobEnd {
+                outcome,
+                worker: worker.clone(),
+            };
             let give_up = tokio::time::Instant::from_std(deadline + self.deadline_grace);
             let mut rx = rx;
             let reply = tokio::select! {
@@ -161,7 +172,11 @@ impl Pool {
             changed.borrow_and_update();
             if let Some(slot) = self.pick(job.worker) {
                 let run = crate::worker::run_frame(
-                    job.call, &job.name, &job.tool, &job.args, job.stream,
+                    job.call,
+                    &job.name,
+                    &job.tool,
+                    &job.args,
+                    job.stream,
                     job.timeout.as_millis() as u64,
                 );
                 if let Some(rx) = slot.submit(run, job.call, job.output.clone()).await {
@@ -201,9 +216,16 @@ impl Pool {
 
     /// `WorkerUnavailable` when every worker that could run the job has failed.
     fn unavailable(&self, only: Option<u32>) -> Option<Outcome> {
-        let mut candidates = self.workers.iter().filter(|w| only.is_none_or(|i| w.index == i)).peekable();
+        let mut candidates = self
+            .workers
+            .iter()
+            .filter(|w| only.is_none_or(|i| w.index == i))
+            .peekable();
         if candidates.peek().is_none() {
-            return Some(err(ErrorType::InvalidParams, format!("no {} worker {:?}", self.group, only)));
+            return Some(err(
+                ErrorType::InvalidParams,
+                format!("no {} worker {:?}", self.group, only),
+            ));
         }
         let mut retry: Option<Duration> = None;
         for w in candidates {
@@ -219,19 +241,55 @@ impl Pool {
             ErrorType::WorkerUnavailable,
             match retry {
                 Some(_) => format!("every {} worker has failed; retry later", self.group),
-                None => format!("every {} worker has failed; an operator restart (`toolvisor restart {}`) is needed", self.group, self.group),
+                None => format!(
+                    "every {} worker has failed; an operator restart (`toolvisor restart {}`) is needed",
+                    self.group, self.group
+                ),
             },
         );
         body.retry_after_ms = Some(retry.map_or(0, |d| d.as_millis() as u64).max(1));
         Some(Outcome::err(body))
     }
 
-    /// Rolling restart of every worker of the group, one at a time.
+    /// Operator restart (`toolvisor restart [GROUP]`): every worker of the group, one
+    /// at a time, each after its calls end; `failed` workers start again.
     pub async fn restart(&self) {
+        self.restart_for(RestartReason::Operator).await;
+    }
+
+    /// Rolling restart: each worker is replaced after its calls end, and the next one
+    /// only once the previous is ready again (or failed), so the group keeps serving.
+    pub async fn restart_for(&self, reason: RestartReason) {
         for w in &self.workers {
-            let actor = w.actor.lock().unwrap_or_else(|p| p.into_inner()).clone();
-            if let Some(actor) = actor {
-                let _ = ractor::call!(actor, WorkerMsg::Restart);
+            if let Some(actor) = w.actor_ref() {
+                let asked = actor
+                    .call(
+                        |reply| WorkerMsg::Restart {
+                            reason,
+                            reply: Some(reply),
+                        },
+                        None,
+                    )
+                    .await;
+                if let Err(e) = asked {
+                    tracing::warn!(group = %self.group, index = w.index, "restart not confirmed: {e}");
+                }
+            }
+        }
+    }
+
+    /// Use a reloaded configuration from each worker's next start on.
+    pub fn reconfigure(&self, r: &Reconfig) {
+        for w in &self.workers {
+            if let Some(actor) = w.actor_ref() {
+                let init = WorkerInit {
+                    group: self.group.clone(),
+                    ..r.init.clone()
+                };
+                let _ = actor.cast(WorkerMsg::Reconfigure(Box::new(Reconfig {
+                    init,
+                    ..r.clone()
+                })));
             }
         }
     }
@@ -240,8 +298,7 @@ impl Pool {
     pub async fn stop(&self) {
         let mut waits = Vec::new();
         for w in &self.workers {
-            let actor = w.actor.lock().unwrap_or_else(|p| p.into_inner()).clone();
-            if let Some(actor) = actor {
+            if let Some(actor) = w.actor_ref() {
                 waits.push(async move { ractor::call_t!(actor, WorkerMsg::Stop, 5_000) });
             }
         }
@@ -263,8 +320,13 @@ impl<'a> QueueSlot<'a> {
         let prev = pool.waiting.fetch_add(1, Ordering::SeqCst);
         if prev >= max {
             pool.waiting.fetch_sub(1, Ordering::SeqCst);
-            return Err(err(ErrorType::Overloaded, format!(
-                "the {} queue is full ({max} calls waiting); retry later", pool.group)));
+            return Err(err(
+                ErrorType::Overloaded,
+                format!(
+                    "the {} queue is full ({max} calls waiting); retry later",
+                    pool.group
+                ),
+            ));
         }
         Ok(QueueSlot(pool))
     }
@@ -292,12 +354,19 @@ pub struct PoolState {
 }
 
 impl PoolState {
-    async fn spawn_worker(&mut self, myself: &ActorRef<PoolMsg>, i: usize) -> Result<(), ActorProcessingErr> {
+    async fn spawn_worker(
+        &mut self,
+        myself: &ActorRef<PoolMsg>,
+        i: usize,
+    ) -> Result<(), ActorProcessingErr> {
         let args = WorkerArgs {
             shared: self.workers[i].clone(),
             spawner: self.spec.spawner.clone(),
             spec: self.spec.spawn.clone(),
-            init: WorkerInit { index: i as u32, ..self.spec.init.clone() },
+            init: WorkerInit {
+                index: i as u32,
+                ..self.spec.init.clone()
+            },
             policy: self.spec.policy.clone(),
             events: self.spec.events.clone(),
         };
@@ -312,7 +381,11 @@ impl Actor for PoolActor {
     type State = PoolState;
     type Arguments = PoolArgs;
 
-    async fn pre_start(&self, myself: ActorRef<PoolMsg>, args: PoolArgs) -> Result<PoolState, ActorProcessingErr> {
+    async fn pre_start(
+        &self,
+        myself: ActorRef<PoolMsg>,
+        args: PoolArgs,
+    ) -> Result<PoolState, ActorProcessingErr> {
         let n = args.workers.len();
         let mut st = PoolState {
             spec: args.spec,
@@ -328,7 +401,12 @@ impl Actor for PoolActor {
 
     /// A worker actor that panicked or stopped is started again; its process was
     /// killed when its state dropped, and the new actor starts a new one.
-    async fn handle_supervisor_evt(&self, myself: ActorRef<PoolMsg>, evt: SupervisionEvent, st: &mut PoolState) -> Result<(), ActorProcessingErr> {
+    async fn handle_supervisor_evt(
+        &self,
+        myself: ActorRef<PoolMsg>,
+        evt: SupervisionEvent,
+        st: &mut PoolState,
+    ) -> Result<(), ActorProcessingErr> {
         let cell = match &evt {
             SupervisionEvent::ActorFailed(cell, e) => {
                 tracing::error!("a worker actor failed: {e}");
@@ -358,14 +436,21 @@ impl std::fmt::Debug for Pool {
 
 /// Cancel on the worker and wait (bounded) for what it had, so a cancelled command
 /// still shows its output; the status is `cancelled` whatever the worker says.
-async fn cancelled(slot: &Arc<WorkerShared>, call: u64, rx: tokio::sync::oneshot::Receiver<Reply>) -> Outcome {
+async fn cancelled(
+    slot: &Arc<WorkerShared>,
+    call: u64,
+    rx: tokio::sync::oneshot::Receiver<Reply>,
+) -> Outcome {
     slot.cancel(call, false);
     let fallback = err(ErrorType::Cancelled, "the call was cancelled");
     match tokio::time::timeout(CANCEL_GRACE + Duration::from_millis(500), rx).await {
         Ok(Ok(Reply::Done(mut o))) => {
             if o.status != Status::Cancelled {
                 o.status = Status::Cancelled;
-                o.error = Some(ErrorBody::new(ErrorType::Cancelled, "the call was cancelled"));
+                o.error = Some(ErrorBody::new(
+                    ErrorType::Cancelled,
+                    "the call was cancelled",
+                ));
             }
             o
         }

@@ -61,7 +61,11 @@ impl PendingChange {
             Value::String(s) => s,
             _ => return None,
         };
-        let diff = meta.get("diff").and_then(Value::as_str).unwrap_or_default().to_owned();
+        let diff = meta
+            .get("diff")
+            .and_then(Value::as_str)
+            .unwrap_or_default()
+            .to_owned();
         Some(PendingChange {
             path,
             before_sha256,

@@ -1,5 +1,6 @@
-//! SIGHUP: read the configuration again (a bad one keeps the old), then restart every
-//! worker after its calls end, one worker of a group at a time.
+//! SIGHUP: read the configuration again (a bad one keeps the old one and the running
+//! workers), then restart every worker after its calls end, one worker of a group at a
+//! time. Worker counts are fixed at start: a changed `count` takes a new `serve`.
 
 use std::sync::Arc;
 
@@ -7,44 +8,68 @@ use crate::audit::record::{ConfigReloadFailed, ConfigReloaded};
 use crate::config::Config;
 use crate::policy::Policy;
 use crate::service::Service;
+use crate::worker::{Reconfig, RestartReason};
+use toolvisor_protocol::worker::WorkerInit;
 
 /// Read and check the configuration file again, policy included.
-fn load(service: &Service) -> Result<(Config, Policy), String> {
+fn load(service: &Service) -> Result<(Config, Policy, WorkerInit), String> {
     let cfg = Config::load(&service.paths.config_file).map_err(|e| e.to_string())?;
     let init = crate::service::worker_init(&service.paths, &cfg, &service.instance)?;
     let policy = Policy::new(&cfg.policy, &init.roots).map_err(|e| format!("bad [policy]: {e}"))?;
-    Ok((cfg, policy))
+    Ok((cfg, policy, init))
 }
 
+/// SIGHUP. A bad configuration keeps the old one and leaves the workers alone (same
+/// pids): nothing they run would change. A good one is swapped in, then every worker is
+/// replaced after its calls end, one worker of a group at a time, in the background so
+/// the signal loop stays responsive (a SIGTERM meanwhile still drains at once).
 pub async fn reload_and_restart(service: &Arc<Service>) {
     let path = service.paths.config_file.display().to_string();
-    match load(service) {
-        Ok((cfg, policy)) => {
-            for (group, pool) in &service.pools {
-                if let Some(g) = cfg.workers.group(group) {
-                    pool.set_queue_max(g.queue_max);
-                }
-            }
-            *service.config.write().unwrap_or_else(|p| p.into_inner()) = Arc::new(cfg);
-            *service.policy.write().unwrap_or_else(|p| p.into_inner()) = Arc::new(policy);
-            let digest = file_sha256(&service.paths.config_file);
-            service.audit.record_detached(&ConfigReloaded { path: &path, config_sha256: &digest });
-            tracing::info!("SIGHUP: configuration reloaded");
-        }
+    let (cfg, policy, init) = match load(service) {
+        Ok(loaded) => loaded,
         Err(e) => {
-            service.audit.record_detached(&ConfigReloadFailed { path: &path, error: &e });
-            tracing::error!("SIGHUP: keeping the old configuration: {e}");
+            service.audit.record_detached(&ConfigReloadFailed {
+                path: &path,
+                error: &e,
+            });
+            tracing::error!("SIGHUP: keeping the old configuration and the running workers: {e}");
+            return;
+        }
+    };
+    for (group, pool) in &service.pools {
+        if let Some(g) = cfg.workers.group(group) {
+            pool.set_queue_max(g.queue_max);
+            pool.reconfigure(&Reconfig {
+                init: init.clone(),
+                passthrough: g.env_passthrough.clone(),
+                supervisor: cfg.supervisor.clone(),
+            });
         }
     }
-    let restarts = service.pools.values().map(|p| p.restart());
-    futures::future::join_all(restarts).await;
-    tracing::info!("SIGHUP: every worker restarted");
+    *service.config.write().unwrap_or_else(|p| p.into_inner()) = Arc::new(cfg);
+    *service.policy.write().unwrap_or_else(|p| p.into_inner()) = Arc::new(policy);
+    let digest = file_sha256(&service.paths.config_file);
+    service.audit.record_detached(&ConfigReloaded {
+        path: &path,
+        config_sha256: &digest,
+    });
+    tracing::info!("SIGHUP: configuration reloaded; restarting the workers as their calls end");
+    let pools: Vec<_> = service.pools.values().cloned().collect();
+    tokio::spawn(async move {
+        futures::future::join_all(pools.iter().map(|p| p.restart_for(RestartReason::Reload))).await;
+        tracing::info!("SIGHUP: every worker restarted");
+    });
 }
 
 /// SHA-256 of the config file as read (empty when there is none).
 fn file_sha256(path: &std::path::Path) -> String {
     use sha2::{Digest, Sha256};
     std::fs::read(path)
-        .map(|b| Sha256::digest(&b).iter().map(|x| format!("{x:02x}")).collect())
+        .map(|b| {
+            Sha256::digest(&b)
+                .iter()
+                .map(|x| format!("{x:02x}"))
+                .collect()
+        })
         .unwrap_or_default()
 }

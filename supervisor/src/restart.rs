@@ -115,7 +115,9 @@ mod tests {
                 Next::RestartAfter(ms(400)),
                 Next::RestartAfter(ms(800)),
                 Next::RestartAfter(ms(1600)),
-                Next::Fail { retry_after: Some(ms(30_000)) },
+                Next::Fail {
+                    retry_after: Some(ms(30_000))
+                },
             ]
         );
     }
@@ -136,7 +138,10 @@ mod tests {
         p.on_exit(t0, None);
         p.on_exit(t0 + ms(1), None);
         p.on_ready(t0 + ms(2));
-        assert_eq!(p.on_exit(t0 + ms(2) + HEALTHY_RESET, None), Next::RestartAfter(ms(100)));
+        assert_eq!(
+            p.on_exit(t0 + ms(2) + HEALTHY_RESET, None),
+            Next::RestartAfter(ms(100))
+        );
     }
 
     #[test]
@@ -146,7 +151,10 @@ mod tests {
         for i in 0..5 {
             assert!(matches!(p.on_exit(t0 + ms(i), None), Next::RestartAfter(_)));
         }
-        assert!(matches!(p.on_exit(t0 + ms(31_000), None), Next::RestartAfter(_)));
+        assert!(matches!(
+            p.on_exit(t0 + ms(31_000), None),
+            Next::RestartAfter(_)
+        ));
     }
 
     proptest! {

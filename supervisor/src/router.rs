@@ -8,15 +8,15 @@ use std::time::{Duration, Instant, SystemTime};
 use serde_json::{Map, Value};
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
-use toolvisor_protocol::message::{CallRequest, ServerMessage, Status, ToolResult};
+use toolvisor_protocol::message::{CallRequest, ServerMessage, Status, ToolResult, Topic};
 use toolvisor_protocol::tools::{self, Risk, ToolSpec};
 use toolvisor_protocol::worker::Outcome;
 use toolvisor_protocol::{ErrorBody, ErrorType, Id};
 
 use crate::call_audit::CallRecord;
 use crate::outbox::Outbox;
-use crate::previews::{PendingChange, PreviewStore};
 use crate::pool::Job;
+use crate::previews::{PendingChange, PreviewStore};
 use crate::service::Service;
 
 /// Who is calling.
@@ -32,13 +32,58 @@ pub struct SessionInfo {
 /// Streamed chunks buffered per call before the worker's reader waits.
 const OUTPUT_CHUNKS: usize = 16;
 
+/// How often a running call says it is still running (`call_heartbeat`, DESIGN §3).
+const HEARTBEAT: Duration = Duration::from_secs(5);
+
+/// The fields every `calls` event carries.
+pub(crate) fn call_fields(
+    session: &SessionInfo,
+    id: &Id,
+    tool: &str,
+    status: &str,
+) -> Map<String, Value> {
+    let mut m = Map::new();
+    m.insert("id".into(), serde_json::to_value(id).unwrap_or(Value::Null));
+    m.insert("session".into(), Value::String(session.id.clone()));
+    m.insert("tool".into(), Value::String(tool.to_owned()));
+    m.insert("status".into(), Value::String(status.to_owned()));
+    m
+}
+
 fn fail(kind: ErrorType, message: impl Into<String>) -> Outcome {
     Outcome::err(ErrorBody::new(kind, message))
 }
 
 impl Service {
     /// Run one call to its result. Never panics on client input; every path returns.
-    pub async fn run_call(self: Arc<Self>, session: Arc<SessionInfo>, req: CallRequest, cancel: CancellationToken) -> ToolResult {
+    /// Every call ends with a `call_finished` event, whether it ran or was rejected.
+    pub async fn run_call(
+        self: Arc<Self>,
+        session: Arc<SessionInfo>,
+        req: CallRequest,
+        cancel: CancellationToken,
+    ) -> ToolResult {
+        let tool = tools::find(&self.tools, &req.tool)
+            .map_or_else(|| req.tool.clone(), |s| s.name.to_owned());
+        let result = self.clone().call_to_end(session.clone(), req, cancel).await;
+        let mut fields = call_fields(&session, &result.id, &tool, result.status.as_str());
+        fields.insert("duration_ms".into(), Value::from(result.duration_ms));
+        if let Some(e) = &result.error {
+            fields.insert(
+                "error_type".into(),
+                Value::String(e.kind.as_str().to_owned()),
+            );
+        }
+        self.events.publish(Topic::Calls, "call_finished", fields);
+        result
+    }
+
+    async fn call_to_end(
+        self: Arc<Self>,
+        session: Arc<SessionInfo>,
+        req: CallRequest,
+        cancel: CancellationToken,
+    ) -> ToolResult {
         let started = Instant::now();
         let _open = self.open_call();
         let mut rec = CallRecord {
@@ -61,6 +106,15 @@ impl Service {
             }
         };
         rec.tool = spec.name;
+        // Cancelled before it began (its batch was cancelled, or shutdown): it never runs.
+        if cancel.is_cancelled() {
+            let o = fail(
+                ErrorType::Cancelled,
+                "the call was cancelled before it started",
+            );
+            let seq = rec.rejected(&self.audit, &o).await;
+            return to_result(req.id, o, extra, started, seq);
+        }
         let (decision, gate) = self.gate(&session, &req, spec, &rec.call_id, &cancel).await;
         let reason = decision.reason.clone();
         rec.decision = crate::gate::action_str(decision.action);
@@ -72,39 +126,90 @@ impl Service {
             return to_result(req.id, o, extra, started, seq);
         }
         if let Err(e) = rec.requested_durably(&self.audit).await {
-            let o = fail(ErrorType::InternalError, format!("audit unavailable: no tool may start ({e})"));
+            let o = fail(
+                ErrorType::InternalError,
+                format!("audit unavailable: no tool may start ({e})"),
+            );
             return to_result(req.id, o, extra, started, 0);
         }
-        let (mut outcome, worker) = self.route(&session, &req, spec, &cancel).await;
-        let seq = rec.completed(&self.audit, &mut outcome, worker.as_ref().map(|(g, p)| (g.as_str(), *p))).await;
+        let (mut outcome, worker) = self.route_watched(&session, &req, spec, &cancel).await;
+        let seq = rec
+            .completed(
+                &self.audit,
+                &mut outcome,
+                worker.as_ref().map(|(g, p)| (g.as_str(), *p)),
+            )
+            .await;
         extra.insert("call_id".into(), Value::String(rec.call_id.clone()));
         to_result(req.id, outcome, extra, started, seq)
     }
 
+    /// Run an admitted, allowed call with `call_started` before it and a
+    /// `call_heartbeat` every [`HEARTBEAT`] while it runs. The ticks live inside this
+    /// future, so they stop exactly when the call ends (no task to leak).
+    async fn route_watched(
+        &self,
+        session: &SessionInfo,
+        req: &CallRequest,
+        spec: &ToolSpec,
+        cancel: &CancellationToken,
+    ) -> (Outcome, Option<(String, u32)>) {
+        self.events.publish(
+            Topic::Calls,
+            "call_started",
+            call_fields(session, &req.id, spec.name, "running"),
+        );
+        let began = Instant::now();
+        let run = self.route(session, req, spec, cancel);
+        tokio::pin!(run);
+        let mut tick = tokio::time::interval_at(tokio::time::Instant::now() + HEARTBEAT, HEARTBEAT);
+        loop {
+            tokio::select! {
+                end = &mut run => return end,
+                _ = tick.tick() => {
+                    let mut fields = call_fields(session, &req.id, spec.name, "running");
+                    fields.insert("elapsed_ms".into(), Value::from(began.elapsed().as_millis() as u64));
+                    self.events.publish(Topic::Calls, "call_heartbeat", fields);
+                }
+            }
+        }
+    }
+
     /// Find the tool and check its arguments; an error ends the call before it runs.
-    fn admit(&self, req: &CallRequest) -> Result<&ToolSpec, Outcome> {
+    pub(crate) fn admit(&self, req: &CallRequest) -> Result<&ToolSpec, Outcome> {
         let Some(spec) = tools::find(&self.tools, &req.tool) else {
-            return Err(fail(ErrorType::ToolNotFound, self.validators.not_found(&req.tool)));
+            return Err(fail(
+                ErrorType::ToolNotFound,
+                self.validators.not_found(&req.tool),
+            ));
         };
         if let Err(violations) = self.validators.check(spec.name, &req.args) {
-            return Err(fail(ErrorType::InvalidParams, format!("invalid arguments for {}:\n{violations}", spec.name)));
+            return Err(fail(
+                ErrorType::InvalidParams,
+                format!("invalid arguments for {}:\n{violations}", spec.name),
+            ));
         }
         Ok(spec)
     }
 
     /// Run an admitted call; returns its outcome and the worker that ran it.
-    async fn route(&self, session: &SessionInfo, req: &CallRequest, spec: &ToolSpec, cancel: &CancellationToken) -> (Outcome, Option<(String, u32)>) {
-        let outcome = match spec.name {
-            "apply_file_change" => self.apply_change(session, req, spec, cancel).await,
-            _ => {
-                let mut end = self.dispatch(session, req, spec, &req.args, spec.name, cancel).await;
-                if spec.name.starts_with("preview_") {
-                    self.issue_preview_token(spec.name, &mut end.0);
-                }
-                return end;
-            }
-        };
-        outcome
+    async fn route(
+        &self,
+        session: &SessionInfo,
+        req: &CallRequest,
+        spec: &ToolSpec,
+        cancel: &CancellationToken,
+    ) -> (Outcome, Option<(String, u32)>) {
+        if spec.name == "apply_file_change" {
+            return self.apply_change(session, req, spec, cancel).await;
+        }
+        let mut end = self
+            .dispatch(session, req, spec, &req.args, spec.name, cancel)
+            .await;
+        if spec.name.starts_with("preview_") {
+            self.issue_preview_token(spec.name, &mut end.0);
+        }
+        end
     }
 
     /// Keep a preview's change in the supervisor (it outlives edit-worker restarts)
@@ -113,20 +218,41 @@ impl Service {
         if o.status != Status::Ok {
             return;
         }
-        let Some(change) = PendingChange::from_preview_meta(tool, &mut o.meta) else { return };
+        let Some(change) = PendingChange::from_preview_meta(tool, &mut o.meta) else {
+            return;
+        };
         let ttl = Duration::from_millis(self.config().edit.preview_ttl_ms);
         let token = self.previews().issue(change, Instant::now(), ttl);
         o.meta.insert("token".into(), Value::String(token));
     }
 
     /// `apply_file_change`: exactly the change its preview showed, once.
-    async fn apply_change(&self, session: &SessionInfo, req: &CallRequest, spec: &ToolSpec, cancel: &CancellationToken) -> (Outcome, Option<(String, u32)>) {
-        let token = req.args.get("token").and_then(Value::as_str).unwrap_or_default();
+    async fn apply_change(
+        &self,
+        session: &SessionInfo,
+        req: &CallRequest,
+        spec: &ToolSpec,
+        cancel: &CancellationToken,
+    ) -> (Outcome, Option<(String, u32)>) {
+        let token = req
+            .args
+            .get("token")
+            .and_then(Value::as_str)
+            .unwrap_or_default();
         let change = match self.previews().take(token, Instant::now()) {
             Ok(c) => c,
             Err(e) => return (fail(e.error_type(), e.to_string()), None),
         };
-        let mut end = self.dispatch(session, req, spec, &change.apply_args(), "apply_change", cancel).await;
+        let mut end = self
+            .dispatch(
+                session,
+                req,
+                spec,
+                &change.apply_args(),
+                "apply_change",
+                cancel,
+            )
+            .await;
         end.0.meta.insert("path".into(), Value::String(change.path));
         end
     }
@@ -136,14 +262,35 @@ impl Service {
     }
 
     /// Send the call to its group's pool and wait for its end.
-    pub(crate) async fn dispatch(&self, session: &SessionInfo, req: &CallRequest, spec: &ToolSpec, args: &Value, worker_tool: &str, cancel: &CancellationToken) -> (Outcome, Option<(String, u32)>) {
+    pub(crate) async fn dispatch(
+        &self,
+        session: &SessionInfo,
+        req: &CallRequest,
+        spec: &ToolSpec,
+        args: &Value,
+        worker_tool: &str,
+        cancel: &CancellationToken,
+    ) -> (Outcome, Option<(String, u32)>) {
         let Some(pool) = self.pools.get(spec.group) else {
-            return (fail(ErrorType::InternalError, format!("no pool for group {}", spec.group)), None);
+            return (
+                fail(
+                    ErrorType::InternalError,
+                    format!("no pool for group {}", spec.group),
+                ),
+                None,
+            );
         };
         let timeout = self.deadline(spec, req);
         let (output, forwarder) = if req.stream == Some(true) {
             let (tx, rx) = mpsc::channel(OUTPUT_CHUNKS);
-            (Some(tx), Some(tokio::spawn(forward_output(rx, req.id.clone(), session.out.clone()))))
+            (
+                Some(tx),
+                Some(tokio::spawn(forward_output(
+                    rx,
+                    req.id.clone(),
+                    session.out.clone(),
+                ))),
+            )
         } else {
             (None, None)
         };
@@ -174,7 +321,11 @@ impl Service {
         let own = req.args.get("timeout").and_then(Value::as_u64);
         let ms = match (req.timeout_ms, own) {
             (None, None) => group.default_timeout_ms,
-            (a, b) => a.into_iter().chain(b).min().unwrap_or(group.default_timeout_ms),
+            (a, b) => a
+                .into_iter()
+                .chain(b)
+                .min()
+                .unwrap_or(group.default_timeout_ms),
         };
         Duration::from_millis(ms.min(group.max_timeout_ms).max(1))
     }
@@ -191,18 +342,32 @@ fn worker_of_handle(spec: &ToolSpec, args: &Value) -> Option<u32> {
 
 async fn forward_output(mut rx: mpsc::Receiver<(String, String)>, id: Id, out: Outbox) {
     while let Some((stream, data)) = rx.recv().await {
-        out.send_wait(&ServerMessage::Output { id: id.clone(), stream, data }).await;
+        out.send_wait(&ServerMessage::Output {
+            id: id.clone(),
+            stream,
+            data,
+        })
+        .await;
     }
 }
 
 /// Build the wire result from a worker outcome.
-pub fn to_result(id: Id, o: Outcome, extra: Map<String, Value>, started: Instant, audit_seq: u64) -> ToolResult {
+pub fn to_result(
+    id: Id,
+    o: Outcome,
+    extra: Map<String, Value>,
+    started: Instant,
+    audit_seq: u64,
+) -> ToolResult {
     let mut meta = o.meta;
     meta.extend(extra);
     let error = match (o.status, o.error) {
         (Status::Ok, _) => None,
         (_, Some(e)) => Some(e),
-        (s, None) => Some(ErrorBody::new(ErrorType::InternalError, format!("status {} without an error", s.as_str()))),
+        (s, None) => Some(ErrorBody::new(
+            ErrorType::InternalError,
+            format!("status {} without an error", s.as_str()),
+        )),
     };
     ToolResult {
         id,
@@ -219,7 +384,13 @@ pub fn to_result(id: Id, o: Outcome, extra: Map<String, Value>, started: Instant
 
 /// A result for a call that could not even be routed (e.g. a panic in its task).
 pub fn internal_result(id: Id, why: &str) -> ToolResult {
-    to_result(id, fail(ErrorType::InternalError, why), Map::new(), Instant::now(), 0)
+    to_result(
+        id,
+        fail(ErrorType::InternalError, why),
+        Map::new(),
+        Instant::now(),
+        0,
+    )
 }
 
 #[cfg(test)]

@@ -4,7 +4,7 @@
 //! SIGTERM/SIGINT drain (stop accepting, let calls finish within the grace, cancel the
 //! rest, stop the workers, remove socket and pidfile, exit 0); SIGHUP reloads the
 //! configuration and restarts every worker, one per group at a time; SIGUSR1 logs a
-//! status dump; SIGUSR2 rotates the audit log.
+//! status dump; SIGUSR2 rotates the audit log. The memory watchdog runs alongside.
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -37,7 +37,11 @@ pub fn run(args: ServeArgs) -> i32 {
             return 1;
         }
     };
-    let runtime = match tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build() {
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+    {
         Ok(rt) => rt,
         Err(e) => {
             eprintln!("toolvisor: cannot start the runtime: {e}");
@@ -50,7 +54,11 @@ pub fn run(args: ServeArgs) -> i32 {
 }
 
 fn resolve(workspace: &std::path::Path, p: &std::path::Path) -> PathBuf {
-    if p.is_absolute() { p.to_owned() } else { workspace.join(p) }
+    if p.is_absolute() {
+        p.to_owned()
+    } else {
+        workspace.join(p)
+    }
 }
 
 async fn serve(args: ServeArgs, state: StateDir) -> i32 {
@@ -80,7 +88,13 @@ async fn serve(args: ServeArgs, state: StateDir) -> i32 {
             return 70;
         }
     };
-    let paths = Paths { workspace: args.workspace.clone(), state_dir: state_dir.clone(), socket: socket.clone(), config_file: args.config_file.clone(), exe };
+    let paths = Paths {
+        workspace: args.workspace.clone(),
+        state_dir: state_dir.clone(),
+        socket: socket.clone(),
+        config_file: args.config_file.clone(),
+        exe,
+    };
     let audit = match open_audit(&state_dir, &args.config) {
         Ok(a) => a,
         Err(e) => {
@@ -107,20 +121,40 @@ async fn serve(args: ServeArgs, state: StateDir) -> i32 {
     if let Err(e) = state.write_pidfile() {
         tracing::warn!("cannot write the pidfile: {e}");
     }
-    let (listener_ref, _) = match Actor::spawn(None, Listener, ListenerArgs { service: service.clone(), listener }).await {
+    let (listener_ref, _) = match Actor::spawn(
+        None,
+        Listener,
+        ListenerArgs {
+            service: service.clone(),
+            listener,
+        },
+    )
+    .await
+    {
         Ok(l) => l,
         Err(e) => {
             eprintln!("toolvisor: cannot start the listener: {e}");
             return 70;
         }
     };
+    let watchdog = tokio::spawn(crate::watchdog::run(service.clone()));
     tracing::info!(socket = %socket.display(), workspace = %args.workspace.display(), pid = std::process::id(), "serving");
     let code = obey_signals(&service, signals).await;
-    listener_ref.stop(None);
+    // Stop accepting by taking the socket's name away: new clients get "no such file".
+    // The listener actor itself lives on until the drain ends, because stopping it
+    // stops its sessions, and the calls in flight on them must still get their result.
+    let _ = std::fs::remove_file(&socket);
+    watchdog.abort();
     let grace = Duration::from_millis(service.config().server.drain_grace_ms);
     service.drain(grace).await;
-    service.stop_workers().await;
-    let stopped = crate::audit::record::SupervisorStopped { reason: if code == 0 { "signal" } else { "error" } };
+    // A call sent on a connection still open from now on is refused before it starts
+    // (and recorded as `rejected`), rather than waiting for a stopped worker.
+    service.shutdown.cancel();
+    stop_workers(&service).await;
+    listener_ref.stop(None);
+    let stopped = crate::audit::record::SupervisorStopped {
+        reason: if code == 0 { "signal" } else { "error" },
+    };
     if let Err(e) = audit.record(&stopped).await {
         tracing::error!("cannot record supervisor_stopped: {e}");
     }
@@ -133,8 +167,18 @@ async fn serve(args: ServeArgs, state: StateDir) -> i32 {
     code
 }
 
+/// Stop every group's workers at once (each: `Shutdown`, then KILL after 2 s), so a
+/// stop takes one grace, not one per group. Their `worker_exited` records are queued
+/// before this returns, hence before `supervisor_stopped`.
+async fn stop_workers(service: &Service) {
+    futures::future::join_all(service.pools.values().map(|p| p.stop())).await;
+}
+
 /// Open (and recover) the audit log, and say what recovery did.
-fn open_audit(state_dir: &std::path::Path, config: &Config) -> Result<crate::audit::Audit, crate::audit::AuditError> {
+fn open_audit(
+    state_dir: &std::path::Path,
+    config: &Config,
+) -> Result<crate::audit::Audit, crate::audit::AuditError> {
     let (audit, recovery) = crate::audit::Audit::open(state_dir, &config.audit)?;
     if !recovery.is_clean() {
         tracing::warn!(
@@ -168,7 +212,10 @@ fn instance_marker(state_dir: &std::path::Path) -> String {
     use sha2::{Digest, Sha256};
     let digest = Sha256::digest(state_dir.as_os_str().as_encoded_bytes());
     let hex: String = digest.iter().take(8).map(|b| format!("{b:02x}")).collect();
-    let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_nanos()).unwrap_or(0);
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_nanos())
+        .unwrap_or(0);
     format!("{hex}-{}-{nanos}", std::process::id())
 }
 
@@ -195,7 +242,13 @@ impl Signals {
 
 /// Wait for signals; returns the exit code once a drain was asked for.
 async fn obey_signals(service: &Arc<Service>, s: Signals) -> i32 {
-    let Signals { mut term, mut int, mut hup, mut usr1, mut usr2 } = s;
+    let Signals {
+        mut term,
+        mut int,
+        mut hup,
+        mut usr1,
+        mut usr2,
+    } = s;
     loop {
         tokio::select! {
             _ = term.recv() => { tracing::info!("SIGTERM: draining"); return 0; }

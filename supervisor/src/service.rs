@@ -15,14 +15,14 @@ use toolvisor_protocol::worker::{ExecSettings, Roots, WorkerInit};
 use crate::audit::Audit;
 use crate::config::Config;
 use crate::confirm::Confirmations;
+use crate::events::Events;
 use crate::grants::Grants;
 use crate::policy::Policy;
-use crate::events::Events;
 use crate::pool::{Pool, PoolSpec};
 use crate::previews::PreviewStore;
-use crate::validate::Validators;
 use crate::restart::RestartPolicy;
 use crate::spawn::{SpawnSpec, Spawner};
+use crate::validate::Validators;
 
 /// Where things are, fixed for the life of the process.
 #[derive(Clone, Debug)]
@@ -61,17 +61,26 @@ pub struct Service {
 
 impl Service {
     /// Start the pools of every group.
-    pub async fn start(paths: Paths, config: Config, spawner: Spawner, instance: String, audit: Audit) -> Result<Arc<Service>, String> {
+    pub async fn start(
+        paths: Paths,
+        config: Config,
+        spawner: Spawner,
+        instance: String,
+        audit: Audit,
+    ) -> Result<Arc<Service>, String> {
         let events = Events::new();
         let hook_audit = audit.clone();
         events.set_audit(Arc::new(move |kind, fields| {
             hook_audit.append_detached(kind, fields);
         }));
         let init = worker_init(&paths, &config, &instance)?;
-        let policy = Policy::new(&config.policy, &init.roots).map_err(|e| format!("bad [policy]: {e}"))?;
+        let policy =
+            Policy::new(&config.policy, &init.roots).map_err(|e| format!("bad [policy]: {e}"))?;
         let mut pools = HashMap::new();
         for group in tools::GROUPS {
-            let Some(gcfg) = config.workers.group(group) else { continue };
+            let Some(gcfg) = config.workers.group(group) else {
+                continue;
+            };
             let spec = PoolSpec {
                 group: (*group).to_owned(),
                 count: config.workers.count(group),
@@ -83,12 +92,21 @@ impl Service {
                     cwd: paths.workspace.clone(),
                     passthrough: gcfg.env_passthrough.clone(),
                 },
-                init: WorkerInit { group: (*group).to_owned(), ..init.clone() },
+                init: WorkerInit {
+                    group: (*group).to_owned(),
+                    ..init.clone()
+                },
                 policy: RestartPolicy::new(config.supervisor.clone()),
                 events: events.clone(),
-                deadline_grace: if *group == "exec" { Duration::from_secs(3) } else { Duration::ZERO },
+                deadline_grace: if *group == "exec" {
+                    Duration::from_secs(3)
+                } else {
+                    Duration::ZERO
+                },
             };
-            let pool = Pool::start(spec).await.map_err(|e| format!("cannot start the {group} pool: {e}"))?;
+            let pool = Pool::start(spec)
+                .await
+                .map_err(|e| format!("cannot start the {group} pool: {e}"))?;
             pools.insert((*group).to_owned(), pool);
         }
         Ok(Arc::new(Service {
@@ -114,11 +132,17 @@ impl Service {
     }
 
     pub fn policy(&self) -> Arc<Policy> {
-        self.policy.read().unwrap_or_else(|p| p.into_inner()).clone()
+        self.policy
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
     }
 
     pub fn config(&self) -> Arc<Config> {
-        self.config.read().unwrap_or_else(|p| p.into_inner()).clone()
+        self.config
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
     }
 
     pub fn next_call(&self) -> u64 {
@@ -152,7 +176,10 @@ impl Service {
             }
         };
         if tokio::time::timeout(grace, done).await.is_err() {
-            tracing::warn!(open = self.active_calls(), "drain grace over; cancelling the calls still open");
+            tracing::warn!(
+                open = self.active_calls(),
+                "drain grace over; cancelling the calls still open"
+            );
             self.shutdown.cancel();
             let rest = async {
                 loop {
@@ -188,8 +215,13 @@ impl Drop for ActiveCall {
 /// The `init` every worker gets (its group filled in per pool).
 pub fn worker_init(paths: &Paths, config: &Config, instance: &str) -> Result<WorkerInit, String> {
     let root = |p: &Path| {
-        let p = if p.is_absolute() { p.to_owned() } else { paths.workspace.join(p) };
-        p.canonicalize().map_err(|e| format!("workspace root {}: {e}", p.display()))
+        let p = if p.is_absolute() {
+            p.to_owned()
+        } else {
+            paths.workspace.join(p)
+        };
+        p.canonicalize()
+            .map_err(|e| format!("workspace root {}: {e}", p.display()))
     };
     let roots = Roots {
         private: root(&config.workspace.private)?,

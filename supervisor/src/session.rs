@@ -11,11 +11,14 @@ use tokio::net::UnixStream;
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 use toolvisor_protocol::frame::{self, DecodeError, FrameError};
-use toolvisor_protocol::message::{CallRequest, ClientMessage, KNOWN_CLIENT_TYPES, ServerMessage, ToolFormat, ToolResult};
+use toolvisor_protocol::message::{
+    CallRequest, ClientMessage, KNOWN_CLIENT_TYPES, ServerMessage, ToolFormat, ToolResult,
+};
 use toolvisor_protocol::{ErrorType, Id, PROTOCOL_VERSION};
 
+use crate::batch::{BatchCall, Deliver};
 use crate::outbox::Outbox;
-use crate::router::{SessionInfo, internal_result, to_result};
+use crate::router::{SessionInfo, to_result};
 use crate::service::Service;
 
 pub enum SessionMsg {
@@ -24,6 +27,8 @@ pub enum SessionMsg {
     Closed,
     /// A call task finished: unregister the id, then send its result.
     CallDone(Box<ToolResult>),
+    /// Every call of a batch has its result: unregister the batch, send `batch_done`.
+    BatchDone(Id, Vec<Id>),
 }
 
 pub struct SessionArgs {
@@ -41,7 +46,10 @@ pub struct SessionState {
     info: Option<Arc<SessionInfo>>,
     id: String,
     uid: u32,
+    /// Open calls (single or in a batch); each counts against `max_open_calls`.
     open: HashMap<Id, CancellationToken>,
+    /// Open batches; each token is the parent of its calls' tokens.
+    batches: HashMap<Id, CancellationToken>,
     reader: tokio::task::JoinHandle<()>,
 }
 
@@ -49,7 +57,7 @@ impl Drop for SessionState {
     fn drop(&mut self) {
         self.reader.abort();
         self.service.confirmations.end_session(&self.id);
-        for token in self.open.values() {
+        for token in self.open.values().chain(self.batches.values()) {
             token.cancel();
         }
         // The writer flushes what is queued (a last error, say), closes, and then
@@ -63,7 +71,11 @@ impl Actor for SessionActor {
     type State = SessionState;
     type Arguments = SessionArgs;
 
-    async fn pre_start(&self, myself: ActorRef<SessionMsg>, args: SessionArgs) -> Result<SessionState, ActorProcessingErr> {
+    async fn pre_start(
+        &self,
+        myself: ActorRef<SessionMsg>,
+        args: SessionArgs,
+    ) -> Result<SessionState, ActorProcessingErr> {
         let (rd, wr) = args.stream.into_split();
         let (out, rx) = Outbox::new();
         let max = args.service.config().limits.max_frame_bytes;
@@ -78,16 +90,26 @@ impl Actor for SessionActor {
             id,
             uid: args.uid,
             open: HashMap::new(),
+            batches: HashMap::new(),
             reader,
         })
     }
 
-    async fn handle(&self, myself: ActorRef<SessionMsg>, msg: SessionMsg, st: &mut SessionState) -> Result<(), ActorProcessingErr> {
+    async fn handle(
+        &self,
+        myself: ActorRef<SessionMsg>,
+        msg: SessionMsg,
+        st: &mut SessionState,
+    ) -> Result<(), ActorProcessingErr> {
         match msg {
             SessionMsg::Frame(Ok(m)) => st.on_message(&myself, m),
             SessionMsg::Frame(Err(e)) => st.on_bad_frame(e),
             SessionMsg::TooLarge(len, max) => {
-                st.out.send(&ServerMessage::error(None, ErrorType::FrameTooLarge, format!("frame of {len} bytes exceeds the limit of {max} bytes")));
+                st.out.send(&ServerMessage::error(
+                    None,
+                    ErrorType::FrameTooLarge,
+                    format!("frame of {len} bytes exceeds the limit of {max} bytes"),
+                ));
                 st.close(&myself);
             }
             SessionMsg::Closed => {
@@ -96,6 +118,10 @@ impl Actor for SessionActor {
             SessionMsg::CallDone(result) => {
                 st.open.remove(&result.id);
                 st.out.send(&ServerMessage::Result(*result));
+            }
+            SessionMsg::BatchDone(id, ids) => {
+                st.batches.remove(&id);
+                st.out.send(&ServerMessage::BatchDone { id, ids });
             }
         }
         Ok(())
@@ -113,29 +139,52 @@ impl SessionState {
     fn on_bad_frame(&mut self, e: DecodeError) {
         let msg = match e {
             DecodeError::Malformed(m) => ServerMessage::error(None, ErrorType::BadMessage, m),
-            DecodeError::UnknownType(t) => ServerMessage::error(None, ErrorType::UnknownMessage, format!("unknown message type `{t}`")),
-            DecodeError::BadFields { message, id } => ServerMessage::error(id, ErrorType::BadMessage, message),
+            DecodeError::UnknownType(t) => ServerMessage::error(
+                None,
+                ErrorType::UnknownMessage,
+                format!("unknown message type `{t}`"),
+            ),
+            DecodeError::BadFields { message, id } => {
+                ServerMessage::error(id, ErrorType::BadMessage, message)
+            }
         };
         self.out.send(&msg);
     }
 
     fn on_message(&mut self, myself: &ActorRef<SessionMsg>, m: ClientMessage) {
         let info = match (&self.info, m) {
-            (None, ClientMessage::Hello { protocol, client, interactive }) => {
+            (
+                None,
+                ClientMessage::Hello {
+                    protocol,
+                    client,
+                    interactive,
+                },
+            ) => {
                 return self.hello(myself, protocol, client, interactive.unwrap_or(false));
             }
             (None, other) => {
                 let id = request_id(&other);
-                self.out.send(&ServerMessage::error(id, ErrorType::HelloRequired, "say hello first"));
+                self.out.send(&ServerMessage::error(
+                    id,
+                    ErrorType::HelloRequired,
+                    "say hello first",
+                ));
                 return;
             }
             (Some(info), m) => (info.clone(), m),
         };
         let (info, m) = info;
         match m {
-            ClientMessage::Hello { .. } => self.out.send(&ServerMessage::error(None, ErrorType::BadMessage, "hello was already said")),
+            ClientMessage::Hello { .. } => self.out.send(&ServerMessage::error(
+                None,
+                ErrorType::BadMessage,
+                "hello was already said",
+            )),
             ClientMessage::Ping { id } => self.out.send(&ServerMessage::Pong { id }),
-            ClientMessage::ListTools { id, format, groups } => self.list_tools(id, format.unwrap_or_default(), groups),
+            ClientMessage::ListTools { id, format, groups } => {
+                self.list_tools(id, format.unwrap_or_default(), groups)
+            }
             ClientMessage::Call(req) => self.call(myself, &info, req),
             ClientMessage::Cancel { id } => self.cancel(id),
             ClientMessage::Status { id } => {
@@ -146,10 +195,15 @@ impl SessionState {
             ClientMessage::Subscribe { id, topics } => {
                 crate::subscribe::start(&self.service, &self.out, id, topics);
             }
-            ClientMessage::Batch { id, .. } => {
-                self.out.send(&ServerMessage::error(Some(id), ErrorType::BadMessage, "not supported yet"));
-            }
-            ClientMessage::Grant { id, tools, trace_id, paths, ttl_ms, reusable } => {
+            ClientMessage::Batch { id, calls } => self.batch(myself, &info, id, calls),
+            ClientMessage::Grant {
+                id,
+                tools,
+                trace_id,
+                paths,
+                ttl_ms,
+                reusable,
+            } => {
                 let req = crate::grants::GrantRequest {
                     tools,
                     trace_id,
@@ -159,23 +213,52 @@ impl SessionState {
                 };
                 self.out.send(&self.service.grant(&info, id, &req));
             }
-            ClientMessage::Confirm { interaction, approve, remember } => {
-                let answer = self.service.confirmations.answer(&interaction, approve, remember.unwrap_or_default());
+            ClientMessage::Confirm {
+                interaction,
+                approve,
+                remember,
+            } => {
+                let answer = self.service.confirmations.answer(
+                    &interaction,
+                    approve,
+                    remember.unwrap_or_default(),
+                );
                 self.out.send(&match answer {
-                    Ok(()) => ServerMessage::Confirmed { interaction, approve },
-                    Err(e) => ServerMessage::error(None, ErrorType::UnknownInteraction, e.to_string()),
+                    Ok(()) => ServerMessage::Confirmed {
+                        interaction,
+                        approve,
+                    },
+                    Err(e) => {
+                        ServerMessage::error(None, ErrorType::UnknownInteraction, e.to_string())
+                    }
                 });
             }
         }
     }
 
-    fn hello(&mut self, myself: &ActorRef<SessionMsg>, protocol: u32, client: String, interactive: bool) {
+    fn hello(
+        &mut self,
+        myself: &ActorRef<SessionMsg>,
+        protocol: u32,
+        client: String,
+        interactive: bool,
+    ) {
         if protocol != PROTOCOL_VERSION {
-            self.out.send(&ServerMessage::error(None, ErrorType::ProtocolVersion, format!("this server speaks protocol {PROTOCOL_VERSION}, not {protocol}")));
+            self.out.send(&ServerMessage::error(
+                None,
+                ErrorType::ProtocolVersion,
+                format!("this server speaks protocol {PROTOCOL_VERSION}, not {protocol}"),
+            ));
             self.close(myself);
             return;
         }
-        self.info = Some(Arc::new(SessionInfo { id: self.id.clone(), client, interactive, uid: self.uid, out: self.out.clone() }));
+        self.info = Some(Arc::new(SessionInfo {
+            id: self.id.clone(),
+            client,
+            interactive,
+            uid: self.uid,
+            out: self.out.clone(),
+        }));
         self.out.send(&ServerMessage::Welcome {
             protocol: PROTOCOL_VERSION,
             server: format!("toolvisor/{}", env!("CARGO_PKG_VERSION")),
@@ -189,48 +272,136 @@ impl SessionState {
             .service
             .tools
             .iter()
-            .filter(|t| groups.as_ref().is_none_or(|g| g.iter().any(|g| g == t.group)))
+            .filter(|t| {
+                groups
+                    .as_ref()
+                    .is_none_or(|g| g.iter().any(|g| g == t.group))
+            })
             .map(|t| t.listing(format))
             .collect();
         self.out.send(&ServerMessage::Tools { id, tools });
     }
 
     fn call(&mut self, myself: &ActorRef<SessionMsg>, info: &Arc<SessionInfo>, req: CallRequest) {
-        if self.open.contains_key(&req.id) {
-            self.out.send(&ServerMessage::error(Some(req.id.clone()), ErrorType::DuplicateCallId, format!("call `{}` is still open on this connection", req.id)));
+        if self.is_open(&req.id) {
+            self.refuse_duplicate(req.id);
             return;
         }
-        let max = self.service.config().server.max_open_calls;
-        if self.open.len() >= max {
-            let o = toolvisor_protocol::worker::Outcome::err(toolvisor_protocol::ErrorBody::new(ErrorType::Overloaded, format!("this connection already has {max} open calls (server.max_open_calls)")));
-            self.out.send(&ServerMessage::Result(to_result(req.id, o, Default::default(), std::time::Instant::now(), 0)));
+        if let Some(why) = self.over_limit(1) {
+            self.out
+                .send(&ServerMessage::Result(overloaded(req.id, &why)));
             return;
         }
         let token = self.service.shutdown.child_token();
         self.open.insert(req.id.clone(), token.clone());
         let (svc, info, me) = (self.service.clone(), info.clone(), myself.clone());
         tokio::spawn(async move {
-            let id = req.id.clone();
-            // The call runs in its own task so that a panic in it still yields a result.
-            let result = match tokio::spawn(svc.run_call(info, req, token)).await {
-                Ok(r) => r,
-                Err(e) => internal_result(id, &format!("the call failed unexpectedly: {e}")),
-            };
+            let result = svc.run_call_guarded(info, req, token).await;
             let _ = me.cast(SessionMsg::CallDone(Box::new(result)));
         });
     }
 
+    /// Start a batch: its id and its calls' ids must be free and distinct, and all of
+    /// its calls must fit under `max_open_calls` (all or none: a batch is ordered work,
+    /// running a prefix of it would surprise). Overloaded calls still each get a
+    /// `result`, then `batch_done`.
+    fn batch(
+        &mut self,
+        myself: &ActorRef<SessionMsg>,
+        info: &Arc<SessionInfo>,
+        id: Id,
+        calls: Vec<CallRequest>,
+    ) {
+        if let Some(dup) = self.batch_collision(&id, &calls) {
+            self.refuse_duplicate(dup);
+            return;
+        }
+        let ids: Vec<Id> = calls.iter().map(|c| c.id.clone()).collect();
+        if let Some(why) = self.over_limit(calls.len()) {
+            for c in calls {
+                self.out
+                    .send(&ServerMessage::Result(overloaded(c.id, &why)));
+            }
+            self.out.send(&ServerMessage::BatchDone { id, ids });
+            return;
+        }
+        let batch_token = self.service.shutdown.child_token();
+        self.batches.insert(id.clone(), batch_token.clone());
+        let calls: Vec<BatchCall> = calls
+            .into_iter()
+            .map(|req| {
+                let cancel = batch_token.child_token();
+                self.open.insert(req.id.clone(), cancel.clone());
+                BatchCall { req, cancel }
+            })
+            .collect();
+        let (svc, info, me) = (self.service.clone(), info.clone(), myself.clone());
+        let to_session = me.clone();
+        let deliver: Deliver = Arc::new(move |r| {
+            let _ = to_session.cast(SessionMsg::CallDone(Box::new(r)));
+        });
+        tokio::spawn(async move {
+            svc.run_batch(info, id.clone(), calls, deliver).await;
+            // Every CallDone was cast before this, so `batch_done` follows all results.
+            let _ = me.cast(SessionMsg::BatchDone(id, ids));
+        });
+    }
+
+    /// The first id of a batch that is already open here or repeats within it.
+    fn batch_collision(&self, id: &Id, calls: &[CallRequest]) -> Option<Id> {
+        if self.is_open(id) {
+            return Some(id.clone());
+        }
+        let mut seen = std::collections::HashSet::from([id]);
+        calls
+            .iter()
+            .map(|c| &c.id)
+            .find(|c| self.is_open(c) || !seen.insert(*c))
+            .cloned()
+    }
+
+    /// Whether `id` names an open call or an open batch of this connection.
+    fn is_open(&self, id: &Id) -> bool {
+        self.open.contains_key(id) || self.batches.contains_key(id)
+    }
+
+    fn refuse_duplicate(&self, id: Id) {
+        let msg = format!("id `{id}` is still open on this connection");
+        self.out.send(&ServerMessage::error(
+            Some(id),
+            ErrorType::DuplicateCallId,
+            msg,
+        ));
+    }
+
+    /// Why `more` new calls would pass `server.max_open_calls`, if they would.
+    fn over_limit(&self, more: usize) -> Option<String> {
+        let max = self.service.config().server.max_open_calls;
+        let open = self.open.len();
+        (open + more > max).then(|| format!("this connection has {open} open calls and asked for {more} more; the limit is {max} (server.max_open_calls)"))
+    }
+
     fn cancel(&mut self, id: Id) {
-        match self.open.get(&id) {
+        match self.open.get(&id).or_else(|| self.batches.get(&id)) {
             Some(token) => token.cancel(),
-            None => self.out.send(&ServerMessage::error(Some(id.clone()), ErrorType::UnknownCall, format!("no open call or batch `{id}` on this connection"))),
+            None => self.out.send(&ServerMessage::error(
+                Some(id.clone()),
+                ErrorType::UnknownCall,
+                format!("no open call or batch `{id}` on this connection"),
+            )),
         }
     }
 
     fn restart(&self, id: Id, group: Option<String>) {
         let (svc, out) = (self.service.clone(), self.out.clone());
-        if let Some(g) = &group && !svc.pools.contains_key(g) {
-            out.send(&ServerMessage::error(Some(id), ErrorType::BadMessage, format!("no group `{g}`")));
+        if let Some(g) = &group
+            && !svc.pools.contains_key(g)
+        {
+            out.send(&ServerMessage::error(
+                Some(id),
+                ErrorType::BadMessage,
+                format!("no group `{g}`"),
+            ));
             return;
         }
         tokio::spawn(async move {
@@ -242,6 +413,15 @@ impl SessionState {
             out.send(&ServerMessage::Ack { id });
         });
     }
+}
+
+/// An `Overloaded` result for a call refused before it was registered.
+fn overloaded(id: Id, why: &str) -> ToolResult {
+    let o = toolvisor_protocol::worker::Outcome::err(toolvisor_protocol::ErrorBody::new(
+        ErrorType::Overloaded,
+        why,
+    ));
+    to_result(id, o, Default::default(), std::time::Instant::now(), 0)
 }
 
 /// The `id` of a request, when it has one (to echo in an error).
@@ -260,7 +440,11 @@ fn request_id(m: &ClientMessage) -> Option<Id> {
     }
 }
 
-async fn read_loop(mut rd: tokio::net::unix::OwnedReadHalf, max: usize, session: ActorRef<SessionMsg>) {
+async fn read_loop(
+    mut rd: tokio::net::unix::OwnedReadHalf,
+    max: usize,
+    session: ActorRef<SessionMsg>,
+) {
     loop {
         match frame::read_frame(&mut rd, max).await {
             Ok(Some(body)) => {
@@ -281,7 +465,12 @@ async fn read_loop(mut rd: tokio::net::unix::OwnedReadHalf, max: usize, session:
     }
 }
 
-async fn write_loop(mut wr: tokio::net::unix::OwnedWriteHalf, mut rx: mpsc::Receiver<Vec<u8>>, closed: CancellationToken, session: ActorRef<SessionMsg>) {
+async fn write_loop(
+    mut wr: tokio::net::unix::OwnedWriteHalf,
+    mut rx: mpsc::Receiver<Vec<u8>>,
+    closed: CancellationToken,
+    session: ActorRef<SessionMsg>,
+) {
     let mut buf = Vec::with_capacity(64 * 1024);
     loop {
         let first = tokio::select! {
@@ -301,7 +490,13 @@ async fn write_loop(mut wr: tokio::net::unix::OwnedWriteHalf, mut rx: mpsc::Rece
                 Err(_) => break,
             }
         }
-        if wr.write_all(&buf).await.is_err() || last {
+        // A client that stopped reading leaves this write pending forever; the outbox
+        // closing (it overflowed) must still end the connection.
+        let wrote = tokio::select! {
+            r = wr.write_all(&buf) => r.is_ok(),
+            _ = closed.cancelled() => false,
+        };
+        if !wrote || last {
             break;
         }
         buf.clear();

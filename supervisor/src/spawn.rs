@@ -17,7 +17,16 @@ use toolvisor_protocol::worker::CONTROL_FD;
 
 /// Environment variables a worker keeps from the supervisor's environment.
 const BASE_ENV: &[&str] = &[
-    "PATH", "HOME", "LANG", "LC_ALL", "LC_CTYPE", "TZ", "TMPDIR", "USER", "LOGNAME", "RUST_LOG",
+    "PATH",
+    "HOME",
+    "LANG",
+    "LC_ALL",
+    "LC_CTYPE",
+    "TZ",
+    "TMPDIR",
+    "USER",
+    "LOGNAME",
+    "RUST_LOG",
     "RUST_BACKTRACE",
 ];
 
@@ -94,7 +103,11 @@ fn spawn(spec: &SpawnSpec) -> std::io::Result<Spawned> {
         .stderr(Stdio::inherit())
         .process_group(0)
         .kill_on_drop(true);
-    for key in BASE_ENV.iter().copied().chain(spec.passthrough.iter().map(String::as_str)) {
+    for key in BASE_ENV
+        .iter()
+        .copied()
+        .chain(spec.passthrough.iter().map(String::as_str))
+    {
         if let Some(v) = std::env::var_os(key) {
             cmd.env(key, v);
         }
@@ -130,7 +143,14 @@ fn harden_child(child_fd: i32, parent: libc::pid_t) -> std::io::Result<()> {
         } else if libc::dup2(child_fd, CONTROL_FD) < 0 {
             return Err(std::io::Error::last_os_error());
         }
-        if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL as libc::c_ulong, 0, 0, 0) != 0 {
+        if libc::prctl(
+            libc::PR_SET_PDEATHSIG,
+            libc::SIGKILL as libc::c_ulong,
+            0,
+            0,
+            0,
+        ) != 0
+        {
             return Err(std::io::Error::last_os_error());
         }
         if libc::getppid() != parent {

@@ -16,13 +16,21 @@ const SUN_PATH_MAX: usize = 107;
 #[derive(Debug, thiserror::Error)]
 pub enum StateError {
     #[error("cannot prepare the state directory {path}: {source}")]
-    Dir { path: String, source: std::io::Error },
-    #[error("the state directory {path} is not ours or not a directory (owner uid {uid}, we are {me})")]
+    Dir {
+        path: String,
+        source: std::io::Error,
+    },
+    #[error(
+        "the state directory {path} is not ours or not a directory (owner uid {uid}, we are {me})"
+    )]
     NotOurs { path: String, uid: u32, me: u32 },
     #[error("another toolvisor is already serving this workspace (lock {path} is held{pid})")]
     Locked { path: String, pid: String },
     #[error("cannot bind the socket {path}: {source}")]
-    Bind { path: String, source: std::io::Error },
+    Bind {
+        path: String,
+        source: std::io::Error,
+    },
 }
 
 /// The locked state directory. Dropping it releases the lock.
@@ -54,13 +62,24 @@ pub fn socket_path(state_dir: &Path, workspace: &Path) -> PathBuf {
 impl StateDir {
     /// Create (0700) and lock the state directory; refuse if another instance holds it.
     pub fn acquire(dir: &Path, workspace: &Path) -> Result<StateDir, StateError> {
-        let derr = |source| StateError::Dir { path: dir.display().to_string(), source };
-        std::fs::DirBuilder::new().recursive(true).mode(0o700).create(dir).map_err(derr)?;
+        let derr = |source| StateError::Dir {
+            path: dir.display().to_string(),
+            source,
+        };
+        std::fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o700)
+            .create(dir)
+            .map_err(derr)?;
         let meta = std::fs::symlink_metadata(dir).map_err(derr)?;
         let me = nix::unistd::getuid().as_raw();
         use std::os::unix::fs::MetadataExt;
         if !meta.is_dir() || meta.uid() != me {
-            return Err(StateError::NotOurs { path: dir.display().to_string(), uid: meta.uid(), me });
+            return Err(StateError::NotOurs {
+                path: dir.display().to_string(),
+                uid: meta.uid(),
+                me,
+            });
         }
         if meta.permissions().mode() & 0o077 != 0 {
             std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700)).map_err(derr)?;
@@ -75,20 +94,31 @@ impl StateDir {
             .open(&lock_path)
             .map_err(derr)?;
         let pidfile = dir.join("toolvisor.pid");
-        let lock = Flock::lock(file, FlockArg::LockExclusiveNonblock).map_err(|_| StateError::Locked {
-            path: lock_path.display().to_string(),
-            pid: std::fs::read_to_string(&pidfile)
-                .map(|p| format!(" by pid {}", p.trim()))
-                .unwrap_or_default(),
-        })?;
+        let lock =
+            Flock::lock(file, FlockArg::LockExclusiveNonblock).map_err(|_| StateError::Locked {
+                path: lock_path.display().to_string(),
+                pid: std::fs::read_to_string(&pidfile)
+                    .map(|p| format!(" by pid {}", p.trim()))
+                    .unwrap_or_default(),
+            })?;
         let dir = dir.canonicalize().map_err(derr)?;
-        Ok(StateDir { socket: socket_path(&dir, workspace), pidfile, dir, _lock: lock })
+        Ok(StateDir {
+            socket: socket_path(&dir, workspace),
+            pidfile,
+            dir,
+            _lock: lock,
+        })
     }
 
     /// Write our pid (replacing any stale pidfile: we hold the lock).
     pub fn write_pidfile(&self) -> std::io::Result<()> {
         let tmp = self.dir.join("toolvisor.pid.tmp");
-        let mut f = OpenOptions::new().create(true).truncate(true).write(true).mode(0o600).open(&tmp)?;
+        let mut f = OpenOptions::new()
+            .create(true)
+            .truncate(true)
+            .write(true)
+            .mode(0o600)
+            .open(&tmp)?;
         writeln!(f, "{}", std::process::id())?;
         std::fs::rename(tmp, &self.pidfile)
     }
@@ -96,10 +126,15 @@ impl StateDir {
     /// Bind the socket 0600 from the first moment. Under the lock, a leftover file is
     /// a dead instance's socket and is replaced.
     pub fn bind(&self, socket: &Path) -> Result<tokio::net::UnixListener, StateError> {
-        let berr = |source| StateError::Bind { path: socket.display().to_string(), source };
+        let berr = |source| StateError::Bind {
+            path: socket.display().to_string(),
+            source,
+        };
         match std::fs::symlink_metadata(socket) {
             Ok(m) if m.file_type().is_symlink() || m.is_dir() => {
-                return Err(berr(std::io::Error::other("the socket path is a symlink or a directory")));
+                return Err(berr(std::io::Error::other(
+                    "the socket path is a symlink or a directory",
+                )));
             }
             Ok(_) => std::fs::remove_file(socket).map_err(berr)?,
             Err(_) => {}
@@ -150,6 +185,11 @@ mod tests {
         let long = PathBuf::from("/tmp").join("x".repeat(120));
         let p = socket_path(&long, Path::new("/w"));
         assert!(p.as_os_str().len() <= SUN_PATH_MAX, "{}", p.display());
-        assert!(p.file_name().unwrap().to_string_lossy().starts_with("toolvisor-"));
+        assert!(
+            p.file_name()
+                .unwrap()
+                .to_string_lossy()
+                .starts_with("toolvisor-")
+        );
     }
 }

@@ -25,7 +25,10 @@ pub fn sample(pids: &[u32]) -> Vec<(u64, f32)> {
     let kind = ProcessRefreshKind::nothing().with_memory().with_cpu();
     sys.refresh_processes_specifics(ProcessesToUpdate::Some(&list), true, kind);
     list.iter()
-        .map(|p| sys.process(*p).map_or((0, 0.0), |p| (p.memory(), p.cpu_usage())))
+        .map(|p| {
+            sys.process(*p)
+                .map_or((0, 0.0), |p| (p.memory(), p.cpu_usage()))
+        })
         .collect()
 }
 
@@ -34,7 +37,11 @@ pub async fn status(svc: &Arc<Service>, id: Id) -> ServerMessage {
     let mut workers = Vec::new();
     let mut guards = Guards::default();
     let mut groups: Vec<_> = svc.pools.values().collect();
-    groups.sort_by_key(|p| toolvisor_protocol::tools::GROUPS.iter().position(|g| *g == p.group));
+    groups.sort_by_key(|p| {
+        toolvisor_protocol::tools::GROUPS
+            .iter()
+            .position(|g| *g == p.group)
+    });
     for pool in groups {
         for w in &pool.workers {
             let g = w.guards.lock().unwrap_or_else(|p| p.into_inner()).clone();
@@ -55,7 +62,9 @@ pub async fn status(svc: &Arc<Service>, id: Id) -> ServerMessage {
         }
     }
     let pids: Vec<u32> = workers.iter().map(|w| w.pid.unwrap_or(0)).collect();
-    let samples = tokio::task::spawn_blocking(move || sample(&pids)).await.unwrap_or_default();
+    let samples = tokio::task::spawn_blocking(move || sample(&pids))
+        .await
+        .unwrap_or_default();
     for (w, (rss, cpu)) in workers.iter_mut().zip(samples) {
         if w.pid.is_some() {
             w.rss_bytes = rss;

@@ -1,5 +1,9 @@
 //! `subscribe`: forward bus events of the chosen topics to one connection. A lagging
 //! subscriber loses events and the next one it gets says how many (`dropped`).
+//!
+//! Events are lost at two places, both counted: the bus (this task fell behind the
+//! broadcast ring) and the connection's outbox (the client reads slowly). The task
+//! never waits for the client, so a slow subscriber holds no memory but its outbox.
 
 use std::sync::Arc;
 
@@ -17,7 +21,12 @@ pub fn start(svc: &Arc<Service>, out: &Outbox, id: Id, topics: Vec<Topic>) {
         for msg in svc.pending_confirmations() {
             if let Ok(serde_json::Value::Object(mut fields)) = serde_json::to_value(&msg) {
                 fields.remove("type");
-                out.send(&ServerMessage::Event { topic: Topic::Confirmations, event: "confirm_required".into(), dropped: None, fields });
+                out.send(&ServerMessage::Event {
+                    topic: Topic::Confirmations,
+                    event: "confirm_required".into(),
+                    dropped: None,
+                    fields,
+                });
             }
         }
     }
@@ -37,8 +46,11 @@ pub fn start(svc: &Arc<Service>, out: &Outbox, id: Id, topics: Vec<Topic>) {
                         dropped: (dropped > 0).then_some(dropped),
                         fields: ev.fields,
                     };
-                    dropped = 0;
-                    out.send_wait(&msg).await;
+                    if out.send_event(&msg) {
+                        dropped = 0;
+                    } else {
+                        dropped += 1;
+                    }
                 }
                 Ok(_) => {}
                 Err(RecvError::Lagged(n)) => dropped += n,

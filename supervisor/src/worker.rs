@@ -6,6 +6,13 @@
 //! each `done` straight to the waiting call. Death is seen first as EOF on the control
 //! socket; the process is then killed for sure and its exit status collected, and
 //! every call still in flight on it is answered at once.
+//!
+//! A planned replacement (operator `restart`, SIGHUP, the memory watchdog) never blocks
+//! the mailbox: the worker stops taking calls, a task reports when the last one ended,
+//! then the process gets `Shutdown` (the exec worker kills and logs its background
+//! jobs) and `SIGKILL` only if it is still there after [`CANCEL_GRACE`]. Every start is
+//! tagged with a generation, so a start scheduled by a backoff or cool-down that an
+//! operator restart overtook is dropped, and one worker never runs two processes.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU8, AtomicU32, Ordering};
@@ -89,30 +96,31 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 }
 
 impl Link {
-    fn deliver(&self, msg: FromWorker) -> impl std::future::Future<Output = ()> + Send + '_ {
-        async move {
-            match msg {
-                FromWorker::Done { call, outcome } => {
-                    let pending = {
-                        let mut map = lock(&self.pending);
-                        let p = map.remove(&call);
-                        if map.is_empty() {
-                            self.idle.notify_waiters();
-                        }
-                        p
-                    };
-                    if let Some(reply) = pending.and_then(|p| p.reply) {
-                        let _ = reply.send(Reply::Done(outcome));
+    /// Hand a worker's message to the call it belongs to.
+    async fn deliver(&self, msg: FromWorker) {
+        match msg {
+            FromWorker::Done { call, outcome } => {
+                let pending = {
+                    let mut map = lock(&self.pending);
+                    let p = map.remove(&call);
+                    if map.is_empty() {
+                        self.idle.notify_waiters();
                     }
+                    p
+                };
+                if let Some(reply) = pending.and_then(|p| p.reply) {
+                    let _ = reply.send(Reply::Done(outcome));
                 }
-                FromWorker::Output { call, stream, data } => {
-                    let out = lock(&self.pending).get(&call).and_then(|p| p.output.clone());
-                    if let Some(out) = out {
-                        let _ = out.send((stream, data)).await;
-                    }
-                }
-                FromWorker::Ready { .. } => {}
             }
+            FromWorker::Output { call, stream, data } => {
+                let out = lock(&self.pending)
+                    .get(&call)
+                    .and_then(|p| p.output.clone());
+                if let Some(out) = out {
+                    let _ = out.send((stream, data)).await;
+                }
+            }
+            FromWorker::Ready { .. } => {}
         }
     }
 
@@ -199,13 +207,23 @@ impl WorkerShared {
         self.link().map_or(0, |l| l.in_flight())
     }
 
+    /// The actor that owns this worker (none while a panicked one is replaced).
+    pub fn actor_ref(&self) -> Option<ActorRef<WorkerMsg>> {
+        lock(&self.actor).clone()
+    }
+
     pub fn retry_after(&self) -> Option<Duration> {
         lock(&self.retry_at).map(|t| t.saturating_duration_since(Instant::now()))
     }
 
     /// Register a call on the current process and send it. `None` when the worker is
     /// not ready (the caller picks another or waits).
-    pub async fn submit(&self, run: ToWorker, call: u64, output: Option<mpsc::Sender<(String, String)>>) -> Option<oneshot::Receiver<Reply>> {
+    pub async fn submit(
+        &self,
+        run: ToWorker,
+        call: u64,
+        output: Option<mpsc::Sender<(String, String)>>,
+    ) -> Option<oneshot::Receiver<Reply>> {
         if self.state() != WorkerState::Ready {
             return None;
         }
@@ -261,21 +279,96 @@ pub fn kill_group(pid: u32) {
     );
 }
 
+/// Why a worker process is replaced on purpose (said in its `worker_exited` record).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RestartReason {
+    /// `toolvisor restart [GROUP]`: also revives a `failed` worker.
+    Operator,
+    /// SIGHUP after a successful reload: also revives a `failed` worker.
+    Reload,
+    /// The memory watchdog saw it above `max_rss_mb`; only a ready worker is replaced.
+    Memory,
+}
+
+impl RestartReason {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RestartReason::Operator => "operator_restart",
+            RestartReason::Reload => "reload",
+            RestartReason::Memory => "memory",
+        }
+    }
+
+    /// Whether this restart starts the intensity count afresh (an operator or a
+    /// reload may fix what made the worker fail; memory growth says nothing of it).
+    fn resets_policy(self) -> bool {
+        !matches!(self, RestartReason::Memory)
+    }
+}
+
+/// How a process ended: exit code or signal (one of them `None`).
+type ExitStatus = (Option<i32>, Option<i32>);
+
 /// Messages of a worker actor.
 pub enum WorkerMsg {
-    /// Start (or restart) the process now.
-    Start,
+    /// Start the process, unless `generation` is stale: a start scheduled by a backoff
+    /// or a cool-down is dropped when an operator restart already started a newer one.
+    Start {
+        generation: u64,
+    },
     /// The process said `ready`.
-    Ready { generation: u64, pid: u32, guards: Guards },
+    Ready {
+        generation: u64,
+        pid: u32,
+        guards: Guards,
+    },
     /// The control socket reached EOF.
-    Eof { generation: u64 },
+    Eof {
+        generation: u64,
+    },
     /// The process exited (status collected).
-    Exited { generation: u64, code: Option<i32>, signal: Option<i32> },
-    ReadyTimeout { generation: u64 },
-    /// Operator restart: replace the process once its calls are done.
-    Restart(ractor::RpcReplyPort<()>),
+    Exited {
+        generation: u64,
+        code: Option<i32>,
+        signal: Option<i32>,
+    },
+    ReadyTimeout {
+        generation: u64,
+    },
+    /// Replace the process once its calls are done. The reply (if any) comes once the
+    /// new process is ready, or has failed, or the service stops.
+    Restart {
+        reason: RestartReason,
+        reply: Option<ractor::RpcReplyPort<()>>,
+    },
+    /// The process being replaced has no call left in flight.
+    Idle {
+        generation: u64,
+    },
+    /// A process asked to shut down did not exit within [`CANCEL_GRACE`].
+    ShutdownOverdue {
+        generation: u64,
+    },
+    /// A reloaded configuration, used from the next start on.
+    Reconfigure(Box<Reconfig>),
     /// Stop the process for good (service shutdown).
     Stop(ractor::RpcReplyPort<()>),
+}
+
+/// What a reload changes in how a worker is (re)started.
+#[derive(Clone, Debug)]
+pub struct Reconfig {
+    pub init: WorkerInit,
+    pub passthrough: Vec<String>,
+    pub supervisor: crate::config::SupervisorConfig,
+}
+
+/// A replacement under way: the process of `generation` is let finish its calls, then
+/// asked to shut down (so the exec worker kills and logs its background jobs).
+struct Planned {
+    reason: RestartReason,
+    generation: u64,
+    shutdown_sent: bool,
 }
 
 /// Everything a worker actor needs to (re)start its process.
@@ -294,10 +387,15 @@ pub struct WorkerActorState {
     args: WorkerArgs,
     generation: u64,
     child_pid: Option<u32>,
-    /// Becomes true when the current process has been reaped.
-    exited: Option<watch::Receiver<bool>>,
+    /// Set to the exit status once the current process has been reaped.
+    exited: Option<watch::Receiver<Option<ExitStatus>>>,
     stopping: bool,
     guards: Guards,
+    planned: Option<Planned>,
+    /// Restart requests answered once the new process is ready (or failed).
+    waiters: Vec<ractor::RpcReplyPort<()>>,
+    /// Why the current process was killed on purpose, if it was.
+    kill_reason: Option<&'static str>,
 }
 
 impl Drop for WorkerActorState {
@@ -314,9 +412,13 @@ impl Actor for WorkerActor {
     type State = WorkerActorState;
     type Arguments = WorkerArgs;
 
-    async fn pre_start(&self, myself: ActorRef<WorkerMsg>, args: WorkerArgs) -> Result<Self::State, ActorProcessingErr> {
+    async fn pre_start(
+        &self,
+        myself: ActorRef<WorkerMsg>,
+        args: WorkerArgs,
+    ) -> Result<Self::State, ActorProcessingErr> {
         *lock(&args.shared.actor) = Some(myself.clone());
-        myself.cast(WorkerMsg::Start)?;
+        myself.cast(WorkerMsg::Start { generation: 0 })?;
         Ok(WorkerActorState {
             args,
             generation: 0,
@@ -324,39 +426,47 @@ impl Actor for WorkerActor {
             exited: None,
             stopping: false,
             guards: Guards::default(),
+            planned: None,
+            waiters: Vec::new(),
+            kill_reason: None,
         })
     }
 
-    async fn handle(&self, myself: ActorRef<WorkerMsg>, msg: WorkerMsg, st: &mut WorkerActorState) -> Result<(), ActorProcessingErr> {
+    async fn handle(
+        &self,
+        myself: ActorRef<WorkerMsg>,
+        msg: WorkerMsg,
+        st: &mut WorkerActorState,
+    ) -> Result<(), ActorProcessingErr> {
         match msg {
-            WorkerMsg::Start => st.start(&myself).await,
-            WorkerMsg::Ready { generation, pid, guards } if generation == st.generation => {
-                st.args.policy.on_ready(Instant::now());
-                *lock(&st.args.shared.guards) = guards.clone();
-                st.guards = guards;
-                st.args.shared.set_state(WorkerState::Ready);
-                st.args.events.worker(WorkerEvent::Started, &st.args.shared, Some(pid));
-                tracing::info!(group = %st.args.shared.group, index = st.args.shared.index, pid, "worker ready");
+            WorkerMsg::Start { generation } if generation == st.generation => {
+                st.start(&myself).await
             }
-            WorkerMsg::Eof { generation } if generation == st.generation => {
-                if let Some(pid) = st.child_pid {
-                    kill_group(pid);
-                }
-            }
+            WorkerMsg::Ready {
+                generation,
+                pid,
+                guards,
+            } if generation == st.generation => st.ready(pid, guards),
+            WorkerMsg::Eof { generation } if generation == st.generation => st.eof(),
             WorkerMsg::ReadyTimeout { generation } if generation == st.generation => {
-                if st.args.shared.state() == WorkerState::Starting && let Some(pid) = st.child_pid {
-                    tracing::warn!(group = %st.args.shared.group, pid, "worker not ready within {READY_TIMEOUT:?}");
+                st.ready_timeout()
+            }
+            WorkerMsg::Exited {
+                generation,
+                code,
+                signal,
+            } if generation == st.generation => {
+                st.exited(&myself, code, signal).await;
+            }
+            WorkerMsg::Restart { reason, reply } => st.restart(&myself, reason, reply).await,
+            WorkerMsg::Idle { generation } if generation == st.generation => st.idle(&myself),
+            WorkerMsg::ShutdownOverdue { generation } if generation == st.generation => {
+                if let Some(pid) = st.child_pid {
+                    tracing::warn!(group = %st.args.shared.group, pid, "worker did not shut down within {CANCEL_GRACE:?}; killing it");
                     kill_group(pid);
                 }
             }
-            WorkerMsg::Exited { generation, code, signal } if generation == st.generation => {
-                st.exited(&myself, code, signal);
-            }
-            WorkerMsg::Restart(reply) => {
-                st.args.policy.reset();
-                st.replace_when_idle(&myself).await;
-                let _ = reply.send(());
-            }
+            WorkerMsg::Reconfigure(r) => st.reconfigure(*r),
             WorkerMsg::Stop(reply) => {
                 st.stop().await;
                 let _ = reply.send(());
@@ -372,11 +482,77 @@ impl WorkerActorState {
         &self.guards
     }
 
+    fn planned_here(&self) -> bool {
+        self.planned
+            .as_ref()
+            .is_some_and(|p| p.generation == self.generation)
+    }
+
+    /// Answer every restart request: the worker is ready, failed, or stopping.
+    fn answer_waiters(&mut self) {
+        for w in self.waiters.drain(..) {
+            let _ = w.send(());
+        }
+    }
+
+    fn ready(&mut self, pid: u32, guards: Guards) {
+        self.args.policy.on_ready(Instant::now());
+        *lock(&self.args.shared.guards) = guards.clone();
+        self.guards = guards;
+        self.args
+            .events
+            .worker(WorkerEvent::Started, &self.args.shared, Some(pid));
+        if self.planned_here() || self.stopping {
+            // Already being replaced (or stopped): it must not take calls.
+            return;
+        }
+        self.args.shared.set_state(WorkerState::Ready);
+        tracing::info!(group = %self.args.shared.group, index = self.args.shared.index, pid, "worker ready");
+        self.answer_waiters();
+    }
+
+    /// EOF on the control socket: the process is dying, make sure of it. A process
+    /// asked to shut down is let exit by itself (bounded by `ShutdownOverdue`), so its
+    /// exec jobs are killed and logged cleanly.
+    fn eof(&mut self) {
+        let shutting_down = self
+            .planned
+            .as_ref()
+            .is_some_and(|p| p.generation == self.generation && p.shutdown_sent);
+        if !shutting_down && let Some(pid) = self.child_pid {
+            kill_group(pid);
+        }
+    }
+
+    fn ready_timeout(&mut self) {
+        if self.args.shared.state() == WorkerState::Starting
+            && let Some(pid) = self.child_pid
+        {
+            tracing::warn!(group = %self.args.shared.group, pid, "worker not ready within {READY_TIMEOUT:?}");
+            self.kill_reason = Some("not_ready");
+            kill_group(pid);
+        }
+    }
+
+    fn reconfigure(&mut self, r: Reconfig) {
+        let index = self.args.init.index;
+        self.args.init = WorkerInit { index, ..r.init };
+        self.args.spec.passthrough = r.passthrough;
+        self.args.policy.reconfigure(r.supervisor);
+    }
+
     async fn start(&mut self, myself: &ActorRef<WorkerMsg>) {
         if self.stopping {
+            self.answer_waiters();
+            return;
+        }
+        if let Some(pid) = self.child_pid {
+            // Never two processes for one worker: a start while one runs is a bug.
+            tracing::error!(group = %self.args.shared.group, pid, "start asked while a worker process runs; ignored");
             return;
         }
         self.generation += 1;
+        self.kill_reason = None;
         let generation = self.generation;
         self.args.shared.set_state(WorkerState::Starting);
         *lock(&self.args.shared.retry_at) = None;
@@ -384,14 +560,24 @@ impl WorkerActorState {
             Ok(s) => s,
             Err(e) => {
                 tracing::error!(group = %self.args.shared.group, "cannot start a worker: {e}");
-                let _ = myself.cast(WorkerMsg::Exited { generation, code: Some(127), signal: None });
+                let _ = myself.cast(WorkerMsg::Exited {
+                    generation,
+                    code: Some(127),
+                    signal: None,
+                });
                 return;
             }
         };
         self.child_pid = Some(spawned.pid);
-        let control = match spawned.control.set_nonblocking(true).and_then(|_| tokio::net::UnixStream::from_std(spawned.control)) {
+        self.exited = Some(watch_exit(spawned.child, myself.clone(), generation));
+        let control = match spawned
+            .control
+            .set_nonblocking(true)
+            .and_then(|_| tokio::net::UnixStream::from_std(spawned.control))
+        {
             Ok(c) => c,
             Err(e) => {
+                // Its exit arrives as `Exited` and goes through the restart policy.
                 tracing::error!("worker control socket: {e}");
                 kill_group(spawned.pid);
                 return;
@@ -410,34 +596,36 @@ impl WorkerActorState {
         }
         *lock(&self.args.shared.link) = Some(link.clone());
         tokio::spawn(write_loop(wr, rx));
-        tokio::spawn(read_loop(rd, link, myself.clone(), generation, self.args.init.limits.max_frame_bytes));
-        let mut child = spawned.child;
-        let me = myself.clone();
-        let (exited_tx, exited_rx) = watch::channel(false);
-        self.exited = Some(exited_rx);
-        tokio::spawn(async move {
-            let status = child.wait().await;
-            let _ = exited_tx.send(true);
-            let (code, signal) = match status {
-                Ok(s) => {
-                    use std::os::unix::process::ExitStatusExt;
-                    (s.code(), s.signal())
-                }
-                Err(_) => (None, None),
-            };
-            let _ = me.cast(WorkerMsg::Exited { generation, code, signal });
-        });
-        let me = myself.clone();
-        tokio::spawn(async move {
-            tokio::time::sleep(READY_TIMEOUT).await;
-            let _ = me.cast(WorkerMsg::ReadyTimeout { generation });
+        tokio::spawn(read_loop(
+            rd,
+            link,
+            myself.clone(),
+            generation,
+            self.args.init.limits.max_frame_bytes,
+        ));
+        myself.send_after(READY_TIMEOUT, move || WorkerMsg::ReadyTimeout {
+            generation,
         });
     }
 
-    fn exited(&mut self, myself: &ActorRef<WorkerMsg>, code: Option<i32>, signal: Option<i32>) {
+    /// The current process is gone: answer its calls, record it, then restart it now
+    /// (a planned replacement) or per the restart policy (a crash).
+    async fn exited(
+        &mut self,
+        myself: &ActorRef<WorkerMsg>,
+        code: Option<i32>,
+        signal: Option<i32>,
+    ) {
         let pid = self.child_pid.take();
+        let planned = self
+            .planned
+            .take()
+            .filter(|p| p.generation == self.generation && p.shutdown_sent);
         let why = match (code, signal) {
-            (_, Some(sig)) => format!("worker process {} was killed by signal {sig}", pid.unwrap_or(0)),
+            (_, Some(sig)) => format!(
+                "worker process {} was killed by signal {sig}",
+                pid.unwrap_or(0)
+            ),
             (Some(c), _) => format!("worker process {} exited with code {c}", pid.unwrap_or(0)),
             _ => "worker process ended".to_owned(),
         };
@@ -447,68 +635,201 @@ impl WorkerActorState {
         if let Some(link) = lock(&self.args.shared.link).take() {
             link.fail_all(&why);
         }
-        self.args.events.worker_exited(&self.args.shared, pid, code, signal);
+        let reason = match (&planned, self.kill_reason) {
+            (Some(p), _) => p.reason.as_str(),
+            (None, Some(r)) => r,
+            (None, None) => "crashed",
+        };
+        self.args
+            .events
+            .worker_exited(&self.args.shared, pid, code, signal, reason);
         if self.stopping {
             self.args.shared.set_state(WorkerState::Stopping);
+            self.answer_waiters();
+            return;
+        }
+        if let Some(p) = planned {
+            tracing::info!(group = %self.args.shared.group, index = self.args.shared.index, reason = p.reason.as_str(), "worker replaced");
+            self.args.shared.restarts.fetch_add(1, Ordering::SeqCst);
+            self.start(myself).await;
             return;
         }
         tracing::warn!(group = %self.args.shared.group, index = self.args.shared.index, "{why}");
+        self.after_crash(myself, code);
+    }
+
+    fn after_crash(&mut self, myself: &ActorRef<WorkerMsg>, code: Option<i32>) {
+        let generation = self.generation;
         match self.args.policy.on_exit(Instant::now(), code) {
             Next::RestartAfter(delay) => {
                 self.args.shared.restarts.fetch_add(1, Ordering::SeqCst);
                 self.args.shared.set_state(WorkerState::Restarting);
-                myself.send_after(delay, || WorkerMsg::Start);
+                myself.send_after(delay, move || WorkerMsg::Start { generation });
             }
             Next::Fail { retry_after } => {
                 tracing::error!(group = %self.args.shared.group, index = self.args.shared.index, "worker failed; retry after {retry_after:?}");
                 *lock(&self.args.shared.retry_at) = retry_after.map(|d| Instant::now() + d);
                 self.args.shared.set_state(WorkerState::Failed);
-                self.args.events.worker(WorkerEvent::Failed, &self.args.shared, None);
+                self.args
+                    .events
+                    .worker(WorkerEvent::Failed, &self.args.shared, None);
                 if let Some(d) = retry_after {
-                    let policy = &mut self.args.policy;
-                    policy.reset();
-                    myself.send_after(d, || WorkerMsg::Start);
+                    self.args.policy.reset();
+                    myself.send_after(d, move || WorkerMsg::Start { generation });
                 }
+                self.answer_waiters();
             }
         }
     }
 
-    /// Operator restart: let calls finish, then replace the process.
-    async fn replace_when_idle(&mut self, myself: &ActorRef<WorkerMsg>) {
-        let shared = self.args.shared.clone();
-        if let Some(link) = shared.link() {
-            // Stop taking calls, let the ones in flight end, then replace the process.
-            shared.set_state(WorkerState::Restarting);
-            link.until_idle().await;
+    /// A restart on purpose: let the calls in flight end, then replace the process. A
+    /// worker without a process (failed, or waiting out a backoff) starts at once.
+    async fn restart(
+        &mut self,
+        myself: &ActorRef<WorkerMsg>,
+        reason: RestartReason,
+        reply: Option<ractor::RpcReplyPort<()>>,
+    ) {
+        if reason == RestartReason::Memory && self.args.shared.state() != WorkerState::Ready {
+            return; // the watchdog looks again next time
         }
-        self.generation += 1; // the old process's exit is no longer a crash
-        if let Some(pid) = self.child_pid.take() {
-            kill_group(pid);
-            self.args.events.worker_exited(&shared, Some(pid), None, Some(9));
+        self.waiters.extend(reply);
+        if self.stopping {
+            self.answer_waiters();
+            return;
         }
-        if let Some(link) = lock(&shared.link).take() {
-            link.fail_all("worker restarted");
+        if reason.resets_policy() {
+            self.args.policy.reset();
         }
-        self.start(myself).await;
+        if self.planned_here() {
+            return; // one replacement serves every request made while it is under way
+        }
+        let link = self.args.shared.link();
+        match (self.child_pid, link) {
+            (Some(_), Some(link)) => {
+                tracing::info!(group = %self.args.shared.group, index = self.args.shared.index, reason = reason.as_str(), "replacing the worker once its calls are done");
+                self.planned = Some(Planned {
+                    reason,
+                    generation: self.generation,
+                    shutdown_sent: false,
+                });
+                self.args.shared.set_state(WorkerState::Restarting);
+                wake_when_idle(link, myself.clone(), self.generation);
+            }
+            (Some(pid), None) => kill_group(pid), // never connected: its exit restarts it
+            (None, _) => self.start(myself).await,
+        }
     }
 
+    /// The process being replaced is idle: ask it to shut down, and kill it if it has
+    /// not exited within [`CANCEL_GRACE`].
+    fn idle(&mut self, myself: &ActorRef<WorkerMsg>) {
+        let generation = self.generation;
+        let Some(link) = self.args.shared.link() else {
+            return;
+        };
+        if self.stopping || !self.planned_here() {
+            return;
+        }
+        if link.in_flight() > 0 {
+            // A call slipped in between the state change and now: wait for it too.
+            wake_when_idle(link, myself.clone(), generation);
+            return;
+        }
+        if let Some(p) = self.planned.as_mut() {
+            p.shutdown_sent = true;
+        }
+        if let Ok(bytes) = frame::encode(&ToWorker::Shutdown)
+            && link.tx.try_send(bytes).is_err()
+            && let Some(pid) = self.child_pid
+        {
+            kill_group(pid);
+        }
+        myself.send_after(CANCEL_GRACE, move || WorkerMsg::ShutdownOverdue {
+            generation,
+        });
+    }
+
+    /// Service shutdown: ask the process to shut down, kill it after [`CANCEL_GRACE`],
+    /// and record its exit before answering, so that `supervisor_stopped` comes last.
     async fn stop(&mut self) {
         self.stopping = true;
         self.args.shared.set_state(WorkerState::Stopping);
-        let Some(link) = self.args.shared.link() else { return };
-        if let Ok(bytes) = frame::encode(&ToWorker::Shutdown) {
-            let _ = link.tx.send(bytes).await;
+        let link = lock(&self.args.shared.link).take();
+        if let Some(pid) = self.child_pid.take() {
+            if let Some(link) = &link
+                && let Ok(bytes) = frame::encode(&ToWorker::Shutdown)
+            {
+                let _ = link.tx.try_send(bytes);
+            }
+            let status = match self.wait_exit(CANCEL_GRACE).await {
+                Some(s) => s,
+                None => {
+                    kill_group(pid);
+                    self.wait_exit(Duration::from_secs(1))
+                        .await
+                        .unwrap_or((None, Some(9)))
+                }
+            };
+            kill_group(pid);
+            // Its `Exited` message, if still queued, is about an older process now.
+            self.generation += 1;
+            self.args.events.worker_exited(
+                &self.args.shared,
+                Some(pid),
+                status.0,
+                status.1,
+                "shutdown",
+            );
         }
-        let pid = link.pid;
-        if let Some(mut exited) = self.exited.take() {
-            let _ = tokio::time::timeout(CANCEL_GRACE, exited.wait_for(|done| *done)).await;
-        }
-        kill_group(pid);
-        self.child_pid = None;
-        if let Some(link) = lock(&self.args.shared.link).take() {
+        if let Some(link) = link {
             link.fail_all("the service is stopping");
         }
+        self.answer_waiters();
     }
+
+    /// The exit status of the current process, waiting up to `limit` for it.
+    async fn wait_exit(&mut self, limit: Duration) -> Option<ExitStatus> {
+        let exited = self.exited.as_mut()?;
+        match tokio::time::timeout(limit, exited.wait_for(|s| s.is_some())).await {
+            Ok(Ok(s)) => *s,
+            _ => None,
+        }
+    }
+}
+
+/// Reap `child` in a task; its status goes to the watch (for `stop`) and to the actor.
+fn watch_exit(
+    mut child: tokio::process::Child,
+    me: ActorRef<WorkerMsg>,
+    generation: u64,
+) -> watch::Receiver<Option<ExitStatus>> {
+    let (tx, rx) = watch::channel(None);
+    tokio::spawn(async move {
+        let (code, signal) = match child.wait().await {
+            Ok(s) => {
+                use std::os::unix::process::ExitStatusExt;
+                (s.code(), s.signal())
+            }
+            Err(_) => (None, None),
+        };
+        let _ = tx.send(Some((code, signal)));
+        let _ = me.cast(WorkerMsg::Exited {
+            generation,
+            code,
+            signal,
+        });
+    });
+    rx
+}
+
+/// Tell the actor once `link` has no call in flight (or its process died and every
+/// call was answered), without blocking the actor's mailbox meanwhile.
+fn wake_when_idle(link: Arc<Link>, me: ActorRef<WorkerMsg>, generation: u64) {
+    tokio::spawn(async move {
+        link.until_idle().await;
+        let _ = me.cast(WorkerMsg::Idle { generation });
+    });
 }
 
 async fn write_loop(mut wr: tokio::net::unix::OwnedWriteHalf, mut rx: mpsc::Receiver<Vec<u8>>) {
@@ -543,7 +864,11 @@ async fn read_loop(
         };
         match frame::decode::<FromWorker>(&body, KNOWN_FROM_WORKER) {
             Ok(FromWorker::Ready { pid, guards }) => {
-                let _ = actor.cast(WorkerMsg::Ready { generation, pid, guards });
+                let _ = actor.cast(WorkerMsg::Ready {
+                    generation,
+                    pid,
+                    guards,
+                });
             }
             Ok(msg) => link.deliver(msg).await,
             Err(e) => tracing::warn!(pid = link.pid, "bad frame from worker: {e}"),
@@ -553,7 +878,14 @@ async fn read_loop(
 }
 
 /// Args of a run frame, for the pool.
-pub fn run_frame(call: u64, name: &str, tool: &str, args: &Value, stream: bool, timeout_ms: u64) -> ToWorker {
+pub fn run_frame(
+    call: u64,
+    name: &str,
+    tool: &str,
+    args: &Value,
+    stream: bool,
+    timeout_ms: u64,
+) -> ToWorker {
     ToWorker::Run {
         call,
         name: name.to_owned(),

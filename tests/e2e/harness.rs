@@ -35,7 +35,12 @@ impl Server {
 
     pub fn start_in(dir: tempfile::TempDir) -> Server {
         let (child, log) = spawn_serve(dir.path());
-        let mut s = Server { dir, child: Some(child), log, log_seen: Vec::new() };
+        let mut s = Server {
+            dir,
+            child: Some(child),
+            log,
+            log_seen: Vec::new(),
+        };
         s.wait_log("serving", START_DEADLINE);
         s.wait_ready(START_DEADLINE);
         s
@@ -74,7 +79,10 @@ impl Server {
                         return line;
                     }
                 }
-                Err(_) => panic!("no log line with {needle:?} within {deadline:?}; seen:\n{}", self.log_seen.join("\n")),
+                Err(_) => panic!(
+                    "no log line with {needle:?} within {deadline:?}; seen:\n{}",
+                    self.log_seen.join("\n")
+                ),
             }
         }
     }
@@ -87,22 +95,37 @@ impl Server {
             let ready = rt.block_on(async {
                 let mut c = self.client().await;
                 let id = "ready?".into();
-                match c.request(&ClientMessage::Status { id: "ready?".into() }, &id).await {
-                    Ok(ServerMessage::Status { workers, .. }) => workers.iter().all(|w| w.state == "ready"),
+                match c
+                    .request(
+                        &ClientMessage::Status {
+                            id: "ready?".into(),
+                        },
+                        &id,
+                    )
+                    .await
+                {
+                    Ok(ServerMessage::Status { workers, .. }) => {
+                        workers.iter().all(|w| w.state == "ready")
+                    }
                     _ => false,
                 }
             });
             if ready {
                 return;
             }
-            assert!(Instant::now() < end, "workers not ready within {deadline:?}");
+            assert!(
+                Instant::now() < end,
+                "workers not ready within {deadline:?}"
+            );
             // Readiness has no event a client can wait on besides status: poll it.
             std::thread::sleep(Duration::from_millis(20));
         }
     }
 
     pub async fn client(&self) -> Client {
-        Client::connect(&self.socket(), "e2e", false).await.expect("connect")
+        Client::connect(&self.socket(), "e2e", false)
+            .await
+            .expect("connect")
     }
 
     /// Call a tool on a fresh connection and return its result.
@@ -114,7 +137,10 @@ impl Server {
     /// SIGTERM and wait for the exit (SIGKILL past the deadline).
     pub fn stop(&mut self) -> Option<std::process::ExitStatus> {
         let mut child = self.child.take()?;
-        let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(child.id() as i32), nix::sys::signal::Signal::SIGTERM);
+        let _ = nix::sys::signal::kill(
+            nix::unistd::Pid::from_raw(child.id() as i32),
+            nix::sys::signal::Signal::SIGTERM,
+        );
         wait_child(&mut child, Duration::from_secs(20))
     }
 
@@ -129,8 +155,16 @@ impl Server {
     pub async fn worker_pids(&self, group: &str) -> Vec<u32> {
         let mut c = self.client().await;
         let id = "st".into();
-        match c.request(&ClientMessage::Status { id: "st".into() }, &id).await.expect("status") {
-            ServerMessage::Status { workers, .. } => workers.iter().filter(|w| w.group == group).filter_map(|w| w.pid).collect(),
+        match c
+            .request(&ClientMessage::Status { id: "st".into() }, &id)
+            .await
+            .expect("status")
+        {
+            ServerMessage::Status { workers, .. } => workers
+                .iter()
+                .filter(|w| w.group == group)
+                .filter_map(|w| w.pid)
+                .collect(),
             other => panic!("{other:?}"),
         }
     }
@@ -139,7 +173,10 @@ impl Server {
 impl Drop for Server {
     fn drop(&mut self) {
         if let Some(mut child) = self.child.take() {
-            let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(child.id() as i32), nix::sys::signal::Signal::SIGTERM);
+            let _ = nix::sys::signal::kill(
+                nix::unistd::Pid::from_raw(child.id() as i32),
+                nix::sys::signal::Signal::SIGTERM,
+            );
             if wait_child(&mut child, Duration::from_secs(10)).is_none() {
                 let _ = child.kill();
                 let _ = child.wait();
@@ -198,11 +235,17 @@ pub fn wait_child(child: &mut Child, deadline: Duration) -> Option<std::process:
 }
 
 pub fn rt() -> tokio::runtime::Runtime {
-    tokio::runtime::Builder::new_current_thread().enable_all().build().expect("runtime")
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("runtime")
 }
 
 pub async fn call_on(c: &mut Client, id: &str, tool: &str, args: Value) -> ToolResult {
-    let t = c.call(CallRequest::new(id, tool, args), |_, _| {}).await.expect("call");
+    let t = c
+        .call(CallRequest::new(id, tool, args), |_, _| {})
+        .await
+        .expect("call");
     t.result.expect("a result")
 }
 
@@ -219,7 +262,11 @@ action = "allow"
 
 /// Run a future on a fresh runtime with a deadline.
 pub fn block<F: std::future::Future>(deadline: Duration, f: F) -> F::Output {
-    rt().block_on(async { tokio::time::timeout(deadline, f).await.expect("test deadline passed") })
+    rt().block_on(async {
+        tokio::time::timeout(deadline, f)
+            .await
+            .expect("test deadline passed")
+    })
 }
 
 pub const T: Duration = Duration::from_secs(60);
@@ -230,23 +277,35 @@ pub const T: Duration = Duration::from_secs(60);
 pub fn unique_marker(tag: &str) -> String {
     static N: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
     let n = N.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-    let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos());
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos());
     format!("e2e-{tag}-{}-{n}-{nanos}", std::process::id())
 }
 
 /// Live (not zombie) processes whose environment has an entry containing `needle`.
 pub fn procs_with_env(needle: &str) -> Vec<u32> {
     let me = std::process::id();
-    let Ok(rd) = std::fs::read_dir("/proc") else { return Vec::new() };
+    let Ok(rd) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
     let needle = needle.as_bytes();
     let mut out = Vec::new();
     for e in rd.flatten() {
-        let Some(pid) = e.file_name().to_str().and_then(|n| n.parse::<u32>().ok()) else { continue };
+        let Some(pid) = e.file_name().to_str().and_then(|n| n.parse::<u32>().ok()) else {
+            continue;
+        };
         if pid == me {
             continue;
         }
-        let Ok(env) = std::fs::read(format!("/proc/{pid}/environ")) else { continue };
-        if env.split(|&b| b == 0).any(|entry| entry.windows(needle.len()).any(|w| w == needle)) && pid_alive(pid) {
+        let Ok(env) = std::fs::read(format!("/proc/{pid}/environ")) else {
+            continue;
+        };
+        if env
+            .split(|&b| b == 0)
+            .any(|entry| entry.windows(needle.len()).any(|w| w == needle))
+            && pid_alive(pid)
+        {
             out.push(pid);
         }
     }
@@ -255,21 +314,28 @@ pub fn procs_with_env(needle: &str) -> Vec<u32> {
 
 /// `comm` of a process ("?" when gone).
 pub fn proc_comm(pid: u32) -> String {
-    std::fs::read_to_string(format!("/proc/{pid}/comm")).map_or_else(|_| "?".into(), |s| s.trim().to_owned())
+    std::fs::read_to_string(format!("/proc/{pid}/comm"))
+        .map_or_else(|_| "?".into(), |s| s.trim().to_owned())
 }
 
 /// Whether `pid` exists and is not a zombie.
 pub fn pid_alive(pid: u32) -> bool {
     match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
         // The state is the first field after the `(comm)`, which may contain spaces.
-        Ok(stat) => stat.rsplit_once(')').and_then(|(_, rest)| rest.split_whitespace().next()).is_some_and(|st| st != "Z" && st != "X"),
+        Ok(stat) => stat
+            .rsplit_once(')')
+            .and_then(|(_, rest)| rest.split_whitespace().next())
+            .is_some_and(|st| st != "Z" && st != "X"),
         Err(_) => false,
     }
 }
 
 /// Wait until no live process carries `needle` in its environment. A foreign process's
 /// death has no event to wait on: re-scan /proc with short pauses, up to `deadline`.
-pub async fn wait_no_procs_with_env(needle: &str, deadline: Duration) -> Result<(), Vec<(u32, String)>> {
+pub async fn wait_no_procs_with_env(
+    needle: &str,
+    deadline: Duration,
+) -> Result<(), Vec<(u32, String)>> {
     let end = Instant::now() + deadline;
     loop {
         let left = procs_with_env(needle);
@@ -284,14 +350,25 @@ pub async fn wait_no_procs_with_env(needle: &str, deadline: Duration) -> Result<
 }
 
 /// Wait until at least `n` live processes named `comm` carry `needle` in their environment.
-pub async fn wait_procs_with_env(needle: &str, comm: &str, n: usize, deadline: Duration) -> Vec<u32> {
+pub async fn wait_procs_with_env(
+    needle: &str,
+    comm: &str,
+    n: usize,
+    deadline: Duration,
+) -> Vec<u32> {
     let end = Instant::now() + deadline;
     loop {
-        let found: Vec<u32> = procs_with_env(needle).into_iter().filter(|&p| proc_comm(p) == comm).collect();
+        let found: Vec<u32> = procs_with_env(needle)
+            .into_iter()
+            .filter(|&p| proc_comm(p) == comm)
+            .collect();
         if found.len() >= n {
             return found;
         }
-        assert!(Instant::now() < end, "no {n} {comm:?} processes with {needle:?} within {deadline:?}");
+        assert!(
+            Instant::now() < end,
+            "no {n} {comm:?} processes with {needle:?} within {deadline:?}"
+        );
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
 }
@@ -332,7 +409,12 @@ impl Server {
                 }
             }
         });
-        let mut s = Server { dir, child: Some(child), log: rx, log_seen: Vec::new() };
+        let mut s = Server {
+            dir,
+            child: Some(child),
+            log: rx,
+            log_seen: Vec::new(),
+        };
         s.wait_log("serving", START_DEADLINE);
         s.wait_ready(START_DEADLINE);
         s
@@ -342,8 +424,15 @@ impl Server {
     pub async fn workers(&self) -> Vec<(String, Option<u32>, String)> {
         let mut c = self.client().await;
         let id = "st".into();
-        match c.request(&ClientMessage::Status { id: "st".into() }, &id).await.expect("status") {
-            ServerMessage::Status { workers, .. } => workers.iter().map(|w| (w.group.clone(), w.pid, w.state.clone())).collect(),
+        match c
+            .request(&ClientMessage::Status { id: "st".into() }, &id)
+            .await
+            .expect("status")
+        {
+            ServerMessage::Status { workers, .. } => workers
+                .iter()
+                .map(|w| (w.group.clone(), w.pid, w.state.clone()))
+                .collect(),
             other => panic!("{other:?}"),
         }
     }
@@ -352,12 +441,23 @@ impl Server {
     pub async fn wait_group_back(&self, group: &str, old: &[u32], deadline: Duration) -> Vec<u32> {
         let end = Instant::now() + deadline;
         loop {
-            let ws: Vec<_> = self.workers().await.into_iter().filter(|w| w.0 == group).collect();
-            let back = !ws.is_empty() && ws.iter().all(|w| w.2 == "ready" && w.1.is_some_and(|p| !old.contains(&p)));
+            let ws: Vec<_> = self
+                .workers()
+                .await
+                .into_iter()
+                .filter(|w| w.0 == group)
+                .collect();
+            let back = !ws.is_empty()
+                && ws
+                    .iter()
+                    .all(|w| w.2 == "ready" && w.1.is_some_and(|p| !old.contains(&p)));
             if back {
                 return ws.iter().filter_map(|w| w.1).collect();
             }
-            assert!(Instant::now() < end, "{group} workers not back within {deadline:?}: {ws:?}");
+            assert!(
+                Instant::now() < end,
+                "{group} workers not back within {deadline:?}: {ws:?}"
+            );
             // Readiness has no event a client can wait on besides status: poll it.
             tokio::time::sleep(Duration::from_millis(10)).await;
         }

@@ -3,11 +3,13 @@
 
 mod harness;
 
+mod batch;
 mod crash;
-mod mcp;
 mod edit;
 mod exec;
+mod mcp;
 mod policy;
 mod protocol;
 mod python_client;
 mod search;
+mod supervision;

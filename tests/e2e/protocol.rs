@@ -13,7 +13,9 @@ async fn raw(s: &Server) -> UnixStream {
 }
 
 async fn send(sock: &mut UnixStream, msg: &ClientMessage) {
-    sock.write_all(&frame::encode(msg).expect("encode")).await.expect("write");
+    sock.write_all(&frame::encode(msg).expect("encode"))
+        .await
+        .expect("write");
 }
 
 async fn recv(sock: &mut UnixStream) -> Option<ServerMessage> {
@@ -29,8 +31,19 @@ fn error_kind(m: &ServerMessage) -> ErrorType {
 }
 
 async fn hello(sock: &mut UnixStream) {
-    send(sock, &ClientMessage::Hello { protocol: 1, client: "raw".into(), interactive: None }).await;
-    assert!(matches!(recv(sock).await, Some(ServerMessage::Welcome { tools: 14, .. })));
+    send(
+        sock,
+        &ClientMessage::Hello {
+            protocol: 1,
+            client: "raw".into(),
+            interactive: None,
+        },
+    )
+    .await;
+    assert!(matches!(
+        recv(sock).await,
+        Some(ServerMessage::Welcome { tools: 14, .. })
+    ));
 }
 
 #[test]
@@ -43,7 +56,10 @@ fn hello_is_required_and_welcome_counts_tools() {
         assert_eq!(error_kind(&m), ErrorType::HelloRequired);
         hello(&mut sock).await;
         send(&mut sock, &ClientMessage::Ping { id: "p".into() }).await;
-        assert_eq!(recv(&mut sock).await, Some(ServerMessage::Pong { id: "p".into() }));
+        assert_eq!(
+            recv(&mut sock).await,
+            Some(ServerMessage::Pong { id: "p".into() })
+        );
     });
 }
 
@@ -54,25 +70,46 @@ fn garbage_unknown_type_and_bad_fields_keep_the_connection() {
         let mut sock = raw(&s).await;
         hello(&mut sock).await;
         // Garbage body.
-        sock.write_all(&[0, 0, 0, 3, 0xc1, 0xc1, 0xc1]).await.unwrap();
-        assert_eq!(error_kind(&recv(&mut sock).await.unwrap()), ErrorType::BadMessage);
+        sock.write_all(&[0, 0, 0, 3, 0xc1, 0xc1, 0xc1])
+            .await
+            .unwrap();
+        assert_eq!(
+            error_kind(&recv(&mut sock).await.unwrap()),
+            ErrorType::BadMessage
+        );
         // Not a map.
         sock.write_all(&[0, 0, 0, 1, 0x90]).await.unwrap();
-        assert_eq!(error_kind(&recv(&mut sock).await.unwrap()), ErrorType::BadMessage);
+        assert_eq!(
+            error_kind(&recv(&mut sock).await.unwrap()),
+            ErrorType::BadMessage
+        );
         // Deep nesting.
         let mut deep = vec![0x91u8; 5000];
         deep.push(0xc0);
-        sock.write_all(&(deep.len() as u32).to_be_bytes()).await.unwrap();
+        sock.write_all(&(deep.len() as u32).to_be_bytes())
+            .await
+            .unwrap();
         sock.write_all(&deep).await.unwrap();
-        assert_eq!(error_kind(&recv(&mut sock).await.unwrap()), ErrorType::BadMessage);
+        assert_eq!(
+            error_kind(&recv(&mut sock).await.unwrap()),
+            ErrorType::BadMessage
+        );
         // Unknown type.
         let body = rmp_serde::to_vec_named(&json!({"type": "dance", "id": "d"})).unwrap();
-        sock.write_all(&(body.len() as u32).to_be_bytes()).await.unwrap();
+        sock.write_all(&(body.len() as u32).to_be_bytes())
+            .await
+            .unwrap();
         sock.write_all(&body).await.unwrap();
-        assert_eq!(error_kind(&recv(&mut sock).await.unwrap()), ErrorType::UnknownMessage);
+        assert_eq!(
+            error_kind(&recv(&mut sock).await.unwrap()),
+            ErrorType::UnknownMessage
+        );
         // Known type, bad field: the id is echoed.
-        let body = rmp_serde::to_vec_named(&json!({"type": "call", "id": "c9", "tool": 5})).unwrap();
-        sock.write_all(&(body.len() as u32).to_be_bytes()).await.unwrap();
+        let body =
+            rmp_serde::to_vec_named(&json!({"type": "call", "id": "c9", "tool": 5})).unwrap();
+        sock.write_all(&(body.len() as u32).to_be_bytes())
+            .await
+            .unwrap();
         sock.write_all(&body).await.unwrap();
         match recv(&mut sock).await.unwrap() {
             ServerMessage::Error { id, error } => {
@@ -83,7 +120,10 @@ fn garbage_unknown_type_and_bad_fields_keep_the_connection() {
         }
         // Still alive.
         send(&mut sock, &ClientMessage::Ping { id: "alive".into() }).await;
-        assert_eq!(recv(&mut sock).await, Some(ServerMessage::Pong { id: "alive".into() }));
+        assert_eq!(
+            recv(&mut sock).await,
+            Some(ServerMessage::Pong { id: "alive".into() })
+        );
     });
 }
 
@@ -94,14 +134,21 @@ fn oversized_frame_is_refused_and_closed() {
         let mut sock = raw(&s).await;
         hello(&mut sock).await;
         sock.write_all(&[0xff, 0xff, 0xff, 0xf0]).await.unwrap();
-        assert_eq!(error_kind(&recv(&mut sock).await.unwrap()), ErrorType::FrameTooLarge);
+        assert_eq!(
+            error_kind(&recv(&mut sock).await.unwrap()),
+            ErrorType::FrameTooLarge
+        );
         let mut rest = Vec::new();
         let n = sock.read_to_end(&mut rest).await.unwrap_or(0);
         assert_eq!(n, 0, "the server closes after FrameTooLarge");
         // The server is fine for others.
         let mut c = s.client().await;
         let id = "p".into();
-        assert!(matches!(c.request(&ClientMessage::Ping { id: "p".into() }, &id).await, Ok(ServerMessage::Pong { .. })));
+        assert!(matches!(
+            c.request(&ClientMessage::Ping { id: "p".into() }, &id)
+                .await,
+            Ok(ServerMessage::Pong { .. })
+        ));
     });
 }
 
@@ -110,8 +157,19 @@ fn wrong_protocol_version_is_refused_and_closed() {
     let s = Server::start("");
     block(T, async {
         let mut sock = raw(&s).await;
-        send(&mut sock, &ClientMessage::Hello { protocol: 2, client: "future".into(), interactive: None }).await;
-        assert_eq!(error_kind(&recv(&mut sock).await.unwrap()), ErrorType::ProtocolVersion);
+        send(
+            &mut sock,
+            &ClientMessage::Hello {
+                protocol: 2,
+                client: "future".into(),
+                interactive: None,
+            },
+        )
+        .await;
+        assert_eq!(
+            error_kind(&recv(&mut sock).await.unwrap()),
+            ErrorType::ProtocolVersion
+        );
         assert!(recv(&mut sock).await.is_none());
     });
 }
@@ -123,7 +181,11 @@ fn duplicate_call_id_and_unknown_cancel() {
     block(T, async {
         let mut sock = raw(&s).await;
         hello(&mut sock).await;
-        let slow = ClientMessage::Call(toolvisor_protocol::CallRequest::new("same", "run_command", json!({"command": "sleep 5"})));
+        let slow = ClientMessage::Call(toolvisor_protocol::CallRequest::new(
+            "same",
+            "run_command",
+            json!({"command": "sleep 5"}),
+        ));
         send(&mut sock, &slow).await;
         send(&mut sock, &slow).await;
         match recv(&mut sock).await.unwrap() {
@@ -134,14 +196,21 @@ fn duplicate_call_id_and_unknown_cancel() {
             other => panic!("{other:?}"),
         }
         send(&mut sock, &ClientMessage::Cancel { id: "nope".into() }).await;
-        assert_eq!(error_kind(&recv(&mut sock).await.unwrap()), ErrorType::UnknownCall);
+        assert_eq!(
+            error_kind(&recv(&mut sock).await.unwrap()),
+            ErrorType::UnknownCall
+        );
         send(&mut sock, &ClientMessage::Cancel { id: "same".into() }).await;
         match recv(&mut sock).await.unwrap() {
             ServerMessage::Result(r) => assert_eq!(r.status, toolvisor_protocol::Status::Cancelled),
             other => panic!("{other:?}"),
         }
         // The id may be reused once its result was sent.
-        let quick = ClientMessage::Call(toolvisor_protocol::CallRequest::new("same", "read_file", json!({"path": "big/a.txt"})));
+        let quick = ClientMessage::Call(toolvisor_protocol::CallRequest::new(
+            "same",
+            "read_file",
+            json!({"path": "big/a.txt"}),
+        ));
         send(&mut sock, &quick).await;
         match recv(&mut sock).await.unwrap() {
             ServerMessage::Result(r) => assert_eq!(r.content, "x\n"),
@@ -173,7 +242,18 @@ fn list_tools_in_three_formats() {
             (toolvisor_protocol::message::ToolFormat::Mcp, "inputSchema"),
         ] {
             let id = "t".into();
-            match c.request(&ClientMessage::ListTools { id: "t".into(), format: Some(format), groups: None }, &id).await.unwrap() {
+            match c
+                .request(
+                    &ClientMessage::ListTools {
+                        id: "t".into(),
+                        format: Some(format),
+                        groups: None,
+                    },
+                    &id,
+                )
+                .await
+                .unwrap()
+            {
                 ServerMessage::Tools { tools, .. } => {
                     assert_eq!(tools.len(), 14);
                     assert!(tools.iter().all(|t| t.get(key).is_some()), "{format:?}");
@@ -182,10 +262,27 @@ fn list_tools_in_three_formats() {
             }
         }
         let id = "g".into();
-        match c.request(&ClientMessage::ListTools { id: "g".into(), format: None, groups: Some(vec!["search".into()]) }, &id).await.unwrap() {
+        match c
+            .request(
+                &ClientMessage::ListTools {
+                    id: "g".into(),
+                    format: None,
+                    groups: Some(vec!["search".into()]),
+                },
+                &id,
+            )
+            .await
+            .unwrap()
+        {
             ServerMessage::Tools { tools, .. } => {
-                let names: Vec<_> = tools.iter().map(|t| t["name"].as_str().unwrap().to_owned()).collect();
-                assert_eq!(names, ["glob", "grep", "ls", "read_file", "read_many_files"]);
+                let names: Vec<_> = tools
+                    .iter()
+                    .map(|t| t["name"].as_str().unwrap().to_owned())
+                    .collect();
+                assert_eq!(
+                    names,
+                    ["glob", "grep", "ls", "read_file", "read_many_files"]
+                );
             }
             other => panic!("{other:?}"),
         }
@@ -195,7 +292,12 @@ fn list_tools_in_three_formats() {
 #[test]
 fn a_second_serve_refuses_to_start() {
     let s = Server::start("");
-    let out = std::process::Command::new(BIN).arg("serve").arg("--workspace").arg(s.ws()).output().unwrap();
+    let out = std::process::Command::new(BIN)
+        .arg("serve")
+        .arg("--workspace")
+        .arg(s.ws())
+        .output()
+        .unwrap();
     assert!(!out.status.success());
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("already serving"), "{err}");

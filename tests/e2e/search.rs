@@ -22,7 +22,12 @@ fn read_file_with_line_range() {
         let r = s.call("read_file", json!({"path": "src/main.rs"})).await;
         assert_eq!(r.status, Status::Ok, "{r:?}");
         assert_eq!(r.content, "fn main() {\n    println!(\"Hello\");\n}\n");
-        let r = s.call("read_file", json!({"path": "src/main.rs", "startLine": 2, "endLine": 2})).await;
+        let r = s
+            .call(
+                "read_file",
+                json!({"path": "src/main.rs", "startLine": 2, "endLine": 2}),
+            )
+            .await;
         assert_eq!(r.content.trim_end(), "    println!(\"Hello\");");
         let r = s.call("read_file", json!({"path": "nope.txt"})).await;
         assert_eq!(r.error.unwrap().kind, ErrorType::FileNotFoundError);
@@ -35,10 +40,19 @@ fn paths_outside_the_workspace_are_refused() {
     tree(&s);
     std::os::unix::fs::symlink("/etc", s.ws().join("etc-link")).unwrap();
     block(T, async {
-        for p in ["../outside.txt", "/etc/passwd", "etc-link/passwd", "src/../../x"] {
+        for p in [
+            "../outside.txt",
+            "/etc/passwd",
+            "etc-link/passwd",
+            "src/../../x",
+        ] {
             let r = s.call("read_file", json!({"path": p})).await;
             assert_eq!(r.status, Status::Error, "{p}");
-            assert_eq!(r.error.unwrap().kind, ErrorType::PathOutsideWorkspace, "{p}");
+            assert_eq!(
+                r.error.unwrap().kind,
+                ErrorType::PathOutsideWorkspace,
+                "{p}"
+            );
         }
     });
 }
@@ -58,12 +72,21 @@ fn read_many_files_inlines_errors() {
     let s = Server::start("");
     tree(&s);
     block(T, async {
-        let r = s.call("read_many_files", json!({"paths": ["src/*.rs", "missing.txt"]})).await;
+        let r = s
+            .call(
+                "read_many_files",
+                json!({"paths": ["src/*.rs", "missing.txt"]}),
+            )
+            .await;
         assert_eq!(r.status, Status::Ok, "{r:?}");
         let lib = r.content.find("=== src/lib.rs ===").expect("lib");
         let main = r.content.find("=== src/main.rs ===").expect("main");
         assert!(lib < main, "globs expand sorted");
-        assert!(r.content.contains("=== missing.txt ===\nError: "), "{}", r.content);
+        assert!(
+            r.content.contains("=== missing.txt ===\nError: "),
+            "{}",
+            r.content
+        );
     });
 }
 
@@ -75,27 +98,51 @@ fn ls_glob_and_grep_honour_ignores_and_hidden_files() {
         let r = s.call("ls", json!({"path": "."})).await;
         assert_eq!(r.status, Status::Ok, "{r:?}");
         let lines: Vec<&str> = r.content.lines().collect();
-        assert!(lines.contains(&"src/") && lines.contains(&"notes/"), "{lines:?}");
-        assert!(!lines.iter().any(|l| l.starts_with(".hidden") || l.starts_with("target") || l.starts_with(".toolvisor")), "{lines:?}");
-        let r = s.call("list_dir", json!({"path": "src", "recursive": true})).await;
+        assert!(
+            lines.contains(&"src/") && lines.contains(&"notes/"),
+            "{lines:?}"
+        );
+        assert!(
+            !lines.iter().any(|l| l.starts_with(".hidden")
+                || l.starts_with("target")
+                || l.starts_with(".toolvisor")),
+            "{lines:?}"
+        );
+        let r = s
+            .call("list_dir", json!({"path": "src", "recursive": true}))
+            .await;
         assert_eq!(r.content.lines().collect::<Vec<_>>(), ["lib.rs", "main.rs"]);
 
         let r = s.call("glob", json!({"pattern": "**/*.rs"})).await;
-        assert_eq!(r.content.lines().collect::<Vec<_>>(), ["src/lib.rs", "src/main.rs"]);
-        let r = s.call("glob", json!({"pattern": "**/*.txt", "includeHidden": true})).await;
+        assert_eq!(
+            r.content.lines().collect::<Vec<_>>(),
+            ["src/lib.rs", "src/main.rs"]
+        );
+        let r = s
+            .call(
+                "glob",
+                json!({"pattern": "**/*.txt", "includeHidden": true}),
+            )
+            .await;
         assert!(r.content.contains(".hidden/secret.txt"), "{}", r.content);
         assert!(!r.content.contains("target/"), "{}", r.content);
 
         let r = s.call("grep", json!({"pattern": "hello"})).await;
         assert_eq!(r.status, Status::Ok, "{r:?}");
-        assert_eq!(r.content.lines().collect::<Vec<_>>(), [
-            "notes/todo.md:2: - HELLO world",
-            "src/lib.rs:1: pub fn hello() {}",
-            "src/lib.rs:2: // hello again",
-            "src/main.rs:2:     println!(\"Hello\");",
-        ]);
+        assert_eq!(
+            r.content.lines().collect::<Vec<_>>(),
+            [
+                "notes/todo.md:2: - HELLO world",
+                "src/lib.rs:1: pub fn hello() {}",
+                "src/lib.rs:2: // hello again",
+                "src/main.rs:2:     println!(\"Hello\");",
+            ]
+        );
         let r = s.call("grep", json!({"pattern": "hello", "caseSensitive": true, "filePattern": "*.rs", "maxResults": 1})).await;
-        assert_eq!(r.content.lines().next(), Some("src/lib.rs:1: pub fn hello() {}"));
+        assert_eq!(
+            r.content.lines().next(),
+            Some("src/lib.rs:1: pub fn hello() {}")
+        );
         let r = s.call("grep", json!({"pattern": "("})).await;
         assert_eq!(r.error.unwrap().kind, ErrorType::InvalidParams);
     });
@@ -105,10 +152,17 @@ fn ls_glob_and_grep_honour_ignores_and_hidden_files() {
 fn the_state_directory_is_never_shown_or_read() {
     let s = Server::start("");
     block(T, async {
-        let r = s.call("ls", json!({"path": ".", "includeHidden": true, "recursive": true})).await;
+        let r = s
+            .call(
+                "ls",
+                json!({"path": ".", "includeHidden": true, "recursive": true}),
+            )
+            .await;
         assert!(!r.content.contains(".toolvisor"), "{}", r.content);
         assert!(!r.content.contains("toolvisor.toml"), "{}", r.content);
-        let r = s.call("read_file", json!({"path": ".toolvisor/toolvisor.pid"})).await;
+        let r = s
+            .call("read_file", json!({"path": ".toolvisor/toolvisor.pid"}))
+            .await;
         assert_ne!(r.status, Status::Ok);
     });
 }
@@ -120,10 +174,20 @@ fn large_results_are_truncated_with_a_marker() {
     s.write("big.txt", &big);
     block(T, async {
         let r = s.call("read_file", json!({"path": "big.txt"})).await;
-        assert!(r.content.contains("[Output truncated:"), "{}", &r.content[r.content.len().saturating_sub(200)..]);
+        assert!(
+            r.content.contains("[Output truncated:"),
+            "{}",
+            &r.content[r.content.len().saturating_sub(200)..]
+        );
         assert!(r.truncated.unwrap().omitted_bytes > 0);
         let r = s.call("grep", json!({"pattern": "hello"})).await;
         assert!(r.content.contains("[Output truncated:"));
-        assert_eq!(r.content.lines().filter(|l| l.starts_with("big.txt:")).count(), 50);
+        assert_eq!(
+            r.content
+                .lines()
+                .filter(|l| l.starts_with("big.txt:"))
+                .count(),
+            50
+        );
     });
 }

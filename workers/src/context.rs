@@ -45,7 +45,10 @@ impl CancelFlag {
     /// `Err(Cancelled)` once cancelled: `ctx.cancel.check()?` in loops.
     pub fn check(&self) -> Result<(), ToolError> {
         if self.is_cancelled() {
-            Err(ToolError::new(ErrorType::Cancelled, "the call was cancelled"))
+            Err(ToolError::new(
+                ErrorType::Cancelled,
+                "the call was cancelled",
+            ))
         } else {
             Ok(())
         }

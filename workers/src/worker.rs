@@ -44,7 +44,10 @@ pub fn main(group: &str) -> i32 {
     let init = match read_init(&control) {
         Ok(init) if init.group == group => init,
         Ok(init) => {
-            eprintln!("worker: asked for group {group} but init says {}", init.group);
+            eprintln!(
+                "worker: asked for group {group} but init says {}",
+                init.group
+            );
             return EXIT_CONFIG;
         }
         Err(e) => {
@@ -82,13 +85,17 @@ fn read_init(control: &StdUnixStream) -> Result<WorkerInit, String> {
         .set_read_timeout(Some(INIT_TIMEOUT))
         .map_err(|e| e.to_string())?;
     let mut head = [0u8; 4];
-    (&*control).read_exact(&mut head).map_err(|e| e.to_string())?;
+    (&*control)
+        .read_exact(&mut head)
+        .map_err(|e| e.to_string())?;
     let len = u32::from_be_bytes(head) as usize;
     if len > toolvisor_protocol::DEFAULT_MAX_FRAME_BYTES {
         return Err(format!("init frame of {len} bytes"));
     }
     let mut body = vec![0u8; len];
-    (&*control).read_exact(&mut body).map_err(|e| e.to_string())?;
+    (&*control)
+        .read_exact(&mut body)
+        .map_err(|e| e.to_string())?;
     control.set_read_timeout(None).map_err(|e| e.to_string())?;
     match frame::decode::<ToWorker>(&body, KNOWN_TO_WORKER).map_err(|e| e.to_string())? {
         ToWorker::Init(init) => Ok(*init),
@@ -131,7 +138,10 @@ async fn serve(
         return EXIT_SOFTWARE;
     }
     let running: Running = Arc::default();
-    let max = init.limits.max_frame_bytes.max(toolvisor_protocol::DEFAULT_MAX_FRAME_BYTES);
+    let max = init
+        .limits
+        .max_frame_bytes
+        .max(toolvisor_protocol::DEFAULT_MAX_FRAME_BYTES);
     loop {
         let body = match frame::read_frame(&mut rd, max).await {
             Ok(Some(body)) => body,

@@ -1,0 +1,159 @@
+//! `batch`: many calls in one message, run in request order with as much overlap as
+//! is safe.
+//!
+//! The calls are cut into segments. A run of consecutive calls the policy allows
+//! outright at low risk (or that fail validation, which ends them at once) runs
+//! concurrently; every other call (one that may ask a person, or is riskier) runs
+//! alone, after the segment before it has ended. So a read after a command sees what
+//! the command did, and a person confirming a command never races a later call.
+//!
+//! Every call goes through [`Service::run_call`] like a single call, and its result
+//! through the session's `deliver` hook (the same path as a single call, which
+//! unregisters the id before sending the result). The session sends `batch_done` once
+//! [`Service::run_batch`] returns, so it always comes last.
+
+use std::ops::Range;
+use std::sync::Arc;
+
+use serde_json::{Map, Value};
+use tokio::task::JoinSet;
+use tokio_util::sync::CancellationToken;
+use toolvisor_protocol::Id;
+use toolvisor_protocol::message::{CallRequest, ToolResult, Topic};
+use toolvisor_protocol::tools::Risk;
+
+use crate::config::Action;
+use crate::policy::CallFacts;
+use crate::router::{SessionInfo, internal_result};
+use crate::service::Service;
+
+/// Hands one call's result to its session (which unregisters the id, then sends it).
+pub type Deliver = Arc<dyn Fn(ToolResult) + Send + Sync>;
+
+/// One call of a batch with its own cancellation token (a child of the batch's).
+pub struct BatchCall {
+    pub req: CallRequest,
+    pub cancel: CancellationToken,
+}
+
+impl Service {
+    /// Run every call of a batch to its result; returns once all results are
+    /// delivered. Counts as one open call for a drain while it runs, so a shutdown
+    /// does not slip in between two segments.
+    pub async fn run_batch(
+        self: Arc<Self>,
+        session: Arc<SessionInfo>,
+        id: Id,
+        calls: Vec<BatchCall>,
+        deliver: Deliver,
+    ) {
+        let _open = self.open_call();
+        let ids: Vec<Id> = calls.iter().map(|c| c.req.id.clone()).collect();
+        self.publish_batch("batch_started", &session, &id, &ids);
+        let together: Vec<bool> = calls.iter().map(|c| self.may_overlap(&c.req)).collect();
+        let mut calls = calls.into_iter();
+        for seg in segments(&together) {
+            let part: Vec<BatchCall> = calls.by_ref().take(seg.len()).collect();
+            self.run_segment(&session, part, &deliver).await;
+        }
+        self.publish_batch("batch_finished", &session, &id, &ids);
+    }
+
+    /// Whether a call may run alongside its neighbours: it fails validation (it ends
+    /// at once), or the policy allows it outright at low risk (nobody will be asked).
+    pub fn may_overlap(&self, req: &CallRequest) -> bool {
+        if self.admit(req).is_err() {
+            return true;
+        }
+        let d = self.policy().decide(&CallFacts {
+            tool: &req.tool,
+            args: &req.args,
+        });
+        d.action == Action::Allow && d.risk == Risk::Low
+    }
+
+    /// Start every call of a segment, deliver each result as it comes, and return
+    /// when all have ended.
+    async fn run_segment(
+        self: &Arc<Self>,
+        session: &Arc<SessionInfo>,
+        part: Vec<BatchCall>,
+        deliver: &Deliver,
+    ) {
+        let mut running = JoinSet::new();
+        for call in part {
+            let (svc, info, deliver) = (self.clone(), session.clone(), deliver.clone());
+            running.spawn(async move {
+                deliver(svc.run_call_guarded(info, call.req, call.cancel).await)
+            });
+        }
+        while running.join_next().await.is_some() {}
+    }
+
+    /// [`Service::run_call`] in a task of its own, so that even a panic in it yields
+    /// the call's one result.
+    pub async fn run_call_guarded(
+        self: Arc<Self>,
+        session: Arc<SessionInfo>,
+        req: CallRequest,
+        cancel: CancellationToken,
+    ) -> ToolResult {
+        let id = req.id.clone();
+        match tokio::spawn(self.run_call(session, req, cancel)).await {
+            Ok(r) => r,
+            Err(e) => internal_result(id, &format!("the call failed unexpectedly: {e}")),
+        }
+    }
+
+    fn publish_batch(&self, name: &'static str, session: &SessionInfo, id: &Id, ids: &[Id]) {
+        let mut m = Map::new();
+        m.insert("id".into(), serde_json::to_value(id).unwrap_or(Value::Null));
+        m.insert("session".into(), Value::String(session.id.clone()));
+        m.insert(
+            "ids".into(),
+            serde_json::to_value(ids).unwrap_or(Value::Null),
+        );
+        self.events.publish(Topic::Calls, name, m);
+    }
+}
+
+/// Cut a batch into segments: each maximal run of calls that may overlap is one
+/// segment; every other call is a segment of its own. Ranges cover `0..len` in order.
+pub fn segments(together: &[bool]) -> Vec<Range<usize>> {
+    let mut out: Vec<Range<usize>> = Vec::new();
+    for (i, &t) in together.iter().enumerate() {
+        match out.last_mut() {
+            Some(last) if t && together[last.start] => last.end = i + 1,
+            _ => out.push(i..i + 1),
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::segments;
+
+    #[test]
+    fn runs_of_overlapping_calls_share_a_segment() {
+        assert!(segments(&[]).is_empty());
+        assert_eq!(
+            segments(&[true, true, false, true, true, true]),
+            vec![0..2, 2..3, 3..6]
+        );
+        assert_eq!(segments(&[false, false]), vec![0..1, 1..2]);
+        assert_eq!(segments(&[false, true, false]), vec![0..1, 1..2, 2..3]);
+        assert_eq!(segments(&[true]), vec![0..1]);
+    }
+
+    #[test]
+    fn segments_cover_every_call_once_in_order() {
+        let together = [true, false, true, true, false, false, true];
+        let segs = segments(&together);
+        let flat: Vec<usize> = segs.iter().flat_map(|r| r.clone()).collect();
+        assert_eq!(flat, (0..together.len()).collect::<Vec<_>>());
+        for s in &segs {
+            assert!(s.len() == 1 || s.clone().all(|i| together[i]), "{s:?}");
+        }
+    }
+}
