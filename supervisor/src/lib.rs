@@ -13,6 +13,7 @@ pub mod commands;
 pub mod config;
 pub mod confirm;
 pub mod events;
+pub mod fairq;
 pub mod gate;
 pub mod grants;
 pub mod leftovers;

@@ -17,6 +17,7 @@ use toolvisor_protocol::worker::{Outcome, WorkerInit};
 use toolvisor_protocol::{ErrorBody, ErrorType};
 
 use crate::events::Events;
+use crate::fairq::{FairQueue, Ticket};
 use crate::restart::RestartPolicy;
 use crate::spawn::{SpawnSpec, Spawner};
 use crate::worker::{
@@ -56,6 +57,8 @@ pub struct Job {
     pub output: Option<mpsc::Sender<(String, String)>>,
     /// Only this worker index may run it (background process handles name a worker).
     pub worker: Option<u32>,
+    /// The session it comes from: waiting calls are served round-robin by session.
+    pub session: String,
 }
 
 /// How a job ended, and where it ran.
@@ -70,7 +73,8 @@ pub struct Pool {
     pub workers: Vec<Arc<WorkerShared>>,
     changed: watch::Receiver<u64>,
     queue_max: AtomicUsize,
-    waiting: AtomicUsize,
+    /// Calls waiting for a slot, served round-robin across sessions.
+    queue: Arc<FairQueue>,
     deadline_grace: Duration,
     pub actor: ActorRef<PoolMsg>,
 }
@@ -83,8 +87,9 @@ impl Pool {
     /// Start the pool's actor and its workers.
     pub async fn start(spec: PoolSpec) -> Result<Arc<Pool>, ActorProcessingErr> {
         let (changed_tx, changed) = watch::channel(0u64);
+        let queue = Arc::new(FairQueue::default());
         let workers: Vec<_> = (0..spec.count)
-            .map(|i| WorkerShared::new(&spec.group, i as u32, changed_tx.clone()))
+            .map(|i| WorkerShared::new(&spec.group, i as u32, changed_tx.clone(), queue.clone()))
             .collect();
         let (actor, _) = Actor::spawn(
             None,
@@ -100,7 +105,7 @@ impl Pool {
             workers,
             changed,
             queue_max: AtomicUsize::new(spec.queue_max),
-            waiting: AtomicUsize::new(0),
+            queue,
             deadline_grace: spec.deadline_grace,
             actor,
         }))
@@ -164,13 +169,18 @@ impl Pool {
         cancel: &CancellationToken,
     ) -> Result<(Arc<WorkerShared>, tokio::sync::oneshot::Receiver<Reply>), Outcome> {
         let mut changed = self.changed.clone();
-        let mut queued = None::<QueueSlot<'_>>;
+        let mut ticket = None::<Ticket<'_>>;
         loop {
             if cancel.is_cancelled() {
                 return Err(err(ErrorType::Cancelled, "the call was cancelled"));
             }
             changed.borrow_and_update();
-            if let Some(slot) = self.pick(job.worker) {
+            // Newcomers go straight to a free slot only when nobody is waiting.
+            let my_turn = match &ticket {
+                None => self.queue.is_empty(),
+                Some(t) => self.queue.is_turn(t.id),
+            };
+            if my_turn && let Some(slot) = self.pick(job.worker) {
                 let run = crate::worker::run_frame(
                     job.call,
                     &job.name,
@@ -187,11 +197,13 @@ impl Pool {
             if let Some(e) = self.unavailable(job.worker) {
                 return Err(e);
             }
-            if queued.is_none() {
-                queued = Some(QueueSlot::take(self)?);
-            }
+            let Some(t) = &ticket else {
+                ticket = Some(self.join_queue(&job.session)?);
+                continue;
+            };
             tokio::select! {
                 _ = changed.changed() => {}
+                _ = t.wake.notified() => {}
                 _ = tokio::time::sleep_until(tokio::time::Instant::from_std(deadline)) => {
                     return Err(err(ErrorType::Timeout, format!(
                         "no {} worker became available within the deadline of {} ms",
@@ -200,6 +212,21 @@ impl Pool {
                 _ = cancel.cancelled() => {}
             }
         }
+    }
+
+    /// A place in the group's bounded wait queue; `Overloaded` when it is full.
+    fn join_queue(&self, session: &str) -> Result<Ticket<'_>, Outcome> {
+        let max = self.queue_max.load(Ordering::SeqCst);
+        if self.queue.len() >= max {
+            return Err(err(
+                ErrorType::Overloaded,
+                format!(
+                    "the {} queue is full ({max} calls waiting); retry later",
+                    self.group
+                ),
+            ));
+        }
+        Ok(self.queue.join(session))
     }
 
     /// The least-loaded ready worker with room (or the one the job names).
@@ -308,33 +335,6 @@ impl Pool {
     /// Whether the status shown to clients says this outcome is final.
     pub fn status_of(o: &Outcome) -> Status {
         o.status
-    }
-}
-
-/// A place in the group's bounded queue, given back on drop.
-struct QueueSlot<'a>(&'a Pool);
-
-impl<'a> QueueSlot<'a> {
-    fn take(pool: &'a Pool) -> Result<Self, Outcome> {
-        let max = pool.queue_max.load(Ordering::SeqCst);
-        let prev = pool.waiting.fetch_add(1, Ordering::SeqCst);
-        if prev >= max {
-            pool.waiting.fetch_sub(1, Ordering::SeqCst);
-            return Err(err(
-                ErrorType::Overloaded,
-                format!(
-                    "the {} queue is full ({max} calls waiting); retry later",
-                    pool.group
-                ),
-            ));
-        }
-        Ok(QueueSlot(pool))
-    }
-}
-
-impl Drop for QueueSlot<'_> {
-    fn drop(&mut self) {
-        self.0.waiting.fetch_sub(1, Ordering::SeqCst);
     }
 }
 

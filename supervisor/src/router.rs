@@ -304,6 +304,7 @@ impl Service {
             rerunnable: spec.read_only && spec.risk == Risk::Low && spec.group == "search",
             output,
             worker: worker_of_handle(spec, &req.args),
+            session: session.id.clone(),
         };
         let call_cancel = cancel.clone();
         let end = pool.run(job, &call_cancel).await;

@@ -28,6 +28,7 @@ use toolvisor_protocol::message::Guards;
 use toolvisor_protocol::worker::{FromWorker, KNOWN_FROM_WORKER, Outcome, ToWorker, WorkerInit};
 
 use crate::events::{Events, WorkerEvent};
+use crate::fairq::FairQueue;
 use crate::restart::{Next, RestartPolicy};
 use crate::spawn::{SpawnSpec, Spawner};
 
@@ -89,6 +90,8 @@ pub struct Link {
     pending: Mutex<HashMap<u64, Pending>>,
     /// Woken whenever the last call in flight ends.
     idle: tokio::sync::Notify,
+    /// The group's wait queue: a freed slot is the next waiter's turn.
+    queue: Arc<FairQueue>,
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -108,6 +111,7 @@ impl Link {
                     }
                     p
                 };
+                self.queue.wake_turn();
                 if let Some(reply) = pending.and_then(|p| p.reply) {
                     let _ = reply.send(Reply::Done(outcome));
                 }
@@ -128,6 +132,7 @@ impl Link {
     fn fail_all(&self, why: &str) {
         let pending: Vec<Pending> = lock(&self.pending).drain().map(|(_, p)| p).collect();
         self.idle.notify_waiters();
+        self.queue.wake_turn();
         for p in pending {
             if let Some(reply) = p.reply {
                 let _ = reply.send(Reply::Crashed(why.to_owned()));
@@ -169,10 +174,17 @@ pub struct WorkerShared {
     pub actor: Mutex<Option<ActorRef<WorkerMsg>>>,
     /// The protections the current process reported in its `ready`.
     pub guards: Mutex<Guards>,
+    /// The group's wait queue (shared by the pool's workers).
+    pub queue: Arc<FairQueue>,
 }
 
 impl WorkerShared {
-    pub fn new(group: &str, index: u32, changed: watch::Sender<u64>) -> Arc<Self> {
+    pub fn new(
+        group: &str,
+        index: u32,
+        changed: watch::Sender<u64>,
+        queue: Arc<FairQueue>,
+    ) -> Arc<Self> {
         Arc::new(WorkerShared {
             group: group.to_owned(),
             index,
@@ -183,6 +195,7 @@ impl WorkerShared {
             retry_at: Mutex::new(None),
             actor: Mutex::new(None),
             guards: Mutex::new(Guards::default()),
+            queue,
         })
     }
 
@@ -193,6 +206,9 @@ impl WorkerShared {
     fn set_state(&self, s: WorkerState) {
         self.state.store(s as u8, Ordering::SeqCst);
         self.changed.send_modify(|n| *n += 1);
+        if s == WorkerState::Ready {
+            self.queue.wake_turn();
+        }
     }
 
     pub fn link(&self) -> Option<Arc<Link>> {
@@ -590,6 +606,7 @@ impl WorkerActorState {
             tx,
             pending: Mutex::new(HashMap::new()),
             idle: tokio::sync::Notify::new(),
+            queue: self.args.shared.queue.clone(),
         });
         if let Ok(init) = frame::encode(&ToWorker::Init(Box::new(self.args.init.clone()))) {
             let _ = link.tx.send(init).await;

@@ -7,6 +7,7 @@ mod batch;
 mod crash;
 mod edit;
 mod exec;
+mod fairness;
 mod mcp;
 mod policy;
 mod protocol;
