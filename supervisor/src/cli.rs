@@ -253,7 +253,8 @@ fn run(cli: &Cli) -> i32 {
         Ok(r) => r,
         Err(e) => {
             eprintln!("toolvisor: {e}");
-            return 2;
+            // EX_CONFIG for the service, so a supervisor of ours does not restart-loop.
+            return if matches!(cli.command, Command::Serve) { 78 } else { 2 };
         }
     };
     if matches!(cli.command, Command::Serve) {
