@@ -254,7 +254,11 @@ fn run(cli: &Cli) -> i32 {
         Err(e) => {
             eprintln!("toolvisor: {e}");
             // EX_CONFIG for the service, so a supervisor of ours does not restart-loop.
-            return if matches!(cli.command, Command::Serve) { 78 } else { 2 };
+            return if matches!(cli.command, Command::Serve) {
+                78
+            } else {
+                2
+            };
         }
     };
     if matches!(cli.command, Command::Serve) {
