@@ -4,7 +4,9 @@
 mod harness;
 
 mod batch;
+mod cli;
 mod crash;
+mod disk_full;
 mod edit;
 mod exec;
 mod fairness;
