@@ -166,31 +166,27 @@ impl Service {
     /// Wait until no call is open, or `grace` passes; then cancel the rest and wait
     /// (bounded) for them to answer.
     pub async fn drain(&self, grace: Duration) {
-        let done = async {
-            loop {
-                let notified = self.idle.notified();
-                if self.active_calls() == 0 {
-                    return;
-                }
-                notified.await;
-            }
-        };
-        if tokio::time::timeout(grace, done).await.is_err() {
+        if tokio::time::timeout(grace, self.until_no_calls())
+            .await
+            .is_err()
+        {
             tracing::warn!(
                 open = self.active_calls(),
                 "drain grace over; cancelling the calls still open"
             );
             self.shutdown.cancel();
-            let rest = async {
-                loop {
-                    let notified = self.idle.notified();
-                    if self.active_calls() == 0 {
-                        return;
-                    }
-                    notified.await;
-                }
-            };
-            let _ = tokio::time::timeout(Duration::from_secs(5), rest).await;
+            let _ = tokio::time::timeout(Duration::from_secs(5), self.until_no_calls()).await;
+        }
+    }
+
+    /// Resolves once no call is open.
+    async fn until_no_calls(&self) {
+        loop {
+            let notified = self.idle.notified();
+            if self.active_calls() == 0 {
+                return;
+            }
+            notified.await;
         }
     }
 

@@ -186,11 +186,17 @@ impl Drop for Server {
 }
 
 pub fn spawn_serve(ws: &Path) -> (Child, mpsc::Receiver<String>) {
+    spawn_serve_env(ws, &[])
+}
+
+/// `toolvisor serve` on `ws` with extra environment, and its log lines as they come.
+pub fn spawn_serve_env(ws: &Path, env: &[(&str, &str)]) -> (Child, mpsc::Receiver<String>) {
     let mut child = Command::new(BIN)
         .arg("serve")
         .arg("--workspace")
         .arg(ws)
         .env("RUST_LOG", "info")
+        .envs(env.iter().copied())
         .stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
@@ -386,33 +392,11 @@ impl Server {
     pub fn start_with_env(config: &str, env: &[(&str, &str)]) -> Server {
         let dir = tempfile::tempdir().expect("tempdir");
         std::fs::write(dir.path().join("toolvisor.toml"), config).expect("write config");
-        let mut child = Command::new(BIN)
-            .arg("serve")
-            .arg("--workspace")
-            .arg(dir.path())
-            .env("RUST_LOG", "info")
-            .envs(env.iter().copied())
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("spawn toolvisor serve");
-        let stderr = child.stderr.take().expect("stderr");
-        let (tx, rx) = mpsc::channel();
-        std::thread::spawn(move || {
-            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
-                if std::env::var_os("E2E_VERBOSE").is_some() {
-                    eprintln!("[serve] {line}");
-                }
-                if tx.send(line).is_err() {
-                    break;
-                }
-            }
-        });
+        let (child, log) = spawn_serve_env(dir.path(), env);
         let mut s = Server {
             dir,
             child: Some(child),
-            log: rx,
+            log,
             log_seen: Vec::new(),
         };
         s.wait_log("serving", START_DEADLINE);
