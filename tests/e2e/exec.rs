@@ -83,10 +83,8 @@ fn output_exit_code_and_signal() {
             ErrorType::ShellExecutionError,
             "{r:?}"
         );
-        // Two pipes: lines written at the same instant may arrive in either order.
-        let mut lines: Vec<&str> = r.content.lines().collect();
-        lines.sort();
-        assert_eq!(lines, ["oops", "partial"], "{r:?}");
+        // Not streaming: one pipe, so the exact order the command wrote.
+        assert_eq!(r.content, "partial\noops\n", "{r:?}");
         assert_eq!(r.meta["exit_code"], json!(3), "{r:?}");
 
         // Death by a signal: meta.signal, no exit code.

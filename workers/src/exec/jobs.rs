@@ -197,6 +197,7 @@ impl Jobs {
             env: &env,
             cwd: &cwd,
             instance: &ctx.init.exec.instance,
+            merged: true,
         };
         let proc = state.launcher.spawn(&spec)?;
         let job = Arc::new(Job {

@@ -52,6 +52,10 @@ pub(crate) struct Spec<'a> {
     /// between resolving and entering it).
     pub cwd: &'a OwnedFd,
     pub instance: &'a str,
+    /// Give stdout and stderr one pipe, so the output keeps the exact order the command
+    /// wrote it in (two pipes can only approximate it). Only streaming, which labels
+    /// each chunk with its stream, needs them apart.
+    pub merged: bool,
 }
 
 /// A started command.
@@ -71,11 +75,19 @@ impl Launcher {
     /// not `spawn_blocking`): the parent-death signal fires when the forking thread exits.
     pub(crate) fn spawn(&self, spec: &Spec<'_>) -> Result<Running, ToolError> {
         let mut cmd = self.command(spec)?;
-        cmd.stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .process_group(0)
-            .kill_on_drop(true);
+        let merged_read = if spec.merged {
+            let (read, write) = std::io::pipe()
+                .map_err(|e| ToolError::internal(format!("cannot make a pipe: {e}")))?;
+            let write2 = write
+                .try_clone()
+                .map_err(|e| ToolError::internal(format!("cannot make a pipe: {e}")))?;
+            cmd.stdout(Stdio::from(write)).stderr(Stdio::from(write2));
+            Some(read)
+        } else {
+            cmd.stdout(Stdio::piped()).stderr(Stdio::piped());
+            None
+        };
+        cmd.stdin(Stdio::null()).process_group(0).kill_on_drop(true);
         self.pre_exec(&mut cmd, spec.cwd.as_raw_fd());
         let mut child = cmd
             .spawn()
@@ -85,7 +97,12 @@ impl Launcher {
             .id()
             .filter(|&p| p > 0)
             .ok_or_else(|| ToolError::internal("the command exited before it was seen"))?;
-        let pipes = Pipes::new(child.stdout.take(), child.stderr.take());
+        // `cmd` holds the write ends until it drops: drop it so EOF can come.
+        drop(cmd);
+        let pipes = match merged_read {
+            Some(read) => Pipes::merged(read)?,
+            None => Pipes::new(child.stdout.take(), child.stderr.take()),
+        };
         Ok(Running {
             child,
             pid,

@@ -381,15 +381,32 @@ pub(crate) fn complete_prefix(b: &[u8]) -> usize {
     b.len()
 }
 
-/// A command's stdout and stderr, read until both reach EOF.
+type Pipe = Box<dyn tokio::io::AsyncRead + Unpin + Send>;
+
+/// A command's stdout and stderr, read until both reach EOF (or its one merged pipe,
+/// read as stdout).
 pub(crate) struct Pipes {
-    out: Option<ChildStdout>,
-    err: Option<ChildStderr>,
+    out: Option<Pipe>,
+    err: Option<Pipe>,
 }
 
 impl Pipes {
     pub(crate) fn new(out: Option<ChildStdout>, err: Option<ChildStderr>) -> Self {
-        Pipes { out, err }
+        Pipes {
+            out: out.map(|p| Box::new(p) as Pipe),
+            err: err.map(|p| Box::new(p) as Pipe),
+        }
+    }
+
+    /// One pipe carrying both streams in write order.
+    pub(crate) fn merged(read: std::io::PipeReader) -> Result<Self, crate::ToolError> {
+        let fd = std::os::fd::OwnedFd::from(read);
+        let rx = tokio::net::unix::pipe::Receiver::from_owned_fd(fd)
+            .map_err(|e| crate::ToolError::internal(format!("cannot read the output pipe: {e}")))?;
+        Ok(Pipes {
+            out: Some(Box::new(rx)),
+            err: None,
+        })
     }
 
     pub(crate) fn done(&self) -> bool {

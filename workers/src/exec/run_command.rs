@@ -67,6 +67,7 @@ pub(crate) async fn run(
         env: &env,
         cwd: &cwd,
         instance: &ctx.init.exec.instance,
+        merged: ctx.output.is_none(),
     };
     let mut running = state.launcher.spawn(&spec)?;
     drop(cwd);
