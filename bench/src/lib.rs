@@ -1,8 +1,11 @@
 //! Helpers shared by toolvisor's load generator and benchmarks: a latency histogram
-//! with bounded memory, and connecting to a running supervisor.
+//! with bounded memory, connecting to a running supervisor, a pinger, and reading
+//! process memory from /proc.
 
 use std::collections::BTreeMap;
-use std::path::Path;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use toolvisor_protocol::Id;
@@ -158,6 +161,54 @@ pub async fn call(
             _ => {}
         }
     }
+}
+
+/// Ping every `every` on a connection of its own (client name `name`) until `stop`;
+/// the round trips.
+pub async fn pinger(
+    socket: PathBuf,
+    name: &str,
+    stop: Arc<AtomicBool>,
+    every: Duration,
+) -> Result<Histogram, String> {
+    let mut c = connect(&socket, name).await.map_err(|e| e.to_string())?;
+    let mut h = Histogram::default();
+    let mut n = 0u64;
+    while !stop.load(Ordering::Relaxed) {
+        let id = Id::Int(n as i64);
+        let t = Instant::now();
+        c.request(&ClientMessage::Ping { id: id.clone() }, &id)
+            .await
+            .map_err(|e| e.to_string())?;
+        h.record(t.elapsed());
+        n += 1;
+        tokio::time::sleep(every).await;
+    }
+    Ok(h)
+}
+
+/// A size field of /proc/<pid>/status (`VmRSS:`, `VmHWM:`), in bytes.
+pub fn proc_kb(pid: u32, field: &str) -> Option<u64> {
+    let s = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    let line = s.lines().find(|l| l.starts_with(field))?;
+    Some(line.split_whitespace().nth(1)?.parse::<u64>().ok()? * 1024)
+}
+
+/// Direct children of `pid` (the worker processes of a supervisor).
+pub fn children(pid: u32) -> Vec<u32> {
+    let Ok(rd) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    rd.flatten()
+        .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|c| {
+            let stat = std::fs::read_to_string(format!("/proc/{c}/stat")).unwrap_or_default();
+            // The ppid is the second field after the `(comm)`, which may hold spaces.
+            stat.rsplit_once(')')
+                .and_then(|(_, rest)| rest.split_whitespace().nth(1)?.parse::<u32>().ok())
+                == Some(pid)
+        })
+        .collect()
 }
 
 #[cfg(test)]

@@ -181,6 +181,12 @@ pub fn kill_tree(
     let start = Instant::now();
     let kill_at = start + grace;
     let mut termed: HashSet<i32> = HashSet::new();
+    reap_all(command, status);
+    if has_no_children(me) {
+        // The common case: nothing left. Every orphan is reparented to us (we are a
+        // subreaper), so no child means no descendant: skip the scan of all of /proc.
+        return;
+    }
     loop {
         reap_all(command, status);
         let found = descendants(me.as_raw());
@@ -220,6 +226,17 @@ fn signal_all(command: Pid, found: &[i32], sig: Signal, termed: &mut HashSet<i32
             let _ = kill(Pid::from_raw(pid), Signal::SIGCONT);
         }
     }
+}
+
+/// Whether `me` has no child at all, per the kernel's own lists (one per thread);
+/// `false` when a list cannot be read (then the caller scans).
+fn has_no_children(me: Pid) -> bool {
+    let Ok(tasks) = std::fs::read_dir(format!("/proc/{}/task", me.as_raw())) else {
+        return false;
+    };
+    tasks.flatten().all(|t| {
+        std::fs::read_to_string(t.path().join("children")).is_ok_and(|l| l.trim().is_empty())
+    })
 }
 
 /// Every process whose parent chain leads to `root` (zombies included), from /proc.

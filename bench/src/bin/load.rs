@@ -18,7 +18,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
-use toolvisor_bench::{Histogram, call, connect, ms, wait_ready};
+use toolvisor_bench::{Histogram, call, children, connect, ms, pinger, proc_kb, wait_ready};
 use toolvisor_protocol::message::{CallRequest, ClientMessage, ServerMessage, Status};
 
 struct Args {
@@ -197,26 +197,6 @@ async fn drain_until_pong(
     }
 }
 
-/// Ping every 10 ms on a connection of its own until stopped.
-async fn run_pinger(socket: PathBuf, stop: Arc<AtomicBool>) -> Result<Histogram, String> {
-    let mut c = connect(&socket, "toolvisor-load-ping")
-        .await
-        .map_err(|e| e.to_string())?;
-    let mut h = Histogram::default();
-    let mut n = 0u64;
-    while !stop.load(Ordering::Relaxed) {
-        let id = toolvisor_protocol::Id::Int(n as i64);
-        let t = Instant::now();
-        c.request(&ClientMessage::Ping { id: id.clone() }, &id)
-            .await
-            .map_err(|e| e.to_string())?;
-        h.record(t.elapsed());
-        n += 1;
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
-    Ok(h)
-}
-
 /// Peak resident memory seen by sampling.
 #[derive(Default)]
 struct Peaks {
@@ -226,30 +206,6 @@ struct Peaks {
     /// Largest sum over all workers at one sample.
     workers_sum: u64,
     workers_seen: HashSet<u32>,
-}
-
-/// A field of /proc/<pid>/status, in bytes.
-fn proc_kb(pid: u32, field: &str) -> Option<u64> {
-    let s = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
-    let line = s.lines().find(|l| l.starts_with(field))?;
-    Some(line.split_whitespace().nth(1)?.parse::<u64>().ok()? * 1024)
-}
-
-/// Direct children of `pid` (the worker processes of a supervisor).
-fn children(pid: u32) -> Vec<u32> {
-    let Ok(rd) = std::fs::read_dir("/proc") else {
-        return Vec::new();
-    };
-    rd.flatten()
-        .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
-        .filter(|c| {
-            let stat = std::fs::read_to_string(format!("/proc/{c}/stat")).unwrap_or_default();
-            // The ppid is the second field after the `(comm)`, which may hold spaces.
-            stat.rsplit_once(')')
-                .and_then(|(_, rest)| rest.split_whitespace().nth(1)?.parse::<u32>().ok())
-                == Some(pid)
-        })
-        .collect()
 }
 
 async fn sample_rss(pid: u32, stop: Arc<AtomicBool>) -> Peaks {
@@ -329,7 +285,12 @@ async fn run() -> Result<bool, String> {
     );
     let stop = Arc::new(AtomicBool::new(false));
     let sampler = tokio::spawn(sample_rss(pid, stop.clone()));
-    let pinger = tokio::spawn(run_pinger(a.socket.clone(), stop.clone()));
+    let pinger = tokio::spawn(pinger(
+        a.socket.clone(),
+        "toolvisor-load-ping",
+        stop.clone(),
+        Duration::from_millis(10),
+    ));
     let clients: Vec<_> = (0..a.clients)
         .map(|k| {
             tokio::spawn(run_client(
