@@ -2,7 +2,7 @@
 //! Rotation and recovery both move files by name, so the naming rules sit in one place.
 
 use std::fs::{self, File, OpenOptions};
-use std::io::{self, Write};
+use std::io;
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 
