@@ -35,6 +35,10 @@ pub struct Paths {
     pub exe: PathBuf,
 }
 
+/// Niceness of search workers: below the supervisor, so pings and other groups' calls
+/// are not queued behind CPU-bound walks.
+const SEARCH_NICE: i32 = 10;
+
 pub struct Service {
     pub paths: Paths,
     pub config: RwLock<Arc<Config>>,
@@ -91,6 +95,7 @@ impl Service {
                     group: (*group).to_owned(),
                     cwd: paths.workspace.clone(),
                     passthrough: gcfg.env_passthrough.clone(),
+                    nice: if *group == "search" { SEARCH_NICE } else { 0 },
                 },
                 init: WorkerInit {
                     group: (*group).to_owned(),

@@ -47,6 +47,9 @@ pub struct SpawnSpec {
     pub cwd: PathBuf,
     /// Extra variables to pass through (the group's `env_passthrough`).
     pub passthrough: Vec<String>,
+    /// Scheduling niceness: search walks are CPU-bound and must not starve the
+    /// supervisor (a `ping` waits behind them on a 2-core machine otherwise).
+    pub nice: i32,
 }
 
 struct Request {
@@ -114,10 +117,11 @@ fn spawn(spec: &SpawnSpec) -> std::io::Result<Spawned> {
     }
     let child_fd = theirs.as_raw_fd();
     let parent = std::process::id() as libc::pid_t;
+    let nice = spec.nice;
     // SAFETY: the closure runs in the forked child before exec and only makes
     // async-signal-safe system calls; it allocates nothing.
     unsafe {
-        cmd.pre_exec(move || harden_child(child_fd, parent));
+        cmd.pre_exec(move || harden_child(child_fd, parent, nice));
     }
     let child = cmd.spawn()?;
     drop(theirs);
@@ -132,7 +136,7 @@ fn spawn(spec: &SpawnSpec) -> std::io::Result<Spawned> {
 }
 
 /// Runs between fork and exec in the child.
-fn harden_child(child_fd: i32, parent: libc::pid_t) -> std::io::Result<()> {
+fn harden_child(child_fd: i32, parent: libc::pid_t, nice: i32) -> std::io::Result<()> {
     // SAFETY: plain system calls on integers; async-signal-safe.
     unsafe {
         if child_fd == CONTROL_FD {
@@ -165,6 +169,10 @@ fn harden_child(child_fd: i32, parent: libc::pid_t) -> std::io::Result<()> {
         };
         if libc::setrlimit(libc::RLIMIT_CORE, &zero) != 0 {
             return Err(std::io::Error::last_os_error());
+        }
+        // Best effort: a lower priority is a nicety, not a guard.
+        if nice != 0 {
+            libc::setpriority(libc::PRIO_PROCESS, 0, nice);
         }
     }
     Ok(())
