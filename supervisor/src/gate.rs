@@ -116,13 +116,8 @@ impl Service {
 
     /// The path an `apply_file_change` will write, from its pending preview.
     fn add_change_location(&self, req: &CallRequest, decision: &mut Decision) {
-        let token = req
-            .args
-            .get("token")
-            .and_then(Value::as_str)
-            .unwrap_or_default();
-        let previews = self.previews.lock().unwrap_or_else(|p| p.into_inner());
-        if let Ok(change) = previews.peek(token, Instant::now()) {
+        let token = crate::router::change_token(&req.args);
+        if let Ok(change) = self.previews().peek(token, Instant::now()) {
             decision.locations = vec![change.path.clone()];
             decision.description = format!("Apply the previewed change to {}", change.path);
         }
@@ -228,13 +223,8 @@ impl Service {
                 .and_then(Value::as_str)
                 .map(str::to_owned),
             "apply_file_change" => {
-                let token = req
-                    .args
-                    .get("token")
-                    .and_then(Value::as_str)
-                    .unwrap_or_default();
-                let previews = self.previews.lock().unwrap_or_else(|p| p.into_inner());
-                previews
+                let token = crate::router::change_token(&req.args);
+                self.previews()
                     .peek(token, Instant::now())
                     .ok()
                     .map(|c| c.diff.clone())
@@ -246,7 +236,7 @@ impl Service {
                     "preview_edit_file"
                 };
                 let (o, _) = self
-                    .dispatch(session, req, spec, &req.args, preview_tool, cancel)
+                    .dispatch(session, req, spec, req.args.clone(), preview_tool, cancel)
                     .await;
                 o.meta
                     .get("diff")

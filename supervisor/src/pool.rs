@@ -49,6 +49,7 @@ pub struct Job {
     pub call: u64,
     pub name: String,
     pub tool: String,
+    /// Moved into the encoded `run` frame when [`Pool::run`] starts.
     pub args: Value,
     pub stream: bool,
     pub timeout: Duration,
@@ -120,9 +121,30 @@ impl Pool {
         // Waiting for a free worker is bounded by the call's timeout too; the call's
         // own clock starts when a worker takes it.
         let queue_deadline = Instant::now() + job.timeout;
+        // The `run` frame is the same on every attempt (and a re-run): encode it once,
+        // moving the arguments (they can be megabytes) rather than copying them.
+        let frame = match crate::worker::run_frame(
+            job.call,
+            &job.name,
+            &job.tool,
+            std::mem::take(&mut job.args),
+            job.stream,
+            job.timeout.as_millis() as u64,
+        ) {
+            Ok(f) => f,
+            Err(e) => {
+                return JobEnd {
+                    outcome: err(
+                        ErrorType::InternalError,
+                        format!("cannot encode the call: {e}"),
+                    ),
+                    worker: None,
+                };
+            }
+        };
         let mut rerun_left = job.rerunnable;
         loop {
-            let (slot, rx) = match self.acquire(&mut job, queue_deadline, cancel).await {
+            let (slot, rx) = match self.acquire(&job, &frame, queue_deadline, cancel).await {
                 Ok(x) => x,
                 Err(outcome) => {
                     return JobEnd {
@@ -160,11 +182,12 @@ impl Pool {
         }
     }
 
-    /// Find a ready worker with room and submit the job to it, waiting (bounded by
-    /// the deadline and the queue) when none is ready.
+    /// Find a ready worker with room and submit the job's encoded `run` frame to it,
+    /// waiting (bounded by the deadline and the queue) when none is ready.
     async fn acquire(
         &self,
-        job: &mut Job,
+        job: &Job,
+        frame: &[u8],
         deadline: Instant,
         cancel: &CancellationToken,
     ) -> Result<(Arc<WorkerShared>, tokio::sync::oneshot::Receiver<Reply>), Outcome> {
@@ -181,15 +204,10 @@ impl Pool {
                 Some(t) => self.queue.is_turn(t.id),
             };
             if my_turn && let Some(slot) = self.pick(job.worker) {
-                let run = crate::worker::run_frame(
-                    job.call,
-                    &job.name,
-                    &job.tool,
-                    &job.args,
-                    job.stream,
-                    job.timeout.as_millis() as u64,
-                );
-                if let Some(rx) = slot.submit(run, job.call, job.output.clone()).await {
+                if let Some(rx) = slot
+                    .submit(frame.to_vec(), job.call, job.output.clone())
+                    .await
+                {
                     return Ok((slot, rx));
                 }
                 continue;
@@ -330,11 +348,6 @@ impl Pool {
             }
         }
         futures::future::join_all(waits).await;
-    }
-
-    /// Whether the status shown to clients says this outcome is final.
-    pub fn status_of(o: &Outcome) -> Status {
-        o.status
     }
 }
 

@@ -204,7 +204,7 @@ impl Service {
             return self.apply_change(session, req, spec, cancel).await;
         }
         let mut end = self
-            .dispatch(session, req, spec, &req.args, spec.name, cancel)
+            .dispatch(session, req, spec, req.args.clone(), spec.name, cancel)
             .await;
         if spec.name.starts_with("preview_") {
             self.issue_preview_token(spec.name, &mut end.0);
@@ -234,11 +234,7 @@ impl Service {
         spec: &ToolSpec,
         cancel: &CancellationToken,
     ) -> (Outcome, Option<(String, u32)>) {
-        let token = req
-            .args
-            .get("token")
-            .and_then(Value::as_str)
-            .unwrap_or_default();
+        let token = change_token(&req.args);
         let change = match self.previews().take(token, Instant::now()) {
             Ok(c) => c,
             Err(e) => return (fail(e.error_type(), e.to_string()), None),
@@ -248,7 +244,7 @@ impl Service {
                 session,
                 req,
                 spec,
-                &change.apply_args(),
+                change.apply_args(),
                 "apply_change",
                 cancel,
             )
@@ -257,7 +253,7 @@ impl Service {
         end
     }
 
-    fn previews(&self) -> std::sync::MutexGuard<'_, PreviewStore> {
+    pub(crate) fn previews(&self) -> std::sync::MutexGuard<'_, PreviewStore> {
         self.previews.lock().unwrap_or_else(|p| p.into_inner())
     }
 
@@ -267,7 +263,7 @@ impl Service {
         session: &SessionInfo,
         req: &CallRequest,
         spec: &ToolSpec,
-        args: &Value,
+        args: Value,
         worker_tool: &str,
         cancel: &CancellationToken,
     ) -> (Outcome, Option<(String, u32)>) {
@@ -298,7 +294,7 @@ impl Service {
             call: self.next_call(),
             name: req.id.to_string(),
             tool: worker_tool.to_owned(),
-            args: args.clone(),
+            args,
             stream: req.stream == Some(true),
             timeout,
             rerunnable: spec.read_only && spec.risk == Risk::Low && spec.group == "search",
@@ -330,6 +326,13 @@ impl Service {
         };
         Duration::from_millis(ms.min(group.max_timeout_ms).max(1))
     }
+}
+
+/// The preview token an `apply_file_change` names (empty when it names none).
+pub(crate) fn change_token(args: &Value) -> &str {
+    args.get("token")
+        .and_then(Value::as_str)
+        .unwrap_or_default()
 }
 
 /// Background process handles (`w<index>-<n>`) name the exec worker that owns them.

@@ -232,11 +232,12 @@ impl WorkerShared {
         lock(&self.retry_at).map(|t| t.saturating_duration_since(Instant::now()))
     }
 
-    /// Register a call on the current process and send it. `None` when the worker is
-    /// not ready (the caller picks another or waits).
+    /// Register a call on the current process and send its encoded `run` frame (see
+    /// [`run_frame`]). `None` when the worker is not ready (the caller picks another
+    /// or waits).
     pub async fn submit(
         &self,
-        run: ToWorker,
+        bytes: Vec<u8>,
         call: u64,
         output: Option<mpsc::Sender<(String, String)>>,
     ) -> Option<oneshot::Receiver<Reply>> {
@@ -244,7 +245,6 @@ impl WorkerShared {
             return None;
         }
         let link = self.link()?;
-        let bytes = frame::encode(&run).ok()?;
         let (reply, rx) = oneshot::channel();
         lock(&link.pending).insert(
             call,
@@ -894,21 +894,21 @@ async fn read_loop(
     let _ = actor.cast(WorkerMsg::Eof { generation });
 }
 
-/// Args of a run frame, for the pool.
+/// The encoded `run` frame of one call, for the pool to [`WorkerShared::submit`].
 pub fn run_frame(
     call: u64,
     name: &str,
     tool: &str,
-    args: &Value,
+    args: Value,
     stream: bool,
     timeout_ms: u64,
-) -> ToWorker {
-    ToWorker::Run {
+) -> Result<Vec<u8>, frame::FrameError> {
+    frame::encode(&ToWorker::Run {
         call,
         name: name.to_owned(),
         tool: tool.to_owned(),
-        args: args.clone(),
+        args,
         stream,
         timeout_ms: Some(timeout_ms),
-    }
+    })
 }
