@@ -597,33 +597,7 @@ fn background_job_lifecycle() {
             assert!(Instant::now() < end, "output not complete: {bytes:?}");
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
-        let mut got = String::new();
-        let mut since = 0u64;
-        let mut pages = 0;
-        while (since as usize) < expected.len() {
-            let r = s
-                .call("read_output", json!({"process": handle, "since": since}))
-                .await;
-            assert_eq!(r.status, Status::Ok, "{r:?}");
-            assert!(
-                r.content.len() <= 10240,
-                "page of {} bytes",
-                r.content.len()
-            );
-            assert!(!r.content.is_empty(), "empty page at {since}");
-            let next = r.meta["next"].as_u64().expect("meta.next");
-            assert_eq!(
-                next,
-                since + r.content.len() as u64,
-                "meta.next is not where the page ended"
-            );
-            assert_eq!(r.meta["running"], json!(true));
-            got.push_str(&r.content);
-            since = next;
-            pages += 1;
-        }
-        assert!(pages >= 3, "{pages} pages");
-        assert_eq!(got, expected);
+        read_all_pages(&s, &handle, &expected, true).await;
         // Reading again from an earlier offset gives the same bytes.
         let r = s
             .call("read_output", json!({"process": handle, "since": 7}))
@@ -719,34 +693,7 @@ fn background_jobs_finished_and_killed() {
         let row = row_of(&s, &running).await.expect("listed");
         assert_eq!(row["state"], json!("running"), "{row}");
 
-        let mut got = String::new();
-        let mut since = 0u64;
-        let mut pages = 0;
-        while (since as usize) < expected.len() {
-            let r = s
-                .call("read_output", json!({"process": done, "since": since}))
-                .await;
-            assert_eq!(r.status, Status::Ok, "{r:?}");
-            assert!(
-                r.content.len() <= 10240,
-                "page of {} bytes",
-                r.content.len()
-            );
-            assert!(!r.content.is_empty(), "empty page at {since}");
-            let next = r.meta["next"].as_u64().expect("meta.next");
-            assert_eq!(
-                next,
-                since + r.content.len() as u64,
-                "meta.next is not where the page ended"
-            );
-            assert_eq!(r.meta["running"], json!(false));
-            assert_eq!(r.meta["exit_code"], json!(0));
-            got.push_str(&r.content);
-            since = next;
-            pages += 1;
-        }
-        assert!(pages >= 3, "{pages} pages");
-        assert_eq!(got, expected);
+        read_all_pages(&s, &done, &expected, false).await;
         let r = s
             .call("read_output", json!({"process": done, "since": 7}))
             .await;
@@ -785,4 +732,40 @@ fn background_jobs_finished_and_killed() {
         let r = s.call("kill_process", json!({"process": "w1-999"})).await;
         assert_eq!(r.status, Status::Error, "{r:?}");
     });
+}
+
+/// Page through a background job's whole output with `since`/`meta.next`: every page
+/// is non-empty, at most `limits.shell_max`, contiguous, and together they are
+/// `expected`; `running` (and, once exited, exit code 0) as given. At least 3 pages.
+async fn read_all_pages(s: &Server, handle: &str, expected: &str, running: bool) {
+    let mut got = String::new();
+    let mut since = 0u64;
+    let mut pages = 0;
+    while (since as usize) < expected.len() {
+        let r = s
+            .call("read_output", json!({"process": handle, "since": since}))
+            .await;
+        assert_eq!(r.status, Status::Ok, "{r:?}");
+        assert!(
+            r.content.len() <= 10240,
+            "page of {} bytes",
+            r.content.len()
+        );
+        assert!(!r.content.is_empty(), "empty page at {since}");
+        let next = r.meta["next"].as_u64().expect("meta.next");
+        assert_eq!(
+            next,
+            since + r.content.len() as u64,
+            "meta.next is not where the page ended"
+        );
+        assert_eq!(r.meta["running"], json!(running));
+        if !running {
+            assert_eq!(r.meta["exit_code"], json!(0));
+        }
+        got.push_str(&r.content);
+        since = next;
+        pages += 1;
+    }
+    assert!(pages >= 3, "{pages} pages");
+    assert_eq!(got, expected);
 }
