@@ -28,6 +28,8 @@ const BASE_ENV: &[&str] = &[
     "LOGNAME",
     "RUST_LOG",
     "RUST_BACKTRACE",
+    // Forces the edit worker's named-temp-file fallback (workers/src/edit/atomic.rs).
+    "TOOLVISOR_EDIT_NAMED_TEMPS",
 ];
 
 /// A freshly started worker process.

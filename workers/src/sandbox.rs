@@ -3,7 +3,8 @@
 //! Only writes are handled (reads stay allowed everywhere, so `search` can still read
 //! anything the resolver lets it). Per group:
 //! - `search`: no writes at all;
-//! - `edit`: the roots;
+//! - `edit`: the roots, and its temp-name journals (`STATE/edit-temps`, see
+//!   [`crate::edit::temps`]);
 //! - `exec`: the roots, the temp dir, `/dev/null`, `workers.exec.writable`, and the
 //!   state directory, because the exec worker itself writes artifacts there.
 //!
@@ -32,7 +33,11 @@ const TARGET_ABI: ABI = ABI::V5;
 /// before ABI V8 a domain only applies to the calling thread (and what it spawns).
 pub fn confine(init: &WorkerInit) -> Option<u32> {
     let paths = match init.group.as_str() {
-        "edit" => roots(init),
+        "edit" => {
+            let mut p = roots(init);
+            p.push(crate::edit::temps::dir(&init.state_dir));
+            p
+        }
         "exec" => {
             let mut p = command_writable(init);
             p.push(init.state_dir.clone());

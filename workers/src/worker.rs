@@ -55,6 +55,7 @@ pub fn main(group: &str) -> i32 {
             return EXIT_CONFIG;
         }
     };
+    let journals = (group == "edit").then(|| crate::edit::temps::prepare(&init.state_dir));
     let landlock = crate::sandbox::confine(&init);
     let resolver = match Resolver::new(&init.roots, &init.protected) {
         Ok(r) => Arc::new(r),
@@ -63,6 +64,9 @@ pub fn main(group: &str) -> i32 {
             return EXIT_CONFIG;
         }
     };
+    if let Some(journals) = journals {
+        sweep_temps(journals, &resolver);
+    }
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .max_blocking_threads(64)
@@ -76,6 +80,20 @@ pub fn main(group: &str) -> i32 {
         }
     };
     runtime.block_on(serve(control, Arc::new(init), resolver, landlock))
+}
+
+/// Remove the temp files dead edit workers left, before answering `ready`; without a
+/// journal the worker still runs (a kill mid-write may then leave a hidden temp file).
+fn sweep_temps(journals: std::io::Result<std::path::PathBuf>, resolver: &Resolver) {
+    let swept = journals.and_then(|dir| crate::edit::temps::open(&dir, resolver));
+    match swept {
+        Ok(s) if s.removed > 0 => eprintln!(
+            "worker edit: removed {} temp file(s) left by {} dead worker(s)",
+            s.removed, s.journals
+        ),
+        Ok(_) => {}
+        Err(e) => eprintln!("worker edit: no temp-name journal ({e}); continuing without"),
+    }
 }
 
 /// Read the `init` frame synchronously, before any thread exists.

@@ -9,8 +9,12 @@
 //! Only the microseconds between link and rename have a named temp file.
 //!
 //! Filesystems without `O_TMPFILE` (and processes without `/proc`) fall back to a named
-//! temp file written, fsynced and renamed the same way; a failure removes it, but a
-//! `kill -9` mid-write leaves it (hidden, `.NAME.toolvisor-PID-N.tmp`).
+//! temp file written, fsynced and renamed the same way; a failure removes it, and a
+//! `kill -9` mid-write leaves it (hidden, `.NAME.toolvisor-PID-N.tmp`) only until the
+//! next edit worker starts: every temp name is recorded first in the worker's journal
+//! ([`super::temps`]), which the next worker sweeps. `TOOLVISOR_EDIT_NAMED_TEMPS=1` in
+//! the environment forces the fallback (for filesystems whose `O_TMPFILE` misbehaves,
+//! and to test this path where it does not).
 //!
 //! Working beneath the parent's fd means a concurrent rename of a parent cannot
 //! redirect the write elsewhere.
@@ -23,6 +27,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use rustix::fs::{AtFlags, CWD, Mode, OFlags, RenameFlags};
 use rustix::io::Errno;
+
+use super::temps::{self, Recorded};
 
 /// Whether the rename may replace an existing file.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -55,10 +61,19 @@ pub fn write_atomic(
     mode: Option<u32>,
     replace: Replace,
 ) -> Result<(), Errno> {
-    if !write_unnamed(dir, name, content, mode, replace)? {
+    if named_temps_forced() || !write_unnamed(dir, name, content, mode, replace)? {
         write_named(dir, name, content, mode, replace)?;
     }
     rustix::fs::fsync(dir)
+}
+
+/// The environment variable that forces named temp files.
+pub const NAMED_TEMPS_VAR: &str = "TOOLVISOR_EDIT_NAMED_TEMPS";
+
+/// Whether `TOOLVISOR_EDIT_NAMED_TEMPS=1` (read once).
+fn named_temps_forced() -> bool {
+    static FORCED: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *FORCED.get_or_init(|| std::env::var_os(NAMED_TEMPS_VAR).is_some_and(|v| v == "1"))
 }
 
 /// The `O_TMPFILE` way; `Ok(false)` when this filesystem or process cannot do it
@@ -161,14 +176,17 @@ struct TempName<'d> {
     dir: BorrowedFd<'d>,
     name: OsString,
     placed: std::cell::Cell<bool>,
+    /// The journal entry, settled after Drop removed the name (fields drop last).
+    _recorded: Option<Recorded>,
 }
 
 impl<'d> TempName<'d> {
-    fn new(dir: BorrowedFd<'d>, name: OsString) -> Self {
+    fn new(dir: BorrowedFd<'d>, name: OsString, recorded: Option<Recorded>) -> Self {
         TempName {
             dir,
             name,
             placed: std::cell::Cell::new(false),
+            _recorded: recorded,
         }
     }
 
@@ -182,9 +200,11 @@ impl<'d> TempName<'d> {
             OFlags::WRONLY | OFlags::CREATE | OFlags::EXCL | OFlags::NOFOLLOW | OFlags::CLOEXEC;
         loop {
             let name = temp_name(target);
+            // Durably: this name holds fsynced content for the whole write.
+            let recorded = temps::record(dir, &name, true);
             match rustix::fs::openat(dir, &name, flags, permissions(mode)) {
                 Ok(fd) => {
-                    let temp = TempName::new(dir, name);
+                    let temp = TempName::new(dir, name, recorded);
                     keep_mode(&fd, mode)?;
                     return Ok((temp, fd));
                 }
@@ -198,8 +218,9 @@ impl<'d> TempName<'d> {
     fn link(dir: BorrowedFd<'d>, fd: &OwnedFd, target: &OsStr) -> Result<Self, Errno> {
         loop {
             let name = temp_name(target);
+            let recorded = temps::record(dir, &name, false);
             match link_fd(fd, dir, &name) {
-                Ok(()) => return Ok(TempName::new(dir, name)),
+                Ok(()) => return Ok(TempName::new(dir, name, recorded)),
                 Err(Errno::EXIST) => continue,
                 Err(e) => return Err(e),
             }

@@ -14,6 +14,7 @@ pub mod edit_file;
 pub mod edits;
 pub mod preview;
 pub mod target;
+pub mod temps;
 pub mod write_file;
 
 #[cfg(test)]
