@@ -23,8 +23,8 @@ pub struct Cli {
     /// The configuration file (default: <workspace>/toolvisor.toml when present).
     #[arg(long, global = true, value_name = "FILE")]
     pub config: Option<PathBuf>,
-    /// Log format of `serve`.
-    #[arg(long, global = true, value_enum, default_value_t = LogFormat::Text)]
+    /// Log format of `serve` (and of its workers, which log to the same stderr).
+    #[arg(long, global = true, value_enum, default_value_t = LogFormat::Text, env = LOG_FORMAT_VAR)]
     pub log_format: LogFormat,
     #[command(subcommand)]
     pub command: Command,
@@ -232,6 +232,9 @@ fn init_tracing(format: LogFormat) {
     };
 }
 
+/// The environment variable that carries `--log-format`.
+pub const LOG_FORMAT_VAR: &str = "TOOLVISOR_LOG_FORMAT";
+
 /// The binary's entry point.
 pub fn main() {
     let cli = Cli::parse();
@@ -243,9 +246,38 @@ pub fn main() {
             toolvisor_workers::worker::main(group)
         }
         Command::Reap { argv } => toolvisor_workers::reap::main(argv.clone()),
-        _ => run(&cli),
+        Command::Serve => {
+            hand_log_format_to_workers(cli.log_format);
+            run(&cli)
+        }
+        _ => {
+            default_sigpipe();
+            run(&cli)
+        }
     };
     std::process::exit(code);
+}
+
+/// Workers are this binary re-executed with a scrubbed environment that keeps
+/// [`LOG_FORMAT_VAR`] (supervisor/src/spawn.rs), so their lines match the service's:
+/// one JSON object per line with `--log-format json`.
+fn hand_log_format_to_workers(format: LogFormat) {
+    let value = match format {
+        LogFormat::Text => "text",
+        LogFormat::Json => "json",
+    };
+    // SAFETY: called first thing in `main`, before any thread exists.
+    unsafe { std::env::set_var(LOG_FORMAT_VAR, value) };
+}
+
+/// Client commands die quietly on a closed stdout (`toolvisor tools | head`), like
+/// other Unix tools, instead of panicking in `println!`. Rust starts with SIGPIPE
+/// ignored; the service keeps it so (a client hanging up must not kill it).
+fn default_sigpipe() {
+    // SAFETY: restoring a signal's default disposition at start, before any thread.
+    unsafe {
+        libc::signal(libc::SIGPIPE, libc::SIG_DFL);
+    }
 }
 
 fn run(cli: &Cli) -> i32 {

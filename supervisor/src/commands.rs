@@ -388,9 +388,12 @@ async fn status(c: &mut Client, json: bool) -> Result<i32, ClientError> {
         audit.path,
         audit.seq
     );
+    let landlock = guards
+        .landlock
+        .map_or("off".to_owned(), |abi| format!("ABI {abi}"));
     println!(
-        "guards: landlock {:?}, openat2 {}, subreaper {}, cgroup {}",
-        guards.landlock, guards.openat2, guards.subreaper, guards.cgroup
+        "guards: landlock {landlock}, openat2 {}, subreaper {}, cgroup {}",
+        guards.openat2, guards.subreaper, guards.cgroup
     );
     println!(
         "{:<8} {:>5} {:>8} {:<10} {:>8} {:>9} {:>10} {:>6}",

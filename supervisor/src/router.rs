@@ -15,7 +15,7 @@ use toolvisor_protocol::{ErrorBody, ErrorType, Id};
 
 use crate::call_audit::CallRecord;
 use crate::outbox::Outbox;
-use crate::pool::Job;
+use crate::pool::{Job, JobEnd};
 use crate::previews::{PendingChange, PreviewStore};
 use crate::service::Service;
 
@@ -92,8 +92,10 @@ impl Service {
             session: &session,
             tool: &req.tool,
             args: &req.args,
-            decision: "allow",
-            reason: "no policy rule applies",
+            // Replaced once the gate decides; a call refused before it (unknown tool, bad
+            // arguments, cancelled) was never put to the policy.
+            decision: "none",
+            reason: "not evaluated: the call was refused before the policy was asked",
             rule: None,
             started_at: SystemTime::now(),
         };
@@ -203,6 +205,9 @@ impl Service {
         if spec.name == "apply_file_change" {
             return self.apply_change(session, req, spec, cancel).await;
         }
+        if spec.name == "list_processes" {
+            return self.list_processes(session, req, spec, cancel).await;
+        }
         let mut end = self
             .dispatch(session, req, spec, req.args.clone(), spec.name, cancel)
             .await;
@@ -251,6 +256,49 @@ impl Service {
             .await;
         end.0.meta.insert("path".into(), Value::String(change.path));
         end
+    }
+
+    /// `list_processes`: each exec worker knows only its own background jobs, so ask
+    /// every ready one and merge the listings. Still one call (one audit pair); its
+    /// `worker` is the first that listed its jobs. With no worker ready, the usual path waits
+    /// for one or answers `WorkerUnavailable`.
+    async fn list_processes(
+        &self,
+        session: &SessionInfo,
+        req: &CallRequest,
+        spec: &ToolSpec,
+        cancel: &CancellationToken,
+    ) -> (Outcome, Option<(String, u32)>) {
+        let Some(pool) = self.pools.get(spec.group) else {
+            return self
+                .dispatch(session, req, spec, req.args.clone(), spec.name, cancel)
+                .await;
+        };
+        let timeout = self.deadline(spec, req);
+        let ask = |index| Job {
+            call: self.next_call(),
+            name: req.id.to_string(),
+            tool: spec.name.to_owned(),
+            args: req.args.clone(),
+            stream: false,
+            timeout,
+            rerunnable: false,
+            output: None,
+            worker: Some(index),
+            session: session.id.clone(),
+        };
+        let ends = pool.run_on_ready(ask, cancel).await;
+        if ends.is_empty() {
+            return self
+                .dispatch(session, req, spec, req.args.clone(), spec.name, cancel)
+                .await;
+        }
+        let listed = |e: &&JobEnd| e.outcome.status == Status::Ok;
+        let worker = (ends.iter().map(|(_, e)| e).find(listed))
+            .or(ends.first().map(|(_, e)| e))
+            .and_then(|e| e.worker.clone());
+        let outcomes = ends.into_iter().map(|(_, e)| e.outcome).collect();
+        (crate::processes::merge(outcomes), worker)
     }
 
     pub(crate) fn previews(&self) -> std::sync::MutexGuard<'_, PreviewStore> {

@@ -28,6 +28,8 @@ const BASE_ENV: &[&str] = &[
     "LOGNAME",
     "RUST_LOG",
     "RUST_BACKTRACE",
+    // `--log-format`, so workers log in the service's format (supervisor/src/cli.rs).
+    "TOOLVISOR_LOG_FORMAT",
     // Forces the edit worker's named-temp-file fallback (workers/src/edit/atomic.rs).
     "TOOLVISOR_EDIT_NAMED_TEMPS",
 ];

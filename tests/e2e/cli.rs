@@ -90,10 +90,63 @@ fn a_bad_config_names_the_key_and_line_and_nothing_starts() {
         .output()
         .unwrap();
     assert_eq!(out.status.code(), Some(78));
+    let err = text(&out.stderr);
     assert!(
-        text(&out.stderr).contains("reckless"),
-        "{}",
-        text(&out.stderr)
+        err.contains("reckless") && err.contains("`policy.mode`"),
+        "{err}"
+    );
+    // An ill-typed value: serde says what it expected, we say which key it was.
+    std::fs::write(
+        dir.path().join("toolvisor.toml"),
+        "[server]\n\n[limits]\nfile_max = \"big\"\n",
+    )
+    .unwrap();
+    let out = Command::new(BIN)
+        .arg("serve")
+        .arg("--workspace")
+        .arg(dir.path())
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(78));
+    let err = text(&out.stderr);
+    assert!(
+        err.contains("`limits.file_max`") && err.contains("line 4"),
+        "{err}"
+    );
+}
+
+/// `toolvisor tools | head -1`: the reader goes away early; the CLI ends quietly (by
+/// SIGPIPE, like other Unix tools), never with a panic.
+#[test]
+fn a_closed_stdout_ends_the_cli_quietly() {
+    use std::io::Read;
+    let s = Server::start("");
+    let mut child = Command::new(BIN)
+        .arg("--workspace")
+        .arg(s.ws())
+        .arg("tools")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    // Hang up at once: the CLI connects to the server first, so its first write finds
+    // the pipe closed (a listing is smaller than a pipe buffer, so closing after a
+    // first read could miss the case).
+    drop(child.stdout.take());
+    let status = wait_child(&mut child, Duration::from_secs(20)).expect("the CLI ends");
+    let mut err = String::new();
+    child
+        .stderr
+        .take()
+        .unwrap()
+        .read_to_string(&mut err)
+        .unwrap();
+    assert!(!err.contains("panicked"), "{err}");
+    use std::os::unix::process::ExitStatusExt;
+    assert!(
+        status.signal() == Some(nix::sys::signal::Signal::SIGPIPE as i32),
+        "{status:?}: {err}"
     );
 }
 
@@ -166,4 +219,46 @@ fn grant_prints_a_token_that_passes_one_ask() {
     );
     assert_eq!(out.status.code(), Some(1));
     assert!(text(&out.stderr).contains("TokenInvalid"), "{out:?}");
+}
+
+/// `--log-format json` (here through its variable): every line on stderr is one JSON
+/// object, the workers' lines included (they log to the same stderr).
+#[test]
+fn json_logs_are_json_from_workers_too() {
+    let mut s = Server::start_with_env(
+        "[policy]\nmode = \"yolo\"\n[[policy.rules]]\ntool = \"run_command\"\naction = \"allow\"\n",
+        &[("TOOLVISOR_LOG_FORMAT", "json")],
+    );
+    block(Duration::from_secs(30), async {
+        let r = s
+            .call(
+                "run_command",
+                json!({"command": "sleep 30", "background": true}),
+            )
+            .await;
+        assert_eq!(r.status, Status::Ok, "{r:?}");
+        // A restart kills the job, and the exec worker says so in its own log line.
+        let mut c = s.client().await;
+        let id = toolvisor_protocol::Id::from("r");
+        let ack = c
+            .request(
+                &ClientMessage::Restart {
+                    id: id.clone(),
+                    group: Some("exec".into()),
+                },
+                &id,
+            )
+            .await
+            .unwrap();
+        assert!(matches!(ack, ServerMessage::Ack { .. }), "{ack:?}");
+    });
+    let line = s.wait_log("background process killed", Duration::from_secs(20));
+    assert!(line.contains("\"process\""), "a worker's fields: {line}");
+    s.stop();
+    s.wait_log("stopped", Duration::from_secs(20));
+    for l in &s.log_seen {
+        let v: serde_json::Value =
+            serde_json::from_str(l).unwrap_or_else(|e| panic!("not JSON ({e}): {l}"));
+        assert!(v.get("level").is_some(), "{l}");
+    }
 }

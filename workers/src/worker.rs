@@ -44,23 +44,24 @@ pub fn main(group: &str) -> i32 {
     let init = match read_init(&control) {
         Ok(init) if init.group == group => init,
         Ok(init) => {
-            eprintln!(
-                "worker: asked for group {group} but init says {}",
+            tracing::error!(
+                group,
+                "worker asked for group {group} but init says {}",
                 init.group
             );
             return EXIT_CONFIG;
         }
         Err(e) => {
-            eprintln!("worker {group}: no valid init frame: {e}");
+            tracing::error!(group, "worker: no valid init frame: {e}");
             return EXIT_CONFIG;
         }
     };
     let journals = (group == "edit").then(|| crate::edit::temps::prepare(&init.state_dir));
     let landlock = crate::sandbox::confine(&init);
     let resolver = match Resolver::new(&init.roots, &init.protected) {
-        Ok(r) => Arc::new(r),
+        Ok(r) => Arc::new(r.with_artifacts(&init.state_dir)),
         Err(e) => {
-            eprintln!("worker {group}: cannot open the workspace roots: {e}");
+            tracing::error!(group, "worker: cannot open the workspace roots: {e}");
             return EXIT_CONFIG;
         }
     };
@@ -75,7 +76,7 @@ pub fn main(group: &str) -> i32 {
     {
         Ok(rt) => rt,
         Err(e) => {
-            eprintln!("worker {group}: cannot start a runtime: {e}");
+            tracing::error!(group, "worker: cannot start a runtime: {e}");
             return EXIT_SOFTWARE;
         }
     };
@@ -87,12 +88,17 @@ pub fn main(group: &str) -> i32 {
 fn sweep_temps(journals: std::io::Result<std::path::PathBuf>, resolver: &Resolver) {
     let swept = journals.and_then(|dir| crate::edit::temps::open(&dir, resolver));
     match swept {
-        Ok(s) if s.removed > 0 => eprintln!(
-            "worker edit: removed {} temp file(s) left by {} dead worker(s)",
-            s.removed, s.journals
+        Ok(s) if s.removed > 0 => tracing::warn!(
+            group = "edit",
+            "removed {} temp file(s) left by {} dead worker(s)",
+            s.removed,
+            s.journals
         ),
         Ok(_) => {}
-        Err(e) => eprintln!("worker edit: no temp-name journal ({e}); continuing without"),
+        Err(e) => tracing::warn!(
+            group = "edit",
+            "no temp-name journal ({e}); continuing without"
+        ),
     }
 }
 
@@ -144,7 +150,7 @@ async fn serve(
     {
         Ok(s) => s,
         Err(e) => {
-            eprintln!("worker: control socket: {e}");
+            tracing::error!("worker: control socket: {e}");
             return EXIT_SOFTWARE;
         }
     };
@@ -165,14 +171,14 @@ async fn serve(
             Ok(Some(body)) => body,
             Ok(None) => break,
             Err(e) => {
-                eprintln!("worker {}: control socket: {e}", init.group);
+                tracing::error!(group = %init.group, "worker: control socket: {e}");
                 break;
             }
         };
         let msg = match frame::decode::<ToWorker>(&body, KNOWN_TO_WORKER) {
             Ok(m) => m,
             Err(e) => {
-                eprintln!("worker {}: bad frame from supervisor: {e}", init.group);
+                tracing::error!(group = %init.group, "worker: bad frame from supervisor: {e}");
                 continue;
             }
         };
@@ -215,7 +221,9 @@ async fn serve(
                 }
             }
             ToWorker::Shutdown => break,
-            ToWorker::Init(_) => eprintln!("worker {}: ignoring a second init", init.group),
+            ToWorker::Init(_) => {
+                tracing::warn!(group = %init.group, "worker: ignoring a second init")
+            }
         }
     }
     for flag in lock(&running).values() {
@@ -288,6 +296,6 @@ async fn write_loop(mut wr: tokio::net::unix::OwnedWriteHalf, mut rx: mpsc::Rece
 fn push(buf: &mut Vec<u8>, msg: &FromWorker) {
     match frame::encode(msg) {
         Ok(bytes) => buf.extend_from_slice(&bytes),
-        Err(e) => eprintln!("worker: cannot encode a frame: {e}"),
+        Err(e) => tracing::error!("worker: cannot encode a frame: {e}"),
     }
 }

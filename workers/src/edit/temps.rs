@@ -89,7 +89,7 @@ pub fn record(dir: BorrowedFd<'_>, name: &OsStr, durable: bool) -> Option<Record
     match journal.append(&path, name, durable) {
         Ok(()) => Some(Recorded { journal }),
         Err(e) => {
-            eprintln!("edit worker: cannot record temp name in the journal: {e}");
+            tracing::warn!("edit worker: cannot record a temp name in the journal: {e}");
             None
         }
     }
