@@ -117,6 +117,71 @@ impl Service {
     }
 }
 
+/// Why a batch call is refused with `DuplicateCallId` (and does not run).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Duplicate {
+    /// Its id names a call or batch already open on the connection.
+    Open(Id),
+    /// Its id is the id of its own batch (`cancel` could not tell them apart).
+    BatchId(Id),
+    /// Its id repeats an earlier call of the same batch.
+    Repeated(Id),
+}
+
+impl Duplicate {
+    /// The duplicated id (the connection-level error echoes it).
+    pub fn id(&self) -> &Id {
+        match self {
+            Duplicate::Open(id) | Duplicate::BatchId(id) | Duplicate::Repeated(id) => id,
+        }
+    }
+}
+
+impl std::fmt::Display for Duplicate {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Duplicate::Open(id) => write!(
+                f,
+                "id `{id}` is still open on this connection; this batch call was not run"
+            ),
+            Duplicate::BatchId(id) => write!(
+                f,
+                "id `{id}` is the id of its own batch; this batch call was not run"
+            ),
+            Duplicate::Repeated(id) => write!(
+                f,
+                "id `{id}` repeats an earlier call of the same batch; this batch call was not run"
+            ),
+        }
+    }
+}
+
+/// Split a batch's calls into those that run and those refused as duplicates, each
+/// list in request order. `open` says whether an id is open on the connection (the
+/// batch's own id is not open yet: the caller refuses the whole batch when it is).
+/// The first call with a given id runs; a later one with the same id is refused.
+pub fn split_duplicates(
+    batch: &Id,
+    calls: Vec<CallRequest>,
+    open: impl Fn(&Id) -> bool,
+) -> (Vec<CallRequest>, Vec<Duplicate>) {
+    let mut seen = std::collections::HashSet::new();
+    let mut run = Vec::with_capacity(calls.len());
+    let mut refused = Vec::new();
+    for c in calls {
+        if open(&c.id) {
+            refused.push(Duplicate::Open(c.id));
+        } else if c.id == *batch {
+            refused.push(Duplicate::BatchId(c.id));
+        } else if !seen.insert(c.id.clone()) {
+            refused.push(Duplicate::Repeated(c.id));
+        } else {
+            run.push(c);
+        }
+    }
+    (run, refused)
+}
+
 /// Cut a batch into segments: each maximal run of calls that may overlap is one
 /// segment; every other call is a segment of its own. Ranges cover `0..len` in order.
 pub fn segments(together: &[bool]) -> Vec<Range<usize>> {
@@ -132,7 +197,65 @@ pub fn segments(together: &[bool]) -> Vec<Range<usize>> {
 
 #[cfg(test)]
 mod tests {
-    use super::segments;
+    use super::{Duplicate, segments, split_duplicates};
+    use serde_json::json;
+    use toolvisor_protocol::Id;
+    use toolvisor_protocol::message::CallRequest;
+
+    fn calls(ids: &[&str]) -> Vec<CallRequest> {
+        ids.iter()
+            .map(|id| CallRequest::new(*id, "ls", json!({"path": "."})))
+            .collect()
+    }
+
+    fn ids(calls: &[CallRequest]) -> Vec<String> {
+        calls.iter().map(|c| c.id.to_string()).collect()
+    }
+
+    #[test]
+    fn duplicated_calls_are_refused_and_the_rest_run_in_order() {
+        let open = |id: &Id| *id == Id::from("busy");
+        let (run, refused) = split_duplicates(
+            &"b".into(),
+            calls(&["a", "d", "busy", "d", "b", "c", "a"]),
+            open,
+        );
+        assert_eq!(ids(&run), ["a", "d", "c"]);
+        assert_eq!(
+            refused,
+            [
+                Duplicate::Open("busy".into()),
+                Duplicate::Repeated("d".into()),
+                Duplicate::BatchId("b".into()),
+                Duplicate::Repeated("a".into()),
+            ]
+        );
+        assert_eq!(refused[1].id(), &Id::from("d"));
+        assert!(refused[2].to_string().contains("its own batch"));
+    }
+
+    #[test]
+    fn an_open_id_repeated_in_the_batch_is_refused_every_time() {
+        let (run, refused) = split_duplicates(&"b".into(), calls(&["x", "x", "y"]), |id| {
+            *id == Id::from("x")
+        });
+        assert_eq!(ids(&run), ["y"]);
+        assert_eq!(
+            refused,
+            [Duplicate::Open("x".into()), Duplicate::Open("x".into())]
+        );
+    }
+
+    #[test]
+    fn string_and_integer_ids_are_different_ids() {
+        let batch = vec![
+            CallRequest::new("1", "ls", json!({})),
+            CallRequest::new(Id::Int(1), "ls", json!({})),
+        ];
+        let (run, refused) = split_duplicates(&"b".into(), batch, |_| false);
+        assert_eq!(run.len(), 2);
+        assert!(refused.is_empty());
+    }
 
     #[test]
     fn runs_of_overlapping_calls_share_a_segment() {

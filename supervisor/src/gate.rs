@@ -256,11 +256,9 @@ impl Service {
     ) -> ServerMessage {
         let issued = match self.grants.issue(req, Instant::now()) {
             Ok(i) => i,
-            Err(e) => {
-                return ServerMessage::error(Some(id), ErrorType::InvalidParams, e.to_string());
-            }
+            Err(e) => return ServerMessage::error(Some(id), e.error_type(), e.to_string()),
         };
-        let expires_at = std::time::SystemTime::now() + req.ttl;
+        let expires_at = issued.expires_at;
         let grant_id = crate::grants::fingerprint(&issued.token);
         self.audit
             .record_detached(&crate::audit::record::GrantIssued {

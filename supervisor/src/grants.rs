@@ -8,8 +8,9 @@
 use std::collections::HashMap;
 use std::io::Read;
 use std::sync::Mutex;
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime};
 
+use toolvisor_protocol::ErrorType;
 use toolvisor_protocol::tools::{ToolSpec, catalog, find};
 
 use crate::config::Action;
@@ -32,21 +33,38 @@ pub struct GrantRequest {
 pub struct Issued {
     pub token: String,
     pub expires: Instant,
+    /// The same moment on the wall clock (the `expires_at` the client sees).
+    pub expires_at: SystemTime,
 }
 
 /// A `grant` request that cannot be honoured.
 #[derive(Debug, thiserror::Error)]
 pub enum GrantError {
-    #[error("a grant needs at least one tool")]
+    #[error("invalid grant: `tools` is empty; a grant needs at least one tool")]
     NoTools,
-    #[error("unknown tool `{0}`")]
+    #[error("invalid grant: unknown tool `{0}` in `tools` (list_tools shows the names)")]
     UnknownTool(String),
-    #[error("grant path `{0}` is outside the workspace")]
+    #[error("invalid grant: path `{0}` in `paths` is outside the workspace")]
     PathOutside(String),
-    #[error("ttl_ms must be at least 1")]
+    #[error("invalid grant: `ttl_ms` must be at least 1")]
     ZeroTtl,
+    #[error("invalid grant: `ttl_ms` {0} is too large")]
+    TtlTooLarge(u128),
     #[error("cannot read /dev/urandom for a token: {0}")]
     Random(#[from] std::io::Error),
+}
+
+impl GrantError {
+    /// The connection-level error type it is answered with (DESIGN §3, §5): a request
+    /// with an unusable field is a `BadMessage` echoing its id; a server that cannot
+    /// make a token has no connection-level type of its own, so it says
+    /// `InternalError`.
+    pub fn error_type(&self) -> ErrorType {
+        match self {
+            GrantError::Random(_) => ErrorType::InternalError,
+            _ => ErrorType::BadMessage,
+        }
+    }
 }
 
 /// Why a `confirm_token` does not fit a call (`TokenInvalid`).
@@ -119,6 +137,13 @@ impl Grants {
         if req.ttl.is_zero() {
             return Err(GrantError::ZeroTtl);
         }
+        // `ttl_ms` is any u64 from the client: an expiry past what the clock can hold
+        // must be refused, never panic in the session.
+        let too_large = || GrantError::TtlTooLarge(req.ttl.as_millis());
+        let expires = now.checked_add(req.ttl).ok_or_else(too_large)?;
+        let expires_at = SystemTime::now()
+            .checked_add(req.ttl)
+            .ok_or_else(too_large)?;
         let tools = req
             .tools
             .iter()
@@ -137,7 +162,6 @@ impl Grants {
             })
             .collect::<Result<Vec<_>, _>>()?;
         let token = random_hex(16)?;
-        let expires = now + req.ttl;
         let mut live = self.lock();
         live.retain(|_, g| g.expires > now && (g.reusable || !g.used));
         live.insert(
@@ -151,7 +175,11 @@ impl Grants {
                 used: false,
             },
         );
-        Ok(Issued { token, expires })
+        Ok(Issued {
+            token,
+            expires,
+            expires_at,
+        })
     }
 
     /// Use `token` for a call; a single-use token is spent only when it fits.
@@ -425,5 +453,28 @@ mod tests {
         let mut r = req(&["ls"]);
         r.ttl = Duration::ZERO;
         assert!(matches!(g.issue(&r, now), Err(GrantError::ZeroTtl)));
+        let mut r = req(&["ls"]);
+        r.ttl = Duration::MAX;
+        assert!(matches!(g.issue(&r, now), Err(GrantError::TtlTooLarge(_))));
+    }
+
+    #[test]
+    fn refusals_are_bad_messages_that_say_what_is_wrong() {
+        let g = grants();
+        let now = Instant::now();
+        let mut outside = req(&["ls"]);
+        outside.paths = vec!["/etc".into()];
+        let mut zero = req(&["ls"]);
+        zero.ttl = Duration::ZERO;
+        for (r, says) in [
+            (req(&[]), "`tools` is empty"),
+            (req(&["ls", "nosuch"]), "unknown tool `nosuch`"),
+            (outside, "`/etc`"),
+            (zero, "`ttl_ms`"),
+        ] {
+            let e = g.issue(&r, now).unwrap_err();
+            assert_eq!(e.error_type(), ErrorType::BadMessage, "{e}");
+            assert!(e.to_string().contains(says), "{e}");
+        }
     }
 }

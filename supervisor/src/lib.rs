@@ -23,6 +23,7 @@ pub mod outbox;
 pub mod policy;
 pub mod pool;
 pub mod previews;
+pub mod processes;
 pub mod reload;
 pub mod restart;
 pub mod router;

@@ -182,6 +182,29 @@ impl Pool {
         }
     }
 
+    /// Run a job on every worker that is ready now, all at once; each end comes with
+    /// its worker's index, in index order. For questions whose answer each worker keeps
+    /// to itself (its background jobs). A worker that is not ready is left out: it is
+    /// starting or restarting (a restart killed its jobs) or failed. Empty when no
+    /// worker is ready.
+    pub async fn run_on_ready(
+        &self,
+        make: impl Fn(u32) -> Job,
+        cancel: &CancellationToken,
+    ) -> Vec<(u32, JobEnd)> {
+        let runs = self
+            .workers
+            .iter()
+            .filter(|w| w.state() == WorkerState::Ready)
+            .map(|w| {
+                let mut job = make(w.index);
+                job.worker = Some(w.index);
+                let index = w.index;
+                async move { (index, self.run(job, cancel).await) }
+            });
+        futures::future::join_all(runs).await
+    }
+
     /// Find a ready worker with room and submit the job's encoded `run` frame to it,
     /// waiting (bounded by the deadline and the queue) when none is ready.
     async fn acquire(

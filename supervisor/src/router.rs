@@ -259,9 +259,9 @@ impl Service {
     }
 
     /// `list_processes`: each exec worker knows only its own background jobs, so ask
-    /// every ready one and merge the listings. Still one call (one audit pair); its
-    /// `worker` is the first that listed its jobs. With no worker ready, the usual path waits
-    /// for one or answers `WorkerUnavailable`.
+    /// every ready one and merge the listings ([`crate::processes`]). Still one call
+    /// (one audit pair), whose `worker` is the first that listed its jobs. With no
+    /// worker ready, the usual path waits for one or answers `WorkerUnavailable`.
     async fn list_processes(
         &self,
         session: &SessionInfo,
@@ -293,10 +293,7 @@ impl Service {
                 .dispatch(session, req, spec, req.args.clone(), spec.name, cancel)
                 .await;
         }
-        let listed = |e: &&JobEnd| e.outcome.status == Status::Ok;
-        let worker = (ends.iter().map(|(_, e)| e).find(listed))
-            .or(ends.first().map(|(_, e)| e))
-            .and_then(|e| e.worker.clone());
+        let worker = first_lister(&ends);
         let outcomes = ends.into_iter().map(|(_, e)| e.outcome).collect();
         (crate::processes::merge(outcomes), worker)
     }
@@ -381,6 +378,13 @@ pub(crate) fn change_token(args: &Value) -> &str {
     args.get("token")
         .and_then(Value::as_str)
         .unwrap_or_default()
+}
+
+/// The worker to name in the audit record of a fanned-out call: the first that
+/// answered `ok`, else the first asked.
+fn first_lister(ends: &[(u32, JobEnd)]) -> Option<(String, u32)> {
+    let ok = ends.iter().find(|(_, e)| e.outcome.status == Status::Ok);
+    ok.or(ends.first()).and_then(|(_, e)| e.worker.clone())
 }
 
 /// Background process handles (`w<index>-<n>`) name the exec worker that owns them.

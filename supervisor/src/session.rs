@@ -16,7 +16,7 @@ use toolvisor_protocol::message::{
 };
 use toolvisor_protocol::{ErrorType, Id, PROTOCOL_VERSION};
 
-use crate::batch::{BatchCall, Deliver};
+use crate::batch::{BatchCall, Deliver, split_duplicates};
 use crate::outbox::Outbox;
 use crate::router::{SessionInfo, to_result};
 use crate::service::Service;
@@ -301,10 +301,13 @@ impl SessionState {
         });
     }
 
-    /// Start a batch: its id and its calls' ids must be free and distinct, and all of
-    /// its calls must fit under `max_open_calls` (all or none: a batch is ordered work,
-    /// running a prefix of it would surprise). Overloaded calls still each get a
-    /// `result`, then `batch_done`.
+    /// Start a batch. Its own id must be free, or the whole batch is refused (as a
+    /// `call` would be). A call whose id is taken (open here, the batch's own, or an
+    /// earlier call's of this batch) gets `DuplicateCallId` and does not run; the
+    /// others run, and `batch_done` lists them, so a client always sees the batch end.
+    /// The calls that run must all fit under `max_open_calls` (all or none: a batch is
+    /// ordered work, running a prefix of it would surprise). Overloaded calls still
+    /// each get a `result`, then `batch_done`.
     fn batch(
         &mut self,
         myself: &ActorRef<SessionMsg>,
@@ -312,9 +315,17 @@ impl SessionState {
         id: Id,
         calls: Vec<CallRequest>,
     ) {
-        if let Some(dup) = self.batch_collision(&id, &calls) {
-            self.refuse_duplicate(dup);
+        if self.is_open(&id) {
+            self.refuse_duplicate(id);
             return;
+        }
+        let (calls, refused) = split_duplicates(&id, calls, |c| self.is_open(c));
+        for dup in refused {
+            self.out.send(&ServerMessage::error(
+                Some(dup.id().clone()),
+                ErrorType::DuplicateCallId,
+                dup.to_string(),
+            ));
         }
         let ids: Vec<Id> = calls.iter().map(|c| c.id.clone()).collect();
         if let Some(why) = self.over_limit(calls.len()) {
@@ -345,19 +356,6 @@ impl SessionState {
             // Every CallDone was cast before this, so `batch_done` follows all results.
             let _ = me.cast(SessionMsg::BatchDone(id, ids));
         });
-    }
-
-    /// The first id of a batch that is already open here or repeats within it.
-    fn batch_collision(&self, id: &Id, calls: &[CallRequest]) -> Option<Id> {
-        if self.is_open(id) {
-            return Some(id.clone());
-        }
-        let mut seen = std::collections::HashSet::from([id]);
-        calls
-            .iter()
-            .map(|c| &c.id)
-            .find(|c| self.is_open(c) || !seen.insert(*c))
-            .cloned()
     }
 
     /// Whether `id` names an open call or an open batch of this connection.

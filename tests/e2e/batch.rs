@@ -102,6 +102,34 @@ async fn batch_results(c: &mut Client, batch: &str) -> (Vec<ToolResult>, Vec<Id>
     }
 }
 
+/// The `result` of call `id`, leaving other messages queued.
+async fn result_matching(c: &mut Client, id: &str) -> ToolResult {
+    let want = Id::from(id);
+    let (r, _) = c
+        .recv_matching(|m| match m {
+            ServerMessage::Result(r) if r.id == want => Some(r.clone()),
+            _ => None,
+        })
+        .await
+        .expect("result");
+    r
+}
+
+/// The `ids` of batch `batch`'s `batch_done`, leaving other messages queued.
+async fn batch_done_of(c: &mut Client, batch: &str) -> Vec<String> {
+    let want = Id::from(batch);
+    let (ids, _) = c
+        .recv_matching(|m| match m {
+            ServerMessage::BatchDone { id, ids } if *id == want => {
+                Some(ids.iter().map(Id::to_string).collect::<Vec<_>>())
+            }
+            _ => None,
+        })
+        .await
+        .expect("batch_done");
+    ids
+}
+
 fn by_id(results: &[ToolResult]) -> HashMap<String, &ToolResult> {
     let mut m = HashMap::new();
     for r in results {
@@ -325,22 +353,27 @@ fn cancelling_a_batch_ends_every_call_not_yet_ended_and_ids_must_be_free() {
         assert_eq!(beat.fields["tool"], json!("run_command"));
         let elapsed = beat.fields["elapsed_ms"].as_u64();
         assert!(elapsed.is_some_and(|ms| ms >= 4500), "{beat:?}");
-        // Ids of an open batch, and of its open calls, are taken.
-        for (id, m) in [
+        // Ids of an open batch, and of its open calls, are taken. A batch whose own id
+        // is taken is refused whole; a batch call whose id is taken is refused alone,
+        // and its batch still ends with `batch_done` naming the calls that ran.
+        for (id, m, ran) in [
             (
                 "b",
                 ClientMessage::Batch {
                     id: "b".into(),
                     calls: vec![],
                 },
+                None,
             ),
             (
                 "sleep",
                 ClientMessage::Call(req("sleep", "read_file", json!({"path": "a.txt"}))),
+                None,
             ),
             (
                 "b",
                 ClientMessage::Call(req("b", "read_file", json!({"path": "a.txt"}))),
+                None,
             ),
             (
                 "x",
@@ -351,6 +384,7 @@ fn cancelling_a_batch_ends_every_call_not_yet_ended_and_ids_must_be_free() {
                         req("x", "ls", json!({"path": "."})),
                     ],
                 },
+                Some(("b2", vec!["x"])),
             ),
             (
                 "sleep",
@@ -358,6 +392,7 @@ fn cancelling_a_batch_ends_every_call_not_yet_ended_and_ids_must_be_free() {
                     id: "b3".into(),
                     calls: vec![req("sleep", "ls", json!({"path": "."}))],
                 },
+                Some(("b3", vec![])),
             ),
         ] {
             c.send(&m).await.expect("send");
@@ -374,6 +409,14 @@ fn cancelling_a_batch_ends_every_call_not_yet_ended_and_ids_must_be_free() {
                     assert_eq!(got, Id::from(id));
                 }
                 other => panic!("{other:?}"),
+            }
+            if let Some((batch, want)) = ran {
+                // Picked out by id: batch `b`'s own messages stay queued for later.
+                for call in &want {
+                    let r = result_matching(&mut c, call).await;
+                    assert_eq!(r.status, Status::Ok, "{r:?}");
+                }
+                assert_eq!(batch_done_of(&mut c, batch).await, want);
             }
         }
         let t0 = Instant::now();
@@ -406,6 +449,130 @@ fn cancelling_a_batch_ends_every_call_not_yet_ended_and_ids_must_be_free() {
         assert!(
             matches!(e, ServerMessage::Error { error, .. } if error.kind == ErrorType::UnknownCall)
         );
+    });
+}
+
+/// Every message a batch sends up to its `batch_done`: the connection-level errors
+/// (id and type), the results, and `batch_done`'s ids, each in arrival order.
+async fn batch_messages(
+    c: &mut Client,
+    batch: &str,
+) -> (Vec<(String, ErrorType)>, Vec<ToolResult>, Vec<String>) {
+    let (mut errors, mut results) = (Vec::new(), Vec::new());
+    loop {
+        match c.recv().await.expect("batch message") {
+            ServerMessage::Error { id, error } => {
+                errors.push((id.map_or_else(String::new, |i| i.to_string()), error.kind))
+            }
+            ServerMessage::Result(r) => results.push(r),
+            ServerMessage::BatchDone { id, ids } => {
+                assert_eq!(id, Id::from(batch));
+                return (errors, results, ids.iter().map(Id::to_string).collect());
+            }
+            _ => {}
+        }
+    }
+}
+
+#[test]
+fn batch_calls_with_duplicate_ids_are_refused_alone_and_batch_done_still_comes() {
+    let s = Server::start(ALLOW_ALL);
+    s.write("a.txt", "alpha\n");
+    block(T, async {
+        let mut c = s.client().await;
+        let read = || json!({"path": "a.txt"});
+
+        // The same id twice in one batch: the first runs, the second is refused.
+        c.send(&ClientMessage::Batch {
+            id: "b1".into(),
+            calls: vec![
+                req("a", "read_file", read()),
+                req("d", "list_dir", json!({"path": "."})),
+                req("d", "read_file", read()),
+                req("c", "read_file", read()),
+            ],
+        })
+        .await
+        .expect("send");
+        let (errors, results, ids) = batch_messages(&mut c, "b1").await;
+        assert_eq!(errors, [("d".to_owned(), ErrorType::DuplicateCallId)]);
+        assert_eq!(ids, ["a", "d", "c"]);
+        let got = by_id(&results);
+        assert_eq!(got.len(), 3, "{results:#?}");
+        assert!(got.values().all(|r| r.status == Status::Ok), "{results:#?}");
+        assert!(
+            got["d"].content.contains("a.txt"),
+            "the first `d` (list_dir) ran: {:?}",
+            got["d"]
+        );
+
+        // A batch call reusing the id of a call still open on the connection.
+        let busy = req("busy", "run_command", json!({"command": "exec sleep 300"}));
+        c.send(&ClientMessage::Call(busy)).await.expect("send");
+        c.send(&ClientMessage::Batch {
+            id: "b2".into(),
+            calls: vec![
+                req("busy", "read_file", read()),
+                req("x", "read_file", read()),
+            ],
+        })
+        .await
+        .expect("send");
+        let (errors, results, ids) = batch_messages(&mut c, "b2").await;
+        assert_eq!(errors, [("busy".to_owned(), ErrorType::DuplicateCallId)]);
+        assert_eq!(ids, ["x"]);
+        assert_eq!(results.len(), 1, "{results:#?}");
+        assert_eq!(
+            (results[0].id.to_string(), results[0].status),
+            ("x".into(), Status::Ok)
+        );
+
+        // A batch whose own id is open is refused whole: no call runs, no batch_done.
+        c.send(&ClientMessage::Batch {
+            id: "busy".into(),
+            calls: vec![req("y", "read_file", read())],
+        })
+        .await
+        .expect("send");
+        c.send(&ClientMessage::Ping { id: "p".into() })
+            .await
+            .expect("ping");
+        loop {
+            match c.recv().await.expect("message") {
+                ServerMessage::Pong { .. } => break,
+                ServerMessage::Error { id, error } => {
+                    assert_eq!(id, Some(Id::from("busy")));
+                    assert_eq!(error.kind, ErrorType::DuplicateCallId);
+                }
+                other => panic!("the refused batch sent {other:?}"),
+            }
+        }
+
+        // The open call was not touched by any of that; it still gets its own result.
+        c.send(&ClientMessage::Cancel { id: "busy".into() })
+            .await
+            .expect("cancel");
+        let r = result_matching(&mut c, "busy").await;
+        assert_eq!(r.status, Status::Cancelled, "{r:?}");
+
+        // Cancelling a batch with a refused duplicate cancels the call that runs.
+        c.send(&ClientMessage::Batch {
+            id: "b3".into(),
+            calls: vec![
+                req("s", "run_command", json!({"command": "exec sleep 300"})),
+                req("s", "read_file", read()),
+            ],
+        })
+        .await
+        .expect("send");
+        c.send(&ClientMessage::Cancel { id: "b3".into() })
+            .await
+            .expect("cancel");
+        let (errors, results, ids) = batch_messages(&mut c, "b3").await;
+        assert_eq!(errors, [("s".to_owned(), ErrorType::DuplicateCallId)]);
+        assert_eq!(ids, ["s"]);
+        assert_eq!(results.len(), 1, "{results:#?}");
+        assert_eq!(results[0].status, Status::Cancelled, "{:?}", results[0]);
     });
 }
 

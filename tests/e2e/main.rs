@@ -10,6 +10,7 @@ mod disk_full;
 mod edit;
 mod exec;
 mod fairness;
+mod jobs;
 mod mcp;
 mod policy;
 mod protocol;

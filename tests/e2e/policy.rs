@@ -708,6 +708,56 @@ fn grant_tokens_pass_an_ask_once_unless_reusable() {
 }
 
 #[test]
+fn a_grant_that_cannot_be_honoured_is_a_bad_message_with_its_id() {
+    let s = Server::start(ECHO_ONLY);
+    block(FAST, async {
+        let mut c = s.client().await;
+        let grant_of =
+            |id: &str, tools: &[&str], paths: Option<Vec<String>>, ttl_ms| ClientMessage::Grant {
+                id: id.into(),
+                tools: tools.iter().map(|t| t.to_string()).collect(),
+                trace_id: None,
+                paths,
+                ttl_ms,
+                reusable: None,
+            };
+        for (id, msg, says) in [
+            ("g1", grant_of("g1", &[], None, 60_000), "tools"),
+            ("g2", grant_of("g2", &["nosuch"], None, 60_000), "nosuch"),
+            ("g3", grant_of("g3", &["run_command"], None, 0), "ttl_ms"),
+            (
+                "g4",
+                grant_of("g4", &["ls"], Some(vec!["../../etc".into()]), 60_000),
+                "../../etc",
+            ),
+        ] {
+            let rid: Id = id.into();
+            match c.request(&msg, &rid).await.expect("grant") {
+                ServerMessage::Error { id, error } => {
+                    assert_eq!(id, Some(rid), "{error:?}");
+                    assert_eq!(error.kind, ErrorType::BadMessage, "{error:?}");
+                    assert!(error.message.contains(says), "{error:?}");
+                }
+                other => panic!("grant {id} answered {other:?}"),
+            }
+        }
+        // The connection goes on, and a valid grant still gets its token.
+        let (token, _) = grant(&mut c, "g5", &["run_command"], false).await;
+        send_call(
+            &mut c,
+            "c1",
+            "run_command",
+            run("touch granted"),
+            Some(&token),
+        )
+        .await;
+        let r = result_of(&mut c, "c1").await;
+        assert_eq!(r.status, Status::Ok, "{r:?}");
+        assert!(exists(s.ws(), "granted"));
+    });
+}
+
+#[test]
 fn a_deny_rule_beats_a_token() {
     let s = Server::start(
         r#"

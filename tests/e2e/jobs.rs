@@ -1,0 +1,216 @@
+//! Background jobs spread over several exec workers (DESIGN §4: "Handles name their
+//! worker"): `list_processes` shows the jobs of every live exec worker in one listing,
+//! sorted by handle, as one audited call; a worker that died is left out.
+
+use std::collections::BTreeSet;
+use std::time::Duration;
+
+use serde_json::{Value, json};
+use toolvisor_protocol::client::Client;
+use toolvisor_protocol::message::{CallRequest, ClientMessage, ServerMessage};
+use toolvisor_protocol::{Id, Status, ToolResult};
+
+use crate::harness::*;
+
+fn two_exec_workers() -> String {
+    format!("{ALLOW_ALL}\n[workers.exec]\ncount = 2\n")
+}
+
+/// Start a background job carrying `marker` in its environment; returns its handle.
+async fn start_job(c: &mut Client, id: &str, marker: &str) -> String {
+    let args = json!({"command": "sleep 300", "background": true, "env": {"E2E_MARK": marker}});
+    let r = call_on(c, id, "run_command", args).await;
+    assert_eq!(r.status, Status::Ok, "{r:?}");
+    r.meta["process"].as_str().expect("meta.process").to_owned()
+}
+
+/// Occupy the least-loaded exec worker with a foreground command; returns once it is
+/// running there (its first output came back), so the next calls go to another worker.
+async fn occupy_a_worker(c: &mut Client, id: &str, marker: &str) {
+    let mut req = CallRequest::new(
+        id,
+        "run_command",
+        json!({"command": "echo up; exec sleep 300", "env": {"E2E_MARK": marker}}),
+    );
+    req.stream = Some(true);
+    c.send(&ClientMessage::Call(req)).await.expect("send");
+    let want: Id = id.into();
+    c.recv_matching(|m| matches!(m, ServerMessage::Output { id, .. } if *id == want).then_some(()))
+        .await
+        .expect("the blocker's output");
+}
+
+/// Cancel a call and wait for its `cancelled` result.
+async fn cancel_call(c: &mut Client, id: &str) {
+    let want: Id = id.into();
+    c.send(&ClientMessage::Cancel { id: want.clone() })
+        .await
+        .expect("cancel");
+    let (_, m) = c
+        .recv_matching(|m| matches!(m, ServerMessage::Result(r) if r.id == want).then_some(()))
+        .await
+        .expect("result");
+    assert!(
+        matches!(&m, ServerMessage::Result(r) if r.status == Status::Cancelled),
+        "{m:?}"
+    );
+}
+
+/// The handles of a `list_processes` result, in its order.
+fn listed(r: &ToolResult) -> Vec<String> {
+    r.meta["processes"]
+        .as_array()
+        .expect("meta.processes")
+        .iter()
+        .map(|p| p["process"].as_str().expect("process").to_owned())
+        .collect()
+}
+
+fn row<'a>(r: &'a ToolResult, handle: &str) -> &'a Value {
+    r.meta["processes"]
+        .as_array()
+        .expect("meta.processes")
+        .iter()
+        .find(|p| p["process"] == json!(handle))
+        .unwrap_or_else(|| panic!("{handle} not listed: {}", r.content))
+}
+
+/// `w1-2` → (1, 2): the order `list_processes` sorts by.
+fn handle_key(h: &str) -> (u32, u64) {
+    let (w, n) = h
+        .strip_prefix('w')
+        .and_then(|r| r.split_once('-'))
+        .expect("w<index>-<n>");
+    (w.parse().expect("index"), n.parse().expect("n"))
+}
+
+/// Two jobs on each of the two exec workers, started on `c`; returns the handles.
+async fn jobs_on_both_workers(c: &mut Client, marker: &str) -> Vec<String> {
+    // Calls go to the least-loaded worker (ties: the first). With one worker busy the
+    // first two jobs land on the other; once it is free, the next two on the first.
+    occupy_a_worker(c, "blocker", marker).await;
+    let mut handles = vec![
+        start_job(c, "j1", marker).await,
+        start_job(c, "j2", marker).await,
+    ];
+    cancel_call(c, "blocker").await;
+    handles.push(start_job(c, "j3", marker).await);
+    handles.push(start_job(c, "j4", marker).await);
+    let workers: BTreeSet<u32> = handles.iter().map(|h| handle_key(h).0).collect();
+    assert_eq!(
+        workers,
+        BTreeSet::from([0, 1]),
+        "jobs not spread over both workers: {handles:?}"
+    );
+    handles.sort_by_key(|h| handle_key(h));
+    handles
+}
+
+#[test]
+fn list_processes_shows_every_workers_jobs_in_one_audited_call() {
+    let s = Server::start(&two_exec_workers());
+    let marker = unique_marker("jobs");
+    block(T, async {
+        let mut c = s.client().await;
+        let handles = jobs_on_both_workers(&mut c, &marker).await;
+
+        let r = call_on(&mut c, "lp1", "list_processes", json!({})).await;
+        assert_eq!(r.status, Status::Ok, "{r:?}");
+        assert_eq!(listed(&r), handles, "all four, sorted by handle");
+        let lines: Vec<&str> = r.content.lines().collect();
+        assert_eq!(lines.len(), 5, "one header, four rows:\n{}", r.content);
+        assert!(lines[0].starts_with("PROCESS"), "{}", r.content);
+        for (line, handle) in lines[1..].iter().zip(&handles) {
+            assert_eq!(line.split_whitespace().next(), Some(handle.as_str()));
+            assert!(line.contains("running"), "{line}");
+            assert_eq!(row(&r, handle)["state"], json!("running"));
+        }
+
+        // One call, one requested/completed pair in the audit log.
+        let log = std::fs::read_to_string(s.ws().join(".toolvisor/audit.jsonl")).expect("audit");
+        let call_id = json!(format!("{}:lp1", c.session));
+        let kinds: Vec<String> = log
+            .lines()
+            .map(|l| serde_json::from_str::<Value>(l).expect("audit line"))
+            .filter(|r| r["call_id"] == call_id)
+            .map(|r| r["kind"].as_str().unwrap_or("").to_owned())
+            .collect();
+        assert_eq!(kinds, ["requested", "completed"]);
+
+        // A job killed on one worker shows as exited; the others still run.
+        let victim = handles[handles.len() - 1].clone();
+        let r = call_on(&mut c, "k1", "kill_process", json!({"process": victim})).await;
+        assert_eq!(r.status, Status::Ok, "{r:?}");
+        let r = call_on(&mut c, "lp2", "list_processes", json!({})).await;
+        assert_eq!(r.status, Status::Ok, "{r:?}");
+        assert_eq!(listed(&r), handles);
+        for h in &handles {
+            let want = if *h == victim { "exited" } else { "running" };
+            assert_eq!(row(&r, h)["state"], json!(want), "{h}: {}", r.content);
+            let line = r
+                .content
+                .lines()
+                .find(|l| l.split_whitespace().next() == Some(h.as_str()))
+                .expect("a table line");
+            assert!(line.contains(want), "{line}");
+        }
+
+        for h in &handles[..handles.len() - 1] {
+            let r = call_on(&mut c, "k", "kill_process", json!({"process": h})).await;
+            assert_eq!(r.status, Status::Ok, "{r:?}");
+        }
+        wait_no_procs_with_env(&marker, Duration::from_secs(20))
+            .await
+            .expect("every job gone");
+    });
+}
+
+#[test]
+fn list_processes_leaves_out_a_worker_that_died() {
+    let s = Server::start(&two_exec_workers());
+    let marker = unique_marker("jobs-dead");
+    block(T, async {
+        let mut c = s.client().await;
+        let handles = jobs_on_both_workers(&mut c, &marker).await;
+        let status = c
+            .request(&ClientMessage::Status { id: "st".into() }, &"st".into())
+            .await
+            .expect("status");
+        let ServerMessage::Status { workers, .. } = status else {
+            panic!("{status:?}")
+        };
+        let w1 = workers
+            .iter()
+            .find(|w| w.group == "exec" && w.index == 1)
+            .and_then(|w| w.pid)
+            .expect("exec worker 1");
+        nix::sys::signal::kill(
+            nix::unistd::Pid::from_raw(w1 as i32),
+            nix::sys::signal::Signal::SIGKILL,
+        )
+        .expect("kill worker 1");
+
+        // Whether worker 1 is still dying, restarting or back (with no jobs), the
+        // listing is the survivor's jobs, never an error.
+        let r = call_on(&mut c, "lp", "list_processes", json!({})).await;
+        assert_eq!(r.status, Status::Ok, "{r:?}");
+        let survivors: Vec<String> = handles
+            .iter()
+            .filter(|h| handle_key(h).0 == 0)
+            .cloned()
+            .collect();
+        assert_eq!(listed(&r), survivors, "{}", r.content);
+
+        s.wait_group_back("exec", &[w1], Duration::from_secs(30))
+            .await;
+        let r = call_on(&mut c, "lp2", "list_processes", json!({})).await;
+        assert_eq!(listed(&r), survivors, "{}", r.content);
+        for h in &survivors {
+            let r = call_on(&mut c, "k", "kill_process", json!({"process": h})).await;
+            assert_eq!(r.status, Status::Ok, "{r:?}");
+        }
+        wait_no_procs_with_env(&marker, Duration::from_secs(20))
+            .await
+            .expect("every job gone");
+    });
+}
