@@ -769,3 +769,128 @@ async fn read_all_pages(s: &Server, handle: &str, expected: &str, running: bool)
     assert!(pages >= 3, "{pages} pages");
     assert_eq!(got, expected);
 }
+
+/// `seq FROM TO` as the text it prints.
+fn seq_text(from: u32, to: u32) -> String {
+    (from..=to).map(|i| format!("{i}\n")).collect()
+}
+
+/// Run `seq FROM TO` as call `id` on `c`; its `truncated.full_output`.
+async fn full_output_of_seq(c: &mut Client, id: &str, from: u32, to: u32) -> String {
+    let r = call_on(c, id, "run_command", run(&format!("seq {from} {to}"))).await;
+    assert_eq!(r.status, Status::Ok, "{r:?}");
+    let t = r.truncated.expect("the output is over shell_max");
+    t.full_output.expect("truncated.full_output")
+}
+
+#[test]
+fn the_full_output_is_read_with_read_file() {
+    let s = Server::start(ALLOW_ALL);
+    block(T, async {
+        let mut c = s.client().await;
+        let full = full_output_of_seq(&mut c, "big1", 1, 3000).await;
+        assert_eq!(full, ".toolvisor/artifacts/big1.log");
+        let all = seq_text(1, 3000);
+        let range = json!({"path": full, "startLine": 1000, "endLine": 1500});
+        let r = s.call("read_file", range).await;
+        assert_eq!(r.status, Status::Ok, "{r:?}");
+        assert_eq!(r.content, seq_text(1000, 1500));
+        let r = s
+            .call("read_file", json!({"path": full, "startLine": 2999}))
+            .await;
+        assert_eq!(r.content, "2999\n3000\n");
+        // Over file_max it is truncated like any file, from the first line.
+        let r = s.call("read_file", json!({"path": full})).await;
+        assert_eq!(r.status, Status::Ok, "{r:?}");
+        assert!(r.truncated.is_some(), "{r:?}");
+        let kept = r.content.split("\n[Output truncated:").next().unwrap_or("");
+        assert!(!kept.is_empty() && all.starts_with(kept), "{}", r.content);
+        let r = s
+            .call("read_many_files", json!({"paths": [full, "missing.txt"]}))
+            .await;
+        assert!(
+            r.content.starts_with(&format!("=== {full} ===\n1\n2\n")),
+            "{}",
+            &r.content[..200.min(r.content.len())]
+        );
+        assert_eq!(r.meta["errors"], 1, "{r:?}");
+    });
+}
+
+#[test]
+fn the_same_call_id_in_two_sessions_keeps_both_outputs() {
+    let s = Server::start(ALLOW_ALL);
+    block(T, async {
+        let (mut a, mut b) = (s.client().await, s.client().await);
+        // At once, so the two exec workers create their artifacts concurrently.
+        let (fa, fb) = tokio::join!(
+            full_output_of_seq(&mut a, "c1", 1, 3000),
+            full_output_of_seq(&mut b, "c1", 5001, 8000),
+        );
+        let mut names = [fa.clone(), fb.clone()];
+        names.sort();
+        assert_eq!(
+            names,
+            [
+                ".toolvisor/artifacts/c1-2.log",
+                ".toolvisor/artifacts/c1.log"
+            ]
+        );
+        for (full, last) in [(&fa, "3000\n"), (&fb, "8000\n")] {
+            let r = s
+                .call("read_file", json!({"path": full, "startLine": 3000}))
+                .await;
+            assert_eq!(r.status, Status::Ok, "{r:?}");
+            assert_eq!(r.content, last, "{full}");
+        }
+        // A third run with that id (as the CLI's fixed `cli-1` would) takes the next name.
+        let fc = full_output_of_seq(&mut a, "c1", 1, 3000).await;
+        assert_eq!(fc, ".toolvisor/artifacts/c1-3.log");
+    });
+}
+
+#[test]
+fn the_full_output_is_readable_when_the_state_directory_is_outside() {
+    let state_parent = tempfile::tempdir().expect("tempdir");
+    let state = state_parent.path().join("state");
+    let ws = tempfile::tempdir().expect("tempdir");
+    let config = format!(
+        "{ALLOW_ALL}\n[server]\nstate_dir = \"{}\"\n",
+        state.display()
+    );
+    std::fs::write(ws.path().join("toolvisor.toml"), config).expect("config");
+    let (child, log) = spawn_serve(ws.path());
+    let mut s = Server {
+        dir: ws,
+        child: Some(child),
+        log,
+        log_seen: Vec::new(),
+    };
+    s.wait_log("serving", START_DEADLINE);
+    let socket = state.join("toolvisor.sock");
+    block(T, async {
+        let mut c = Client::connect(&socket, "e2e", false)
+            .await
+            .expect("connect");
+        let full = full_output_of_seq(&mut c, "c1", 1, 3000).await;
+        assert_eq!(full, "artifacts:/c1.log");
+        assert!(state.join("artifacts/c1.log").is_file());
+        let r = call_on(
+            &mut c,
+            "r1",
+            "read_file",
+            json!({"path": full, "startLine": 2999}),
+        )
+        .await;
+        assert_eq!(r.status, Status::Ok, "{r:?}");
+        assert_eq!(r.content, "2999\n3000\n");
+        let r = call_on(
+            &mut c,
+            "r2",
+            "read_file",
+            json!({"path": "artifacts:/../audit.jsonl"}),
+        )
+        .await;
+        assert_ne!(r.status, Status::Ok, "{r:?}");
+    });
+}

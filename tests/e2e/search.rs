@@ -191,3 +191,137 @@ fn large_results_are_truncated_with_a_marker() {
         );
     });
 }
+
+/// A workspace with a `.git` directory (and a nested one) beside ordinary files.
+fn with_git(s: &Server) {
+    s.write(".git/HEAD", "ref: refs/heads/main\n");
+    s.write(".git/config", "[core]\n\tref = x\n");
+    s.write("vendor/.git/HEAD", "ref: refs/heads/dev\n");
+    s.write("src/a.rs", "// ref here\n");
+}
+
+#[test]
+fn search_tools_refuse_git_directories() {
+    let s = Server::start("");
+    with_git(&s);
+    std::os::unix::fs::symlink(".git", s.ws().join("g")).unwrap();
+    block(T, async {
+        let refused = [
+            ("ls", json!({"path": ".git"})),
+            (
+                "list_dir",
+                json!({"path": "vendor/.git", "recursive": true}),
+            ),
+            ("ls", json!({"path": "g"})),
+            ("grep", json!({"pattern": "ref", "directory": ".git"})),
+            ("glob", json!({"pattern": "**/*", "directory": ".git"})),
+            (
+                "glob",
+                json!({"pattern": "*", "directory": "./vendor/.git"}),
+            ),
+            ("read_file", json!({"path": ".git/HEAD"})),
+            ("read_file", json!({"path": "vendor/.git/HEAD"})),
+            ("read_file", json!({"path": "g/config"})),
+        ];
+        for (tool, args) in refused {
+            let r = s.call(tool, args.clone()).await;
+            assert_eq!(r.status, Status::Error, "{tool} {args}: {r:?}");
+            let e = r.error.unwrap();
+            assert_eq!(e.kind, ErrorType::PermissionError, "{tool} {args}");
+            assert!(e.message.contains(".git"), "{}", e.message);
+            assert!(!r.content.contains("refs/heads"), "{}", r.content);
+        }
+        let r = s
+            .call(
+                "read_many_files",
+                json!({"paths": [".git/*", ".git/HEAD", "**/HEAD", "src/a.rs"]}),
+            )
+            .await;
+        assert_eq!(r.status, Status::Ok, "{r:?}");
+        assert!(!r.content.contains("refs/heads"), "{}", r.content);
+        assert!(
+            r.content.contains("=== .git/HEAD ===\nError: "),
+            "{}",
+            r.content
+        );
+        assert!(r.content.contains("=== src/a.rs ===\n// ref here\n"));
+        assert_eq!(r.meta["errors"], 3, "{}", r.content);
+    });
+}
+
+#[test]
+fn walks_from_the_root_still_skip_git() {
+    let s = Server::start("");
+    with_git(&s);
+    block(T, async {
+        let all = json!({"path": ".", "recursive": true, "includeHidden": true, "maxDepth": 5});
+        let r = s.call("ls", all).await;
+        assert_eq!(r.status, Status::Ok, "{r:?}");
+        assert!(!r.content.contains(".git/"), "{}", r.content);
+        assert!(r.content.lines().any(|l| l == "vendor/"), "{}", r.content);
+        let r = s
+            .call("glob", json!({"pattern": "**/*", "includeHidden": true}))
+            .await;
+        assert!(!r.content.contains(".git"), "{}", r.content);
+        let r = s.call("grep", json!({"pattern": "ref"})).await;
+        assert_eq!(r.content, "src/a.rs:1: // ref here");
+    });
+}
+
+#[test]
+fn state_files_stay_unreadable_besides_artifacts() {
+    let s = Server::start(ALLOW_ALL);
+    std::os::unix::fs::symlink(".toolvisor/audit.jsonl", s.ws().join("audit-link")).unwrap();
+    std::os::unix::fs::symlink(".toolvisor", s.ws().join("state-link")).unwrap();
+    block(T, async {
+        // A truncated command leaves an artifact, so the directory is not empty.
+        let r = s
+            .call("run_command", json!({"command": "seq 1 3000"}))
+            .await;
+        let full = r
+            .truncated
+            .and_then(|t| t.full_output)
+            .expect("full_output");
+        for p in [
+            ".toolvisor/audit.jsonl",
+            ".toolvisor/audit.head",
+            ".toolvisor/toolvisor.pid",
+            ".toolvisor/lock",
+            ".toolvisor/artifacts",
+            ".toolvisor/artifacts/../audit.jsonl",
+            "toolvisor.toml",
+            "audit-link",
+            "state-link/audit.jsonl",
+            "state-link/artifacts/c1.log",
+        ] {
+            let r = s.call("read_file", json!({"path": p})).await;
+            assert_eq!(r.status, Status::Error, "{p}: {r:?}");
+            assert_eq!(r.error.unwrap().kind, ErrorType::PermissionError, "{p}");
+        }
+        let r = s
+            .call("read_file", json!({"path": full, "endLine": 2}))
+            .await;
+        assert_eq!(r.content, "1\n2\n", "{r:?}");
+        for (tool, args) in [
+            ("ls", json!({"path": ".toolvisor/artifacts"})),
+            (
+                "grep",
+                json!({"pattern": "3000", "directory": ".toolvisor"}),
+            ),
+        ] {
+            let r = s.call(tool, args).await;
+            assert_eq!(r.error.unwrap().kind, ErrorType::PermissionError);
+        }
+        let r = s
+            .call(
+                "glob",
+                json!({"pattern": "**/*.log", "includeHidden": true}),
+            )
+            .await;
+        assert!(!r.content.contains("artifacts"), "{}", r.content);
+        // Edit tools still refuse the whole state directory, artifacts included.
+        let w = json!({"path": full, "content": "x", "overwrite": true});
+        let r = s.call("write_file", w).await;
+        assert_eq!(r.error.unwrap().kind, ErrorType::PermissionError);
+    });
+}

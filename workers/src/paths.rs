@@ -41,6 +41,15 @@ pub struct Resolved {
     pub display: String,
 }
 
+/// A file of the artifacts directory named explicitly (see [`Resolver::artifact`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ArtifactPath {
+    /// Its name inside the artifacts directory (one component).
+    pub name: OsString,
+    /// How tools print it: the path as given, normalised.
+    pub display: String,
+}
+
 /// Resolves and opens paths beneath the configured roots.
 #[derive(Debug)]
 pub struct Resolver {
@@ -48,6 +57,10 @@ pub struct Resolver {
     pub roots: Vec<(String, PathBuf)>,
     /// Absolute paths no tool may show, read or write (state directory, config file).
     pub protected: Vec<PathBuf>,
+    /// `<state_dir>/artifacts` (state directory canonicalised): the one protected place
+    /// whose files `read_file` may read when named explicitly, so the agent can read a
+    /// command's full output (DESIGN §4). None until [`Resolver::with_artifacts`].
+    artifacts: Option<PathBuf>,
     /// One open directory fd per root, opened once: every open starts from it.
     fds: Vec<OwnedFd>,
     /// Whether the kernel lets us use `openat2` (probed once in `new`).
@@ -56,6 +69,12 @@ pub struct Resolver {
 
 /// The scopes a path may name with a `scope:` prefix.
 const SCOPES: [&str; 3] = ["private", "shared", "public"];
+
+/// The prefix naming a file of `<state_dir>/artifacts` wherever the state directory is
+/// (`artifacts:/<name>`): what `truncated.full_output` says when the state directory is
+/// outside the workspace, where a host path would be refused as outside every root
+/// (by the supervisor's policy gate before any worker sees it).
+pub const ARTIFACTS_SCOPE: &str = "artifacts:";
 
 impl Resolver {
     /// Canonicalise and open the roots; probe `openat2`.
@@ -76,9 +95,21 @@ impl Resolver {
         Ok(Resolver {
             roots: all,
             protected: protected.to_vec(),
+            artifacts: None,
             fds,
             openat2,
         })
+    }
+
+    /// Let [`Resolver::artifact`] name the files of `<state_dir>/artifacts`. The state
+    /// directory is canonicalised (it exists: the supervisor made it) so lexical paths
+    /// and real paths compare; `artifacts` itself is not, so a symlink there is caught.
+    pub fn with_artifacts(mut self, state_dir: &Path) -> Self {
+        let state = state_dir
+            .canonicalize()
+            .unwrap_or_else(|_| state_dir.to_path_buf());
+        self.artifacts = Some(state.join("artifacts"));
+        self
     }
 
     /// Whether confined opens use `openat2` (for `status.guards`); false means the
@@ -148,25 +179,97 @@ impl Resolver {
     /// opened non-blocking so a FIFO cannot hang the worker.
     pub fn open_read(&self, r: &Resolved) -> Result<File, ToolError> {
         self.check_protected(r)?;
-        let flags = OFlags::RDONLY | OFlags::CLOEXEC | OFlags::NONBLOCK | OFlags::NOCTTY;
-        let fd = self.open_beneath(r, flags).map_err(|e| map_errno(e, r))?;
+        let fd = self
+            .open_beneath(r, read_flags())
+            .map_err(|e| map_errno(e, r))?;
         self.check_protected_fd(&fd, r)?;
-        let st = rustix::fs::fstat(&fd).map_err(|e| map_errno(e, r))?;
-        let kind = rustix::fs::FileType::from_raw_mode(st.st_mode);
-        if kind == rustix::fs::FileType::Directory {
-            return Err(ToolError::invalid(format!(
-                "`{}` is a directory, not a file",
-                r.display
-            )));
+        regular_file(fd, &r.display)
+    }
+
+    /// The artifact file `path` names, if it names one: `<state_dir>/artifacts/<name>`
+    /// written as `truncated.full_output` shows it (workspace-relative when the state
+    /// directory is in the workspace, else `artifacts:/<name>`), as an absolute host
+    /// path, or any lexically equivalent form. Only a direct child of the directory
+    /// counts: the directory itself and anything else stay protected.
+    ///
+    /// `Ok(None)`: not an artifact (resolve it as usual). An `artifacts:` path that does
+    /// not name one file is `PermissionError` (or `PathOutsideWorkspace` for a `..` above).
+    pub fn artifact(&self, path: &str) -> Result<Option<ArtifactPath>, ToolError> {
+        let Some(dir) = self.artifacts.as_deref() else {
+            return Ok(None);
+        };
+        match path.strip_prefix(ARTIFACTS_SCOPE) {
+            Some(rest) => scoped_artifact(rest, path).map(Some),
+            None => Ok(self.host_artifact(dir, path)),
         }
-        if kind != rustix::fs::FileType::RegularFile {
-            return Err(ToolError::invalid(format!(
-                "`{}` is not a regular file",
-                r.display
-            )));
+    }
+
+    /// An artifact named by a host path (relative to a root, or absolute anywhere).
+    fn host_artifact(&self, dir: &Path, path: &str) -> Option<ArtifactPath> {
+        let (host, display) = match self.resolve(path) {
+            Ok(r) => (r.host, r.display),
+            Err(_) if path.starts_with('/') && !path.contains('\0') => {
+                let lexical = normalise_absolute(Path::new(path));
+                let shown = lexical.to_string_lossy().into_owned();
+                match lexical.parent() == Some(dir) {
+                    true => (lexical, shown),
+                    // A symlinked prefix (e.g. /tmp -> /private/tmp) may name it too.
+                    false => (canonical_prefix(&lexical)?, shown),
+                }
+            }
+            Err(_) => return None,
+        };
+        let name = host.file_name()?;
+        (host.parent() == Some(dir)).then(|| ArtifactPath {
+            name: name.to_os_string(),
+            display,
+        })
+    }
+
+    /// Open an artifact file for reading (the state directory is otherwise protected).
+    ///
+    /// The directory is opened by path and the name with `O_NOFOLLOW`; then the real
+    /// path of what was opened must be a direct child of the artifacts directory, so a
+    /// symlink anywhere on the way (a command may replace `artifacts` or plant links in
+    /// it while the state directory sits in the workspace) cannot reach the audit log
+    /// or any other protected file. Without `/proc` that cannot be checked: refused.
+    pub fn open_artifact(&self, a: &ArtifactPath) -> Result<File, ToolError> {
+        let refused = || artifact_error(&a.display);
+        let dir = self.artifacts.as_deref().ok_or_else(refused)?;
+        let dflags = OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC;
+        let dfd =
+            rustix::fs::open(dir, dflags, Mode::empty()).map_err(|e| errno_error(e, &a.display))?;
+        let fd = rustix::fs::openat(
+            &dfd,
+            &a.name,
+            read_flags() | OFlags::NOFOLLOW,
+            Mode::empty(),
+        )
+        .map_err(|e| match e {
+            Errno::LOOP => refused(),
+            e => errno_error(e, &a.display),
+        })?;
+        let real = real_path(&fd).ok_or_else(refused)?;
+        let inside = real.parent() == Some(dir);
+        // A protected path inside the artifacts directory (a config file put there)
+        // stays protected.
+        let other = self
+            .protected
+            .iter()
+            .any(|p| p.starts_with(dir) && real.starts_with(p));
+        if !inside || other {
+            return Err(refused());
         }
-        // O_NONBLOCK has no effect on regular files, so the File reads normally.
-        Ok(File::from(fd))
+        regular_file(fd, &a.display)
+    }
+
+    /// The real path of `fd` relative to root `root` (None when it cannot be read or
+    /// lies outside that root): what a search tool checks for `.git` after an open.
+    pub fn real_rel(&self, root: usize, fd: &impl AsRawFd) -> Option<PathBuf> {
+        let real = real_path(fd)?;
+        real.strip_prefix(self.root_path(root))
+            .ok()
+            .map(Path::to_path_buf)
     }
 
     /// Open a directory beneath its root (O_DIRECTORY|O_PATH is not enough for openat: use O_RDONLY).
@@ -305,6 +408,27 @@ impl Resolver {
 fn split_scope(path: &str) -> Option<(&str, &str)> {
     let (scope, rest) = path.split_once(':')?;
     SCOPES.contains(&scope).then_some((scope, rest))
+}
+
+/// `artifacts:/<name>`: exactly one file name once `.` and `..` are folded.
+fn scoped_artifact(rest: &str, original: &str) -> Result<ArtifactPath, ToolError> {
+    if original.contains('\0') {
+        return Err(ToolError::invalid("the path contains a NUL byte"));
+    }
+    let rel = normalise(Path::new(rest.trim_start_matches('/')), original)?;
+    let mut parts = rel.components();
+    match (parts.next(), parts.next()) {
+        (Some(Component::Normal(name)), None) => Ok(ArtifactPath {
+            name: name.to_os_string(),
+            display: format!("{ARTIFACTS_SCOPE}/{}", name.to_string_lossy()),
+        }),
+        _ => Err(ToolError::new(
+            ErrorType::PermissionError,
+            format!(
+                "`{original}` is protected: only a file of the artifacts directory can be read"
+            ),
+        )),
+    }
 }
 
 /// Fold `.` and `..` of a relative path; `..` above the start is `PathOutsideWorkspace`.
@@ -473,9 +597,34 @@ pub fn real_path(fd: &impl AsRawFd) -> Option<PathBuf> {
         .then_some(target)
 }
 
+/// Flags of every open for reading: non-blocking, so a FIFO cannot hang the worker
+/// (`O_NONBLOCK` has no effect on regular files).
+fn read_flags() -> OFlags {
+    OFlags::RDONLY | OFlags::CLOEXEC | OFlags::NONBLOCK | OFlags::NOCTTY
+}
+
+/// `fd` as a `File` when it is a regular file; a directory or another kind of file
+/// (FIFO, device, socket) is `InvalidParams`.
+fn regular_file(fd: OwnedFd, display: &str) -> Result<File, ToolError> {
+    let st = rustix::fs::fstat(&fd).map_err(|e| errno_error(e, display))?;
+    match rustix::fs::FileType::from_raw_mode(st.st_mode) {
+        rustix::fs::FileType::RegularFile => Ok(File::from(fd)),
+        rustix::fs::FileType::Directory => Err(ToolError::invalid(format!(
+            "`{display}` is a directory, not a file"
+        ))),
+        _ => Err(ToolError::invalid(format!(
+            "`{display}` is not a regular file"
+        ))),
+    }
+}
+
 /// The contract error for an errno from a confined open of `r`.
 pub fn map_errno(e: Errno, r: &Resolved) -> ToolError {
-    let p = &r.display;
+    errno_error(e, &r.display)
+}
+
+/// The contract error for an errno about the path shown as `p`.
+pub fn errno_error(e: Errno, p: &str) -> ToolError {
     match e {
         Errno::XDEV | Errno::LOOP => ToolError::new(
             ErrorType::PathOutsideWorkspace,
@@ -506,6 +655,13 @@ fn protected_error(r: &Resolved) -> ToolError {
             "`{}` is protected (toolvisor's own state or configuration)",
             r.display
         ),
+    )
+}
+
+fn artifact_error(display: &str) -> ToolError {
+    ToolError::new(
+        ErrorType::PermissionError,
+        format!("`{display}` is protected: only the artifact files themselves can be read"),
     )
 }
 
@@ -679,6 +835,116 @@ mod tests {
             let st = r.resolve("st/new.txt").unwrap();
             assert_eq!(kind(r.open_parent(&st, false)), ErrorType::PermissionError);
         }
+    }
+
+    fn read_artifact(r: &Resolver, path: &str) -> Result<String, ToolError> {
+        let a = r
+            .artifact(path)?
+            .ok_or_else(|| ToolError::invalid("not an artifact"))?;
+        let mut s = String::new();
+        r.open_artifact(&a)?.read_to_string(&mut s).unwrap();
+        Ok(s)
+    }
+
+    #[test]
+    fn artifacts_are_named_only_as_direct_children() {
+        let f = fixture();
+        let state = f.ws.join(".toolvisor");
+        std::fs::create_dir_all(state.join("artifacts")).unwrap();
+        let r = resolver(&f, std::slice::from_ref(&state)).with_artifacts(&state);
+        let named = |p: &str| r.artifact(p).unwrap();
+        let a = named(".toolvisor/artifacts/c1.log").unwrap();
+        assert_eq!(
+            (a.name.to_str(), a.display.as_str()),
+            (Some("c1.log"), ".toolvisor/artifacts/c1.log")
+        );
+        let abs = state.join("artifacts/c1.log");
+        assert_eq!(named(abs.to_str().unwrap()).unwrap().name, "c1.log");
+        assert!(named("./.toolvisor/x/../artifacts/c1.log").is_some());
+        let a = named("artifacts:/./c1.log").unwrap();
+        assert_eq!(
+            (a.name.to_str(), a.display.as_str()),
+            (Some("c1.log"), "artifacts:/c1.log")
+        );
+        for not in [
+            ".toolvisor/artifacts",
+            ".toolvisor/audit.jsonl",
+            ".toolvisor/artifacts/../audit.jsonl",
+            ".toolvisor/artifacts/sub/x.log",
+            "src/a.rs",
+            "/etc/passwd",
+        ] {
+            assert_eq!(named(not), None, "{not}");
+        }
+        for (bad, want) in [
+            ("artifacts:/", ErrorType::PermissionError),
+            ("artifacts:/a/b.log", ErrorType::PermissionError),
+            ("artifacts:/../audit.jsonl", ErrorType::PathOutsideWorkspace),
+        ] {
+            assert_eq!(kind(r.artifact(bad)), want, "{bad}");
+        }
+        let plain = resolver(&f, &[]);
+        assert_eq!(plain.artifact(".toolvisor/artifacts/c1.log").unwrap(), None);
+    }
+
+    #[test]
+    fn artifacts_open_but_nothing_else_in_the_state_directory() {
+        let f = fixture();
+        let state = f.ws.join(".toolvisor");
+        let arts = state.join("artifacts");
+        std::fs::create_dir_all(&arts).unwrap();
+        std::fs::write(arts.join("c1.log"), "full").unwrap();
+        std::fs::write(state.join("audit.jsonl"), "AUDIT").unwrap();
+        std::os::unix::fs::symlink("../audit.jsonl", arts.join("evil.log")).unwrap();
+        std::fs::create_dir(arts.join("d")).unwrap();
+        let r = resolver(&f, std::slice::from_ref(&state)).with_artifacts(&state);
+        assert_eq!(
+            read_artifact(&r, ".toolvisor/artifacts/c1.log").unwrap(),
+            "full"
+        );
+        assert_eq!(
+            kind(read_artifact(&r, ".toolvisor/artifacts/evil.log")),
+            ErrorType::PermissionError
+        );
+        assert_eq!(
+            kind(read_artifact(&r, ".toolvisor/artifacts/d")),
+            ErrorType::InvalidParams
+        );
+        assert_eq!(
+            kind(read_artifact(&r, ".toolvisor/artifacts/none.log")),
+            ErrorType::FileNotFoundError
+        );
+        // `artifacts` swapped for a link to the state directory: the real path gives it away.
+        std::fs::rename(&arts, state.join("old")).unwrap();
+        std::os::unix::fs::symlink(".", &arts).unwrap();
+        assert_eq!(
+            kind(read_artifact(&r, ".toolvisor/artifacts/audit.jsonl")),
+            ErrorType::PermissionError
+        );
+        // The ordinary path stays protected.
+        assert_eq!(
+            kind(read(&r, ".toolvisor/audit.jsonl")),
+            ErrorType::PermissionError
+        );
+    }
+
+    #[test]
+    fn artifacts_outside_every_root_are_read_by_absolute_path() {
+        let f = fixture();
+        let state = f.ws.parent().unwrap().join("state");
+        std::fs::create_dir_all(state.join("artifacts")).unwrap();
+        std::fs::write(state.join("artifacts/c1.log"), "full").unwrap();
+        std::fs::write(state.join("audit.jsonl"), "AUDIT").unwrap();
+        let r = resolver(&f, std::slice::from_ref(&state)).with_artifacts(&state);
+        let abs = state.join("artifacts/c1.log");
+        assert_eq!(read_artifact(&r, abs.to_str().unwrap()).unwrap(), "full");
+        assert_eq!(read_artifact(&r, "artifacts:/c1.log").unwrap(), "full");
+        let audit = state.join("audit.jsonl");
+        assert_eq!(r.artifact(audit.to_str().unwrap()).unwrap(), None);
+        assert_eq!(
+            kind(r.resolve(audit.to_str().unwrap())),
+            ErrorType::PathOutsideWorkspace
+        );
     }
 
     #[test]

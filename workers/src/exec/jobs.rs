@@ -190,7 +190,7 @@ impl Jobs {
         let handle = format!("w{}-{}", self.index, t.next);
         let file = state
             .artifacts
-            .create(&format!("job-{handle}.log"))
+            .create(&format!("job-{handle}"))
             .map_err(|e| ToolError::internal(format!("cannot create the output file: {e}")))?;
         let spec = Spec {
             command: a.command,

@@ -61,47 +61,70 @@ pub(crate) struct Artifacts {
     active: Mutex<HashSet<PathBuf>>,
 }
 
+/// Most names tried for one call id (`<id>.log`, `<id>-2.log`, … `<id>-N.log`).
+const MAX_SUFFIX: u32 = 100_000;
+
 impl Artifacts {
+    /// The directory is `<state_dir>/artifacts` with the state directory canonicalised
+    /// (it exists: the supervisor made it), so `full_output` comes out workspace-relative
+    /// whenever the state directory is inside the canonical workspace.
     pub(crate) fn new(state_dir: &Path, limits: &Limits) -> Arc<Self> {
+        let state = state_dir
+            .canonicalize()
+            .unwrap_or_else(|_| state_dir.to_path_buf());
         Arc::new(Artifacts {
-            dir: state_dir.join("artifacts"),
+            dir: state.join("artifacts"),
             max_bytes: limits.artifacts_max_bytes,
             total_bytes: limits.artifacts_total_bytes,
             active: Mutex::new(HashSet::new()),
         })
     }
 
-    /// Create (truncate) `<dir>/<file_name>` after pruning the directory to its cap.
-    pub(crate) fn create(self: &Arc<Self>, file_name: &str) -> std::io::Result<ArtifactFile> {
-        use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
+    /// Create a new file `<stem>.log`, or `<stem>-2.log`, `<stem>-3.log`, … when taken,
+    /// after pruning the directory to its cap. Each name is created with `O_EXCL`, so no
+    /// earlier output is ever overwritten, whoever holds the name: another session
+    /// reusing a call id, the CLI's fixed id, a job handle from before a restart, or a
+    /// concurrent call in another worker process. `O_EXCL` also refuses a symlink
+    /// planted under that name.
+    pub(crate) fn create(self: &Arc<Self>, stem: &str) -> std::io::Result<ArtifactFile> {
+        use std::os::unix::fs::DirBuilderExt;
         std::fs::DirBuilder::new()
             .recursive(true)
             .mode(0o700)
             .create(&self.dir)?;
-        let path = self.dir.join(file_name);
-        self.prune(&path);
-        let file = std::fs::OpenOptions::new()
-            .write(true)
-            .create(true)
-            .truncate(true)
-            .mode(0o600)
-            .open(&path)?;
+        self.prune();
+        for n in 1..=MAX_SUFFIX {
+            let path = self.dir.join(numbered(stem, n));
+            match create_new(&path) {
+                Ok(file) => return Ok(self.track(file, path)),
+                Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => continue,
+                Err(e) => return Err(e),
+            }
+        }
+        Err(std::io::Error::new(
+            std::io::ErrorKind::AlreadyExists,
+            format!("{MAX_SUFFIX} artifact files named after `{stem}` already exist"),
+        ))
+    }
+
+    /// Mark `path` in use (never pruned) until its [`ArtifactFile`] drops.
+    fn track(self: &Arc<Self>, file: File, path: PathBuf) -> ArtifactFile {
         self.lock().insert(path.clone());
-        Ok(ArtifactFile {
+        ArtifactFile {
             file,
             path,
             written: 0,
             max: self.max_bytes,
             owner: Arc::clone(self),
-        })
+        }
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, HashSet<PathBuf>> {
         self.active.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// Remove the oldest files (not in use, not `new`) until the directory fits its cap.
-    fn prune(&self, new: &Path) {
+    /// Remove the oldest files (not in use) until the directory fits its cap.
+    fn prune(&self) {
         let Ok(rd) = std::fs::read_dir(&self.dir) else {
             return;
         };
@@ -119,7 +142,7 @@ impl Artifacts {
             if total <= self.total_bytes {
                 break;
             }
-            if path == new || active.contains(&path) {
+            if active.contains(&path) {
                 continue;
             }
             if std::fs::remove_file(&path).is_ok() {
@@ -127,6 +150,25 @@ impl Artifacts {
             }
         }
     }
+}
+
+/// The `n`th name for `stem`: `<stem>.log` first (the name DESIGN §4 gives), then
+/// `<stem>-<n>.log`.
+fn numbered(stem: &str, n: u32) -> String {
+    match n {
+        1 => format!("{stem}.log"),
+        n => format!("{stem}-{n}.log"),
+    }
+}
+
+/// Create `path` only if no file (or symlink) has that name yet.
+fn create_new(path: &Path) -> std::io::Result<File> {
+    use std::os::unix::fs::OpenOptionsExt;
+    std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(path)
 }
 
 /// One artifact being written; bytes past `max` are dropped (counted elsewhere).
@@ -236,8 +278,8 @@ impl Capture {
         self.tail.extend(data);
     }
 
-    /// The result text and, when cut, what was left out (with the artifact's path,
-    /// relative to `workspace` when inside it).
+    /// The result text and, when cut, what was left out (with the artifact's name as
+    /// `read_file` reads it, see [`full_output_name`]).
     pub(crate) fn finish(mut self, workspace: &Path) -> (String, Option<Truncated>) {
         let lines = self.newlines + u64::from(self.last.is_some_and(|b| b != b'\n'));
         let cut = if self.overflowed {
@@ -250,7 +292,7 @@ impl Capture {
             t.full_output = self
                 .artifact
                 .as_ref()
-                .map(|a| shown_path(&a.path, workspace));
+                .map(|a| full_output_name(&a.path, workspace));
             t
         });
         (cut.text, truncated)
@@ -278,11 +320,19 @@ impl Record for Capture {
     }
 }
 
-/// A path as tools show it: relative to the workspace when inside it, else absolute.
-pub(crate) fn shown_path(path: &Path, workspace: &Path) -> String {
-    match path.strip_prefix(workspace) {
-        Ok(rel) => rel.display().to_string(),
-        Err(_) => path.display().to_string(),
+/// How `truncated.full_output` names an artifact so that `read_file` reads it: relative
+/// to the workspace when the state directory is inside it (DESIGN's
+/// `<state_dir>/artifacts/<call>.log`), else `artifacts:/<file>`, because an absolute
+/// path outside every root is refused (`PathOutsideWorkspace`) before a worker sees it.
+pub(crate) fn full_output_name(path: &Path, workspace: &Path) -> String {
+    match (path.strip_prefix(workspace), path.file_name()) {
+        (Ok(rel), _) => rel.display().to_string(),
+        (Err(_), Some(name)) => format!(
+            "{}/{}",
+            crate::paths::ARTIFACTS_SCOPE,
+            name.to_string_lossy()
+        ),
+        (Err(_), None) => path.display().to_string(),
     }
 }
 
@@ -495,7 +545,7 @@ mod tests {
         let a2 = Arc::clone(&arts);
         let mut c = Capture::new(
             &limits(100, 10, 20),
-            Box::new(move || a2.create("call-1.log").ok()),
+            Box::new(move || a2.create("call-1").ok()),
         );
         let mut all = Vec::new();
         for i in 0..50 {
@@ -517,6 +567,10 @@ mod tests {
         assert_eq!(text.matches("[Output truncated").count(), 1);
         assert_eq!(t.full_output.as_deref(), Some("artifacts/call-1.log"));
         assert_eq!(
+            full_output_name(&arts.dir.join("call-1.log"), Path::new("/elsewhere")),
+            "artifacts:/call-1.log"
+        );
+        assert_eq!(
             std::fs::read(dir.path().join("artifacts/call-1.log")).unwrap(),
             all
         );
@@ -535,18 +589,16 @@ mod tests {
             ..Limits::default()
         };
         let arts = Artifacts::new(dir.path(), &l);
-        for name in ["a.log", "b.log", "c.log"] {
+        for name in ["a", "b", "c"] {
             let mut f = arts.create(name).unwrap();
             f.write(b"0123456789abcdef");
             assert_eq!(f.written, 10);
             let t = std::time::SystemTime::now() - Duration::from_secs(100);
             let file = File::options().write(true).open(&f.path).unwrap();
-            file.set_modified(
-                t + Duration::from_secs(name.len() as u64 + name.as_bytes()[0] as u64),
-            )
-            .unwrap();
+            file.set_modified(t + Duration::from_secs(name.as_bytes()[0] as u64))
+                .unwrap();
         }
-        let held = arts.create("d.log").unwrap();
+        let held = arts.create("d").unwrap();
         let names: Vec<String> = std::fs::read_dir(&arts.dir)
             .unwrap()
             .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
@@ -557,6 +609,70 @@ mod tests {
         );
         assert!(names.contains(&"c.log".to_string()) && names.contains(&"d.log".into()));
         drop(held);
+    }
+
+    #[test]
+    fn a_taken_name_gets_a_suffix_and_is_never_overwritten() {
+        let dir = tempfile::tempdir().unwrap();
+        let arts = Artifacts::new(dir.path(), &Limits::default());
+        let mut paths = Vec::new();
+        for i in 0..3 {
+            let mut f = arts.create("c1").unwrap();
+            f.write(format!("output {i}").as_bytes());
+            paths.push(f.path.clone());
+        }
+        let names: Vec<_> = paths
+            .iter()
+            .map(|p| p.file_name().unwrap().to_string_lossy().into_owned())
+            .collect();
+        assert_eq!(names, ["c1.log", "c1-2.log", "c1-3.log"]);
+        for (i, p) in paths.iter().enumerate() {
+            assert_eq!(std::fs::read_to_string(p).unwrap(), format!("output {i}"));
+        }
+        // A name freed (pruned, removed) is the DESIGN name again.
+        std::fs::remove_file(&paths[0]).unwrap();
+        assert_eq!(arts.create("c1").unwrap().path, paths[0]);
+    }
+
+    #[test]
+    fn a_planted_symlink_is_not_followed() {
+        let dir = tempfile::tempdir().unwrap();
+        let arts = Artifacts::new(dir.path(), &Limits::default());
+        std::fs::create_dir_all(&arts.dir).unwrap();
+        let victim = dir.path().join("audit.jsonl");
+        std::fs::write(&victim, "keep").unwrap();
+        std::os::unix::fs::symlink(&victim, arts.dir.join("c1.log")).unwrap();
+        let mut f = arts.create("c1").unwrap();
+        f.write(b"new");
+        assert!(f.path.ends_with("c1-2.log"), "{}", f.path.display());
+        assert_eq!(std::fs::read_to_string(&victim).unwrap(), "keep");
+    }
+
+    /// Several exec workers (separate processes, so separate `Artifacts`) creating the
+    /// same call id at once each get their own file.
+    #[test]
+    fn concurrent_creates_with_one_id_do_not_collide() {
+        let dir = tempfile::tempdir().unwrap();
+        let state = dir.path().to_path_buf();
+        let barrier = Arc::new(std::sync::Barrier::new(8));
+        let threads: Vec<_> = (0..8)
+            .map(|i| {
+                let (state, barrier) = (state.clone(), Arc::clone(&barrier));
+                std::thread::spawn(move || {
+                    let arts = Artifacts::new(&state, &Limits::default());
+                    barrier.wait();
+                    let mut f = arts.create("cli-1").unwrap();
+                    f.write(format!("worker {i}").as_bytes());
+                    (i, f.path.clone())
+                })
+            })
+            .collect();
+        let got: Vec<(usize, PathBuf)> = threads.into_iter().map(|t| t.join().unwrap()).collect();
+        let distinct: HashSet<&PathBuf> = got.iter().map(|g| &g.1).collect();
+        assert_eq!(distinct.len(), 8, "{got:?}");
+        for (i, p) in &got {
+            assert_eq!(std::fs::read_to_string(p).unwrap(), format!("worker {i}"));
+        }
     }
 
     #[test]

@@ -72,11 +72,11 @@ pub(crate) async fn run(
     let mut running = state.launcher.spawn(&spec)?;
     drop(cwd);
     let arts = Arc::clone(&state.artifacts);
-    let file = format!("{}.log", sanitize_name(&ctx.name, ctx.call));
-    let open = Box::new(move || match arts.create(&file) {
+    let stem = sanitize_name(&ctx.name, ctx.call);
+    let open = Box::new(move || match arts.create(&stem) {
         Ok(f) => Some(f),
         Err(e) => {
-            tracing::warn!("cannot create artifact {file}: {e}");
+            tracing::warn!("cannot create the artifact for call {stem}: {e}");
             None
         }
     });

@@ -3,10 +3,13 @@
 //! Read-only tools: [`read_file`], [`read_many_files`], [`ls`], [`glob`] and [`grep`].
 //! Every path goes through the confined [`crate::paths::Resolver`]; discovery shares one
 //! walk ([`walk`]) that honours `.gitignore`, hides dot-files unless asked, never enters
-//! `.git` and never shows protected paths. Output is cut by [`crate::truncate`].
+//! `.git` and never shows protected paths. A path or directory inside `.git` is refused,
+//! and an artifact file named explicitly is readable ([`guard`]). Output is cut by
+//! [`crate::truncate`].
 
 mod glob;
 mod grep;
+mod guard;
 mod ls;
 mod read_file;
 mod read_many_files;
@@ -140,7 +143,9 @@ pub(crate) mod testutil {
             limits,
             exec: ExecSettings::default(),
         };
-        let resolver = Resolver::new(&roots, protected).unwrap();
+        let resolver = Resolver::new(&roots, protected)
+            .unwrap()
+            .with_artifacts(&init.state_dir);
         let ctx = ToolContext {
             init: Arc::new(init),
             resolver: Arc::new(resolver),

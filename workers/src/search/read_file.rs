@@ -9,9 +9,14 @@
 //! - Binary means a NUL byte or invalid UTF-8 in the first 8 KiB (`BinaryFile`); invalid
 //!   UTF-8 further on is converted lossily.
 //!
+//! - A path inside `.git` is `PermissionError`; a file of `<state_dir>/artifacts/` (a
+//!   command's full output, named by `truncated.full_output`) is readable although the
+//!   rest of the state directory is protected (see [`super::guard`]).
+//!
 //! The file is streamed: only the requested lines are kept, and of those only what the
 //! truncation may keep; the rest is counted for the marker.
 
+use std::fs::File;
 use std::io::{BufRead, BufReader, Cursor, Read};
 
 use rustix::io::Errno;
@@ -19,8 +24,9 @@ use serde_json::{Value, json};
 use toolvisor_protocol::ErrorType;
 use toolvisor_protocol::worker::Outcome;
 
+use super::guard::Target;
 use super::{opt_count, str_arg};
-use crate::paths::{Resolved, map_errno};
+use crate::paths::errno_error;
 use crate::truncate::{Cut, text_counted};
 use crate::{ToolContext, ToolError};
 
@@ -30,18 +36,14 @@ const SNIFF: u64 = 8192;
 pub fn run(args: &Value, ctx: &ToolContext) -> Result<Outcome, ToolError> {
     let path = str_arg(args, "path")?;
     let range = LineRange::new(opt_count(args, "startLine")?, opt_count(args, "endLine")?)?;
-    let r = ctx.resolver.resolve(path)?;
-    let read = read_text(ctx, &r, range)?;
+    let target = Target::of(ctx, path)?;
+    let shown = target.display();
+    let read = read_text(ctx, target.open(ctx)?, shown, range)?;
     let mut o = Outcome::ok(read.cut.text);
     o.truncated = read.cut.truncated;
     o.display = match read.lines {
-        0 => format!("{}: empty", r.display),
-        n => format!(
-            "{}: lines {}-{}",
-            r.display,
-            range.start,
-            range.start + n - 1
-        ),
+        0 => format!("{shown}: empty"),
+        n => format!("{shown}: lines {}-{}", range.start, range.start + n - 1),
     };
     o.meta.insert("lines".into(), json!(read.lines));
     o.meta.insert("start_line".into(), json!(range.start));
@@ -80,23 +82,27 @@ pub struct ReadText {
     pub lines: u64,
 }
 
-/// Open `r` through the resolver, refuse binary content, return the range's text
-/// truncated under `limits.file_max`.
-pub fn read_text(ctx: &ToolContext, r: &Resolved, range: LineRange) -> Result<ReadText, ToolError> {
-    let file = ctx.resolver.open_read(r)?;
+/// Refuse binary content in `file` (an opened [`Target`], shown as `shown`), return the
+/// range's text truncated under `limits.file_max`.
+pub fn read_text(
+    ctx: &ToolContext,
+    file: File,
+    shown: &str,
+    range: LineRange,
+) -> Result<ReadText, ToolError> {
     let mut head = Vec::with_capacity(SNIFF as usize);
     (&file)
         .take(SNIFF)
         .read_to_end(&mut head)
-        .map_err(|e| io_error(e, r))?;
-    check_text(&head, r)?;
+        .map_err(|e| io_error(e, shown))?;
+    check_text(&head, shown)?;
     let mut reader = BufReader::new(Cursor::new(head).chain(file));
     let limits = &ctx.init.limits;
-    let sel = select(&mut reader, range, limits.file_max + 4, ctx, r)?;
+    let sel = select(&mut reader, range, limits.file_max + 4, ctx, shown)?;
     if sel.lines == 0 && range.start > 1 {
         return Err(ToolError::invalid(format!(
-            "startLine {} is past the end of `{}` ({} lines)",
-            range.start, r.display, sel.seen
+            "startLine {} is past the end of `{shown}` ({} lines)",
+            range.start, sel.seen
         )));
     }
     let text = String::from_utf8_lossy(&sel.kept);
@@ -130,7 +136,7 @@ fn select(
     range: LineRange,
     cap: usize,
     ctx: &ToolContext,
-    r: &Resolved,
+    shown: &str,
 ) -> Result<Selection, ToolError> {
     let mut sel = Selection {
         kept: Vec::new(),
@@ -143,7 +149,7 @@ fn select(
         line.clear();
         let n = reader
             .read_until(b'\n', &mut line)
-            .map_err(|e| io_error(e, r))?;
+            .map_err(|e| io_error(e, shown))?;
         if n == 0 {
             break;
         }
@@ -164,22 +170,22 @@ fn select(
 
 /// `BinaryFile` for a NUL byte or invalid UTF-8 in `head` (a character cut by the end of
 /// `head` is fine).
-fn check_text(head: &[u8], r: &Resolved) -> Result<(), ToolError> {
+fn check_text(head: &[u8], shown: &str) -> Result<(), ToolError> {
     let bad_utf8 = matches!(std::str::from_utf8(head), Err(e) if e.error_len().is_some());
     if head.contains(&0) || bad_utf8 {
         return Err(ToolError::new(
             ErrorType::BinaryFile,
-            format!("`{}` is a binary file", r.display),
+            format!("`{shown}` is a binary file"),
         ));
     }
     Ok(())
 }
 
 /// The contract error for a read failure.
-pub fn io_error(e: std::io::Error, r: &Resolved) -> ToolError {
+pub fn io_error(e: std::io::Error, shown: &str) -> ToolError {
     match e.raw_os_error() {
-        Some(code) => map_errno(Errno::from_raw_os_error(code), r),
-        None => ToolError::internal(format!("`{}`: {e}", r.display)),
+        Some(code) => errno_error(Errno::from_raw_os_error(code), shown),
+        None => ToolError::internal(format!("`{shown}`: {e}")),
     }
 }
 
@@ -216,6 +222,46 @@ mod tests {
         assert_eq!(
             kind(".toolvisor/audit.jsonl"),
             Some(ErrorType::PermissionError)
+        );
+    }
+
+    #[test]
+    fn artifacts_are_readable_when_named_and_never_listed() {
+        let w = ws_with(Limits::default(), &[".toolvisor"]);
+        let full: String = (1..=3000).map(|i| format!("{i}\n")).collect();
+        w.write(".toolvisor/artifacts/c1.log", &full);
+        w.write(".toolvisor/audit.jsonl", "x");
+        std::os::unix::fs::symlink(".toolvisor/audit.jsonl", w.root().join("ln")).unwrap();
+        let read = |a| w.run("read_file", a);
+        let o = read(json!({"path": ".toolvisor/artifacts/c1.log", "startLine": 2999}));
+        assert_eq!(o.content, "2999\n3000\n");
+        assert_eq!(o.display, ".toolvisor/artifacts/c1.log: lines 2999-3000");
+        let o = read(json!({"path": ".toolvisor/artifacts/c1.log"}));
+        assert!(o.truncated.is_some() && o.content.starts_with("1\n2\n"));
+        let abs = w.root().join(".toolvisor/artifacts/c1.log");
+        let o = read(json!({"path": abs, "endLine": 1}));
+        assert_eq!(o.content, "1\n");
+        for p in [".toolvisor/audit.jsonl", ".toolvisor/artifacts", "ln"] {
+            let o = read(json!({"path": p}));
+            assert_eq!(err_kind(&o), Some(ErrorType::PermissionError), "{p}");
+        }
+        let o = w.run(
+            "read_many_files",
+            json!({"paths": [".toolvisor/artifacts/c1.log", ".toolvisor/artifacts/*"]}),
+        );
+        assert!(
+            o.content
+                .starts_with("=== .toolvisor/artifacts/c1.log ===\n1\n")
+        );
+        assert_eq!(o.meta["errors"], 1, "globs never reach it: {}", o.content);
+        let ls = w.run("ls", json!({"path": ".toolvisor/artifacts"}));
+        assert_eq!(err_kind(&ls), Some(ErrorType::PermissionError));
+        let all = json!({"pattern": "**", "includeHidden": true});
+        assert!(!w.run("glob", all).content.contains("artifacts"));
+        assert!(
+            !w.run("grep", json!({"pattern": "3000"}))
+                .content
+                .contains("artifacts")
         );
     }
 

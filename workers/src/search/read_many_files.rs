@@ -2,12 +2,15 @@
 //! globs expanded in sorted order (with the discovery filters: `.gitignore`, no
 //! dot-files, no `.git`, no protected paths). A failing file's body is `Error: <message>`
 //! and the call still succeeds; each file is truncated on its own (as `read_file`), and
-//! `truncated` sums what was left out.
+//! `truncated` sums what was left out. A path named explicitly follows `read_file`'s
+//! rules (an artifact file is readable, `.git` is refused); globs only ever match what
+//! discovery shows.
 
 use serde_json::{Value, json};
 use toolvisor_protocol::Truncated;
 use toolvisor_protocol::worker::Outcome;
 
+use super::guard::Target;
 use super::read_file::{LineRange, read_text};
 use super::{glob, plural};
 use crate::{ToolContext, ToolError};
@@ -86,13 +89,17 @@ struct Output {
 impl Output {
     /// Read one file and append its section (or its error).
     fn file(&mut self, ctx: &ToolContext, p: &str) {
-        let r = match ctx.resolver.resolve(p) {
-            Ok(r) => r,
+        let target = match Target::of(ctx, p) {
+            Ok(t) => t,
             Err(e) => return self.error(p, &e.message),
         };
-        match read_text(ctx, &r, LineRange::ALL) {
+        let shown = target.display();
+        match target
+            .open(ctx)
+            .and_then(|f| read_text(ctx, f, shown, LineRange::ALL))
+        {
             Ok(read) => {
-                self.section(&r.display, &read.cut.text);
+                self.section(shown, &read.cut.text);
                 self.files += 1;
                 if let Some(t) = read.cut.truncated {
                     let sum = self.truncated.get_or_insert_with(Truncated::default);
@@ -100,7 +107,7 @@ impl Output {
                     sum.omitted_lines += t.omitted_lines;
                 }
             }
-            Err(e) => self.error(&r.display, &e.message),
+            Err(e) => self.error(shown, &e.message),
         }
     }
 

@@ -46,8 +46,8 @@ pub trait Visitor: Send {
     fn visit(&mut self, found: &Found) -> bool;
 }
 
-/// Walk `dir` (opened through the resolver first, so it is confined, not protected and
-/// a directory) with one visitor per thread; returns every thread's visitor.
+/// Walk `dir` (opened through the resolver first, so it is confined, not protected, not
+/// in `.git` and a directory) with one visitor per thread; returns every thread's visitor.
 ///
 /// A cancelled call stops the walk and returns `Cancelled`.
 pub fn walk<V, M>(
@@ -60,7 +60,10 @@ where
     V: Visitor,
     M: Fn() -> V + Sync,
 {
-    drop(ctx.resolver.open_dir(dir)?);
+    super::guard::refuse_git(dir)?;
+    let fd = ctx.resolver.open_dir(dir)?;
+    super::guard::refuse_git_fd(ctx, dir, &fd)?;
+    drop(fd);
     let root_path = ctx.resolver.root_path(dir.root).to_path_buf();
     let done = Mutex::new(Vec::new());
     builder(ctx, &dir.host, opts).build_parallel().run(|| {
