@@ -166,6 +166,8 @@ pub struct GroupConfig {
     /// Worker processes; `None` takes the group's default (search 2, edit 1, exec 2).
     pub count: Option<usize>,
     pub queue_max: usize,
+    /// Calls one worker process runs at once; past it calls wait in the queue.
+    pub max_in_flight: usize,
     pub default_timeout_ms: u64,
     pub max_timeout_ms: u64,
     pub max_rss_mb: u64,
@@ -180,6 +182,7 @@ impl Default for GroupConfig {
         GroupConfig {
             count: None,
             queue_max: 256,
+            max_in_flight: 32,
             default_timeout_ms: 30_000,
             max_timeout_ms: 600_000,
             max_rss_mb: 512,
@@ -312,6 +315,12 @@ impl Config {
         ] {
             if let Some(n) = g.count.filter(|n| !(1..=64).contains(n)) {
                 return Err(format!("workers.{name}.count must be 1..=64, not {n}"));
+            }
+            if !(1..=1024).contains(&g.max_in_flight) {
+                return Err(format!(
+                    "workers.{name}.max_in_flight must be 1..=1024, not {}",
+                    g.max_in_flight
+                ));
             }
             if g.queue_max == 0 {
                 return Err(format!("workers.{name}.queue_max must be at least 1"));

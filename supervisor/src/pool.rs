@@ -4,11 +4,11 @@
 //! worker, waits for it with the call's deadline, and turns every way a call can end
 //! into exactly one outcome.
 
-use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, RwLock};
 use std::time::{Duration, Instant};
 
-use ractor::{Actor, ActorCell, ActorProcessingErr, ActorRef, SupervisionEvent};
+use ractor::{Actor, ActorCell, ActorProcessingErr, ActorRef, RpcReplyPort, SupervisionEvent};
 use serde_json::Value;
 use tokio::sync::{mpsc, watch};
 use tokio_util::sync::CancellationToken;
@@ -25,15 +25,14 @@ use crate::worker::{
     WorkerState,
 };
 
-/// Calls one worker process runs at once before more wait in the group's queue.
-pub const MAX_IN_FLIGHT_PER_WORKER: usize = 32;
-
 /// What a group runs, handed to the pool by the service.
 #[derive(Clone)]
 pub struct PoolSpec {
     pub group: String,
     pub count: usize,
     pub queue_max: usize,
+    /// Calls one worker process runs at once before more wait in the group's queue.
+    pub max_in_flight: usize,
     pub spawner: Spawner,
     pub spawn: SpawnSpec,
     pub init: WorkerInit,
@@ -68,12 +67,17 @@ pub struct JobEnd {
     pub worker: Option<(String, u32)>,
 }
 
+/// The workers calls may go to, replaced as a whole when a reload changes the group's
+/// `count` (readers take a snapshot: one `Arc` clone under a read lock).
+type Roster = Arc<RwLock<Arc<Vec<Arc<WorkerShared>>>>>;
+
 /// The dispatch side of a pool, shared by every call.
 pub struct Pool {
     pub group: String,
-    pub workers: Vec<Arc<WorkerShared>>,
+    roster: Roster,
     changed: watch::Receiver<u64>,
     queue_max: AtomicUsize,
+    max_in_flight: AtomicUsize,
     /// Calls waiting for a slot, served round-robin across sessions.
     queue: Arc<FairQueue>,
     deadline_grace: Duration,
@@ -92,28 +96,43 @@ impl Pool {
         let workers: Vec<_> = (0..spec.count)
             .map(|i| WorkerShared::new(&spec.group, i as u32, changed_tx.clone(), queue.clone()))
             .collect();
+        let roster: Roster = Arc::new(RwLock::new(Arc::new(workers.clone())));
         let (actor, _) = Actor::spawn(
             None,
             PoolActor,
             PoolArgs {
                 spec: spec.clone(),
-                workers: workers.clone(),
+                workers,
+                roster: roster.clone(),
+                changed: changed_tx,
+                queue: queue.clone(),
             },
         )
         .await?;
         Ok(Arc::new(Pool {
             group: spec.group,
-            workers,
+            roster,
             changed,
             queue_max: AtomicUsize::new(spec.queue_max),
+            max_in_flight: AtomicUsize::new(spec.max_in_flight),
             queue,
             deadline_grace: spec.deadline_grace,
             actor,
         }))
     }
 
-    pub fn set_queue_max(&self, n: usize) {
-        self.queue_max.store(n, Ordering::SeqCst);
+    /// The group's workers now (those retiring included, as `stopping`, until they end).
+    pub fn workers(&self) -> Arc<Vec<Arc<WorkerShared>>> {
+        self.roster
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+    }
+
+    /// The queue and concurrency limits of a reloaded configuration.
+    pub fn set_limits(&self, queue_max: usize, max_in_flight: usize) {
+        self.queue_max.store(queue_max, Ordering::SeqCst);
+        self.max_in_flight.store(max_in_flight, Ordering::SeqCst);
     }
 
     /// Run a job to its end: result, timeout, cancel, crash (re-run once when allowed).
@@ -192,8 +211,8 @@ impl Pool {
         make: impl Fn(u32) -> Job,
         cancel: &CancellationToken,
     ) -> Vec<(u32, JobEnd)> {
-        let runs = self
-            .workers
+        let workers = self.workers();
+        let runs = workers
             .iter()
             .filter(|w| w.state() == WorkerState::Ready)
             .map(|w| {
@@ -272,20 +291,21 @@ impl Pool {
 
     /// The least-loaded ready worker with room (or the one the job names).
     fn pick(&self, only: Option<u32>) -> Option<Arc<WorkerShared>> {
-        self.workers
+        let max = self.max_in_flight.load(Ordering::SeqCst);
+        self.workers()
             .iter()
             .filter(|w| only.is_none_or(|i| w.index == i))
             .filter(|w| w.state() == WorkerState::Ready)
             .map(|w| (w.in_flight(), w))
-            .filter(|(n, _)| *n < MAX_IN_FLIGHT_PER_WORKER)
+            .filter(|(n, _)| *n < max)
             .min_by_key(|(n, _)| *n)
             .map(|(_, w)| w.clone())
     }
 
     /// `WorkerUnavailable` when every worker that could run the job has failed.
     fn unavailable(&self, only: Option<u32>) -> Option<Outcome> {
-        let mut candidates = self
-            .workers
+        let workers = self.workers();
+        let mut candidates = workers
             .iter()
             .filter(|w| only.is_none_or(|i| w.index == i))
             .peekable();
@@ -328,7 +348,38 @@ impl Pool {
     /// Rolling restart: each worker is replaced after its calls end, and the next one
     /// only once the previous is ready again (or failed), so the group keeps serving.
     pub async fn restart_for(&self, reason: RestartReason) {
-        for w in &self.workers {
+        self.restart_these(&self.workers(), reason).await;
+    }
+
+    /// SIGHUP: take the group's new `count` (new workers start with the reloaded
+    /// configuration, surplus ones retire once their calls end), then replace the
+    /// workers that stay, one at a time, so they run the new configuration too.
+    pub async fn reload(&self, count: usize, r: &Reconfig) {
+        let before = self.workers();
+        let resized = self
+            .actor
+            .call(
+                |reply| PoolMsg::Resize {
+                    count,
+                    reconfig: Box::new(r.clone()),
+                    reply,
+                },
+                None,
+            )
+            .await;
+        if let Err(e) = resized {
+            tracing::error!(group = %self.group, "cannot resize the pool: {e}");
+        }
+        let stay: Vec<_> = before
+            .iter()
+            .filter(|w| (w.index as usize) < count && w.state() != WorkerState::Stopping)
+            .cloned()
+            .collect();
+        self.restart_these(&stay, RestartReason::Reload).await;
+    }
+
+    async fn restart_these(&self, workers: &[Arc<WorkerShared>], reason: RestartReason) {
+        for w in workers {
             if let Some(actor) = w.actor_ref() {
                 let asked = actor
                     .call(
@@ -348,7 +399,7 @@ impl Pool {
 
     /// Use a reloaded configuration from each worker's next start on.
     pub fn reconfigure(&self, r: &Reconfig) {
-        for w in &self.workers {
+        for w in self.workers().iter() {
             if let Some(actor) = w.actor_ref() {
                 let init = WorkerInit {
                     group: self.group.clone(),
@@ -365,7 +416,8 @@ impl Pool {
     /// Stop every worker (service shutdown).
     pub async fn stop(&self) {
         let mut waits = Vec::new();
-        for w in &self.workers {
+        let workers = self.workers();
+        for w in workers.iter() {
             if let Some(actor) = w.actor_ref() {
                 waits.push(async move { ractor::call_t!(actor, WorkerMsg::Stop, 5_000) });
             }
@@ -374,22 +426,87 @@ impl Pool {
     }
 }
 
-pub enum PoolMsg {}
+pub enum PoolMsg {
+    /// Grow or shrink to `count` workers (SIGHUP); new ones start with the reloaded
+    /// configuration. Answered once new workers are spawned and the others told to
+    /// retire (not once they have).
+    Resize {
+        count: usize,
+        reconfig: Box<Reconfig>,
+        reply: RpcReplyPort<()>,
+    },
+}
 
 pub struct PoolArgs {
     spec: PoolSpec,
     workers: Vec<Arc<WorkerShared>>,
+    roster: Roster,
+    changed: watch::Sender<u64>,
+    queue: Arc<FairQueue>,
 }
 
 pub struct PoolActor;
 
 pub struct PoolState {
     spec: PoolSpec,
+    /// Workers `0..count`, each with its actor at the same position in `actors`.
     workers: Vec<Arc<WorkerShared>>,
     actors: Vec<ActorCell>,
+    /// Workers leaving after a shrink, until their actors end.
+    retiring: Vec<(Arc<WorkerShared>, ActorCell)>,
+    roster: Roster,
+    changed: watch::Sender<u64>,
+    queue: Arc<FairQueue>,
 }
 
 impl PoolState {
+    /// Show the current workers (and the retiring ones) to the dispatch side.
+    fn publish(&self) {
+        let mut all = self.workers.clone();
+        all.extend(self.retiring.iter().map(|(w, _)| w.clone()));
+        *self.roster.write().unwrap_or_else(|p| p.into_inner()) = Arc::new(all);
+        self.changed.send_modify(|n| *n += 1);
+    }
+
+    /// Take a reloaded configuration for workers started from now on, then grow (new
+    /// indices after the last) or shrink (the highest indices retire after their calls).
+    async fn resize(&mut self, myself: &ActorRef<PoolMsg>, count: usize, r: Reconfig) {
+        self.spec.init = WorkerInit {
+            group: self.spec.group.clone(),
+            ..r.init
+        };
+        self.spec.spawn.passthrough = r.passthrough;
+        self.spec.policy = RestartPolicy::new(r.supervisor);
+        let before = self.workers.len();
+        if count < before {
+            let workers = self.workers.split_off(count);
+            let actors = self.actors.split_off(count);
+            for (w, a) in workers.into_iter().zip(actors) {
+                if let Some(actor) = w.actor_ref() {
+                    let _ = actor.cast(WorkerMsg::Retire);
+                }
+                self.retiring.push((w, a));
+            }
+        }
+        for i in before..count {
+            let shared = WorkerShared::new(
+                &self.spec.group,
+                i as u32,
+                self.changed.clone(),
+                self.queue.clone(),
+            );
+            self.workers.push(shared);
+            self.actors.push(myself.get_cell());
+            if let Err(e) = self.spawn_worker(myself, i).await {
+                tracing::error!(group = %self.spec.group, index = i, "cannot start a new worker: {e}");
+            }
+        }
+        if count != before {
+            tracing::info!(group = %self.spec.group, from = before, to = count, "worker count changed");
+        }
+        self.publish();
+    }
+
     async fn spawn_worker(
         &mut self,
         myself: &ActorRef<PoolMsg>,
@@ -427,6 +544,10 @@ impl Actor for PoolActor {
             spec: args.spec,
             workers: args.workers,
             actors: Vec::with_capacity(n),
+            retiring: Vec::new(),
+            roster: args.roster,
+            changed: args.changed,
+            queue: args.queue,
         };
         for i in 0..n {
             st.actors.push(myself.get_cell());
@@ -435,8 +556,28 @@ impl Actor for PoolActor {
         Ok(st)
     }
 
+    async fn handle(
+        &self,
+        myself: ActorRef<PoolMsg>,
+        msg: PoolMsg,
+        st: &mut PoolState,
+    ) -> Result<(), ActorProcessingErr> {
+        match msg {
+            PoolMsg::Resize {
+                count,
+                reconfig,
+                reply,
+            } => {
+                st.resize(&myself, count, *reconfig).await;
+                let _ = reply.send(());
+            }
+        }
+        Ok(())
+    }
+
     /// A worker actor that panicked or stopped is started again; its process was
-    /// killed when its state dropped, and the new actor starts a new one.
+    /// killed when its state dropped, and the new actor starts a new one. A retired
+    /// worker's actor ending takes it off the roster.
     async fn handle_supervisor_evt(
         &self,
         myself: ActorRef<PoolMsg>,
@@ -451,6 +592,15 @@ impl Actor for PoolActor {
             SupervisionEvent::ActorTerminated(cell, _, _) => cell.clone(),
             _ => return Ok(()),
         };
+        if let Some(r) = st
+            .retiring
+            .iter()
+            .position(|(_, a)| a.get_id() == cell.get_id())
+        {
+            st.retiring.remove(r);
+            st.publish();
+            return Ok(());
+        }
         let Some(i) = st.actors.iter().position(|a| a.get_id() == cell.get_id()) else {
             return Ok(());
         };

@@ -1,6 +1,7 @@
 //! SIGHUP: read the configuration again (a bad one keeps the old one and the running
 //! workers), then restart every worker after its calls end, one worker of a group at a
-//! time. Worker counts are fixed at start: a changed `count` takes a new `serve`.
+//! time. A changed `count` grows the group (new workers start with the new
+//! configuration) or shrinks it (the highest indices retire once their calls end).
 
 use std::sync::Arc;
 
@@ -8,7 +9,7 @@ use crate::audit::record::{ConfigReloadFailed, ConfigReloaded};
 use crate::config::Config;
 use crate::policy::Policy;
 use crate::service::Service;
-use crate::worker::{Reconfig, RestartReason};
+use crate::worker::Reconfig;
 use toolvisor_protocol::worker::WorkerInit;
 
 /// Read and check the configuration file again, policy included.
@@ -36,14 +37,17 @@ pub async fn reload_and_restart(service: &Arc<Service>) {
             return;
         }
     };
+    let mut plans = Vec::new();
     for (group, pool) in &service.pools {
         if let Some(g) = cfg.workers.group(group) {
-            pool.set_queue_max(g.queue_max);
-            pool.reconfigure(&Reconfig {
+            pool.set_limits(g.queue_max, g.max_in_flight);
+            let reconfig = Reconfig {
                 init: init.clone(),
                 passthrough: g.env_passthrough.clone(),
                 supervisor: cfg.supervisor.clone(),
-            });
+            };
+            pool.reconfigure(&reconfig);
+            plans.push((pool.clone(), cfg.workers.count(group), reconfig));
         }
     }
     *service.config.write().unwrap_or_else(|p| p.into_inner()) = Arc::new(cfg);
@@ -54,9 +58,8 @@ pub async fn reload_and_restart(service: &Arc<Service>) {
         config_sha256: &digest,
     });
     tracing::info!("SIGHUP: configuration reloaded; restarting the workers as their calls end");
-    let pools: Vec<_> = service.pools.values().cloned().collect();
     tokio::spawn(async move {
-        futures::future::join_all(pools.iter().map(|p| p.restart_for(RestartReason::Reload))).await;
+        futures::future::join_all(plans.iter().map(|(p, count, r)| p.reload(*count, r))).await;
         tracing::info!("SIGHUP: every worker restarted");
     });
 }

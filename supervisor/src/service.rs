@@ -89,6 +89,7 @@ impl Service {
                 group: (*group).to_owned(),
                 count: config.workers.count(group),
                 queue_max: gcfg.queue_max,
+                max_in_flight: gcfg.max_in_flight,
                 spawner: spawner.clone(),
                 spawn: SpawnSpec {
                     exe: paths.exe.clone(),

@@ -43,7 +43,7 @@ pub async fn status(svc: &Arc<Service>, id: Id) -> ServerMessage {
             .position(|g| *g == p.group)
     });
     for pool in groups {
-        for w in &pool.workers {
+        for w in pool.workers().iter() {
             let g = w.guards.lock().unwrap_or_else(|p| p.into_inner()).clone();
             guards.landlock = guards.landlock.max(g.landlock);
             guards.openat2 |= g.openat2;

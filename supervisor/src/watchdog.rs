@@ -58,7 +58,7 @@ pub async fn check(service: &Arc<Service>) {
     let workers: Vec<Arc<WorkerShared>> = service
         .pools
         .values()
-        .flat_map(|p| p.workers.iter().cloned())
+        .flat_map(|p| p.workers().iter().cloned().collect::<Vec<_>>())
         .collect();
     let pids: Vec<u32> = workers.iter().map(|w| w.pid().unwrap_or(0)).collect();
     let rss = {

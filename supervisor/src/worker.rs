@@ -351,6 +351,9 @@ pub enum WorkerMsg {
     ReadyTimeout {
         generation: u64,
     },
+    /// Leave the pool for good (SIGHUP lowered the group's `count`): take no more
+    /// calls, stop the process once its calls are done, then end this actor.
+    Retire,
     /// Replace the process once its calls are done. The reply (if any) comes once the
     /// new process is ready, or has failed, or the service stops.
     Restart {
@@ -406,6 +409,8 @@ pub struct WorkerActorState {
     /// Set to the exit status once the current process has been reaped.
     exited: Option<watch::Receiver<Option<ExitStatus>>>,
     stopping: bool,
+    /// Leaving the pool for good (see [`WorkerMsg::Retire`]).
+    retiring: bool,
     guards: Guards,
     planned: Option<Planned>,
     /// Restart requests answered once the new process is ready (or failed).
@@ -441,6 +446,7 @@ impl Actor for WorkerActor {
             child_pid: None,
             exited: None,
             stopping: false,
+            retiring: false,
             guards: Guards::default(),
             planned: None,
             waiters: Vec::new(),
@@ -475,6 +481,10 @@ impl Actor for WorkerActor {
                 st.exited(&myself, code, signal).await;
             }
             WorkerMsg::Restart { reason, reply } => st.restart(&myself, reason, reply).await,
+            WorkerMsg::Retire => st.retire(&myself).await,
+            WorkerMsg::Idle { generation } if generation == st.generation && st.retiring => {
+                st.retire(&myself).await
+            }
             WorkerMsg::Idle { generation } if generation == st.generation => st.idle(&myself),
             WorkerMsg::ShutdownOverdue { generation } if generation == st.generation => {
                 if let Some(pid) = st.child_pid {
@@ -484,7 +494,7 @@ impl Actor for WorkerActor {
             }
             WorkerMsg::Reconfigure(r) => st.reconfigure(*r),
             WorkerMsg::Stop(reply) => {
-                st.stop().await;
+                st.stop("shutdown").await;
                 let _ = reply.send(());
             }
             _ => {} // a message about an older process
@@ -767,9 +777,30 @@ impl WorkerActorState {
         });
     }
 
+    /// Retirement: `stopping` at once (no new process, no `ready`, no restart), the
+    /// process stopped once its calls are done (the idle wake-up comes back here), then
+    /// the actor ends; the pool, seeing it stop while `Stopping`, does not replace it.
+    async fn retire(&mut self, myself: &ActorRef<WorkerMsg>) {
+        if !self.retiring {
+            tracing::info!(group = %self.args.shared.group, index = self.args.shared.index, "retiring the worker once its calls are done");
+        }
+        self.retiring = true;
+        self.stopping = true;
+        self.args.shared.set_state(WorkerState::Stopping);
+        match self.args.shared.link() {
+            Some(link) if link.in_flight() > 0 => {
+                wake_when_idle(link, myself.clone(), self.generation)
+            }
+            _ => {
+                self.stop("retired").await;
+                myself.stop(Some("retired".into()));
+            }
+        }
+    }
+
     /// Service shutdown: ask the process to shut down, kill it after [`CANCEL_GRACE`],
     /// and record its exit before answering, so that `supervisor_stopped` comes last.
-    async fn stop(&mut self) {
+    async fn stop(&mut self, reason: &str) {
         self.stopping = true;
         self.args.shared.set_state(WorkerState::Stopping);
         let link = lock(&self.args.shared.link).take();
@@ -796,11 +827,11 @@ impl WorkerActorState {
                 Some(pid),
                 status.0,
                 status.1,
-                "shutdown",
+                reason,
             );
         }
         if let Some(link) = link {
-            link.fail_all("the service is stopping");
+            link.fail_all(&format!("the worker is stopping ({reason})"));
         }
         self.answer_waiters();
     }

@@ -3,6 +3,7 @@
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::time::Duration;
 
 use serde_json::json;
 use toolvisor_protocol::Status;
@@ -94,4 +95,69 @@ fn sixteen_grep_clients_do_not_starve_ping_or_read_file() {
             h.await.unwrap();
         }
     });
+}
+
+/// `max_in_flight` calls run on a worker at once, `queue_max` more wait, and past both a
+/// call is refused at once with `Overloaded` (DESIGN §9 `queue_max`).
+#[test]
+fn past_max_in_flight_and_queue_max_a_call_is_overloaded() {
+    let s = Server::start(
+        "[policy]\nmode = \"yolo\"\n[[policy.rules]]\ntool = \"run_command\"\naction = \"allow\"\n\
+         [workers.exec]\ncount = 1\nmax_in_flight = 1\nqueue_max = 1\n",
+    );
+    block(Duration::from_secs(60), async {
+        let hold = json!({"command": "while [ ! -e go ]; do sleep 0.01; done; echo ran"});
+        let first = spawn_hold(s.client().await, "first", &hold);
+        // The first runs (the worker's one slot) before the others come.
+        let end = std::time::Instant::now() + Duration::from_secs(30);
+        while s.workers_in_flight("exec").await < 1 {
+            assert!(std::time::Instant::now() < end, "the first call never ran");
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        // One of these waits in the queue (its one place), the other is refused; which
+        // is which depends on arrival order, so only the count is checked.
+        let mut second = spawn_hold(s.client().await, "second", &hold);
+        let mut third = spawn_hold(s.client().await, "third", &hold);
+        // The refusal comes at once, while the other still waits.
+        let (refused, waiting) = tokio::select! {
+            r = &mut second => (r, third),
+            r = &mut third => (r, second),
+        };
+        let refused = refused.expect("call task");
+        s.write("go", "");
+        let mut outcomes = vec![(refused.status, refused.error.as_ref().map(|e| e.kind))];
+        for h in [first, waiting] {
+            let r = h.await.expect("call task");
+            outcomes.push((r.status, r.error.as_ref().map(|e| e.kind)));
+        }
+        assert_eq!(
+            outcomes[0],
+            (
+                Status::Error,
+                Some(toolvisor_protocol::ErrorType::Overloaded)
+            ),
+            "the first to end is the refused one: {outcomes:?}"
+        );
+        let overloaded = outcomes
+            .iter()
+            .filter(|o| {
+                **o == (
+                    Status::Error,
+                    Some(toolvisor_protocol::ErrorType::Overloaded),
+                )
+            })
+            .count();
+        let ok = outcomes.iter().filter(|o| o.0 == Status::Ok).count();
+        assert_eq!((ok, overloaded), (2, 1), "{outcomes:?}");
+    });
+}
+
+/// A `run_command` call on its own connection; its result arrives on the task.
+fn spawn_hold(
+    mut c: toolvisor_protocol::client::Client,
+    id: &'static str,
+    args: &serde_json::Value,
+) -> tokio::task::JoinHandle<toolvisor_protocol::ToolResult> {
+    let args = args.clone();
+    tokio::spawn(async move { call_on(&mut c, id, "run_command", args).await })
 }

@@ -421,6 +421,29 @@ impl Server {
         }
     }
 
+    /// Calls in flight on `group`'s workers now.
+    pub async fn workers_in_flight(&self, group: &str) -> u32 {
+        let mut c = self.client().await;
+        let id = "inflight".into();
+        match c
+            .request(
+                &ClientMessage::Status {
+                    id: "inflight".into(),
+                },
+                &id,
+            )
+            .await
+            .expect("status")
+        {
+            ServerMessage::Status { workers, .. } => workers
+                .iter()
+                .filter(|w| w.group == group)
+                .map(|w| w.in_flight)
+                .sum(),
+            other => panic!("{other:?}"),
+        }
+    }
+
     /// Wait until every worker of `group` is `ready` and none has a pid in `old`.
     pub async fn wait_group_back(&self, group: &str, old: &[u32], deadline: Duration) -> Vec<u32> {
         let end = Instant::now() + deadline;

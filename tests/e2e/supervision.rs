@@ -520,6 +520,86 @@ fn sighup_during_calls_lets_them_finish_then_replaces_every_worker() {
     stop_cleanly(&mut s);
 }
 
+/// DESIGN §8: SIGHUP reloads worker counts too. A group grows at once; a shrinking one
+/// lets the surplus worker finish its call (it shows `stopping` meanwhile), then it
+/// leaves the roster with a `worker_exited` record saying `retired`.
+#[test]
+fn sighup_changes_worker_counts_and_a_retiring_worker_finishes_its_call() {
+    let counts = |search: u32, exec: u32| {
+        format!("{ALLOW_ALL}\n[workers.search]\ncount = {search}\n[workers.exec]\ncount = {exec}\n")
+    };
+    let mut s = Server::start(&counts(1, 2));
+    block(T, async {
+        // Two calls held until `go` exists, one per exec worker (the second goes to the
+        // least-loaded, the idle one), so the worker being retired has a call in flight.
+        let hold = json!({"command": "while [ ! -e go ]; do sleep 0.01; done; echo got"});
+        let mut held = Vec::new();
+        for i in 0..2u32 {
+            held.push(spawn_call(
+                s.client().await,
+                &format!("hold{i}"),
+                "run_command",
+                hold.clone(),
+            ));
+            wait_workers(&s, "exec", "busy", |ws| {
+                ws.iter().filter(|w| w.in_flight == 1).count() == i as usize + 1
+            })
+            .await;
+        }
+        s.write("toolvisor.toml", &counts(3, 1));
+        signal(s.pid(), Signal::SIGHUP);
+        let by_group = |ws: &[WorkerStatus], g: &str| -> Vec<(u32, String)> {
+            ws.iter()
+                .filter(|w| w.group == g)
+                .map(|w| (w.index, w.state.clone()))
+                .collect()
+        };
+        // exec worker 1 retires but waits for its call; search grows to 3.
+        let end = Instant::now() + Duration::from_secs(30);
+        loop {
+            let now = status_workers(&s).await;
+            let search = by_group(&now, "search");
+            let exec = by_group(&now, "exec");
+            if search.len() == 3
+                && search.iter().all(|w| w.1 == "ready")
+                && exec.contains(&(1, "stopping".into()))
+            {
+                break;
+            }
+            assert!(Instant::now() < end, "not resized: {now:?}");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        // Release both calls: both end ok.
+        s.write("go", "");
+        for c in held {
+            let r = c.await.expect("call task");
+            assert_eq!(r.status, Status::Ok, "{r:?}");
+            assert_eq!(r.content, "got\n", "{r:?}");
+        }
+        // Then the retired worker leaves; one exec worker stays and serves.
+        let end = Instant::now() + Duration::from_secs(30);
+        loop {
+            let now = status_workers(&s).await;
+            let exec = by_group(&now, "exec");
+            if exec == vec![(0, "ready".to_string())] {
+                break;
+            }
+            assert!(Instant::now() < end, "exec not down to one: {now:?}");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        let r = s
+            .call("run_command", json!({"command": "echo after"}))
+            .await;
+        assert_eq!(r.status, Status::Ok, "{r:?}");
+        let r = s.call("grep", json!({"pattern": "x"})).await;
+        assert!(matches!(r.status, Status::Ok | Status::Error), "{r:?}");
+        let retired = wait_audit(s.ws(), "worker_exited", |r| r["reason"] == "retired").await;
+        assert_eq!(retired["group"], "exec", "{retired}");
+        assert_eq!(retired["index"], 1, "{retired}");
+    });
+    stop_cleanly(&mut s);
+}
+
 #[test]
 fn sighup_with_a_broken_config_keeps_the_old_one_and_the_workers() {
     let mut s = Server::start(ALLOW_ALL);
