@@ -153,6 +153,16 @@ impl Server {
 
     /// The worker pids of `group` from status.
     pub async fn worker_pids(&self, group: &str) -> Vec<u32> {
+        self.worker_status()
+            .await
+            .iter()
+            .filter(|w| w.group == group)
+            .filter_map(|w| w.pid)
+            .collect()
+    }
+
+    /// Every worker as `status` reports it now.
+    pub async fn worker_status(&self) -> Vec<toolvisor_protocol::message::WorkerStatus> {
         let mut c = self.client().await;
         let id = "st".into();
         match c
@@ -160,11 +170,7 @@ impl Server {
             .await
             .expect("status")
         {
-            ServerMessage::Status { workers, .. } => workers
-                .iter()
-                .filter(|w| w.group == group)
-                .filter_map(|w| w.pid)
-                .collect(),
+            ServerMessage::Status { workers, .. } => workers,
             other => panic!("{other:?}"),
         }
     }
@@ -406,42 +412,21 @@ impl Server {
 
     /// Every worker of every group from status: (group, pid, state).
     pub async fn workers(&self) -> Vec<(String, Option<u32>, String)> {
-        let mut c = self.client().await;
-        let id = "st".into();
-        match c
-            .request(&ClientMessage::Status { id: "st".into() }, &id)
+        self.worker_status()
             .await
-            .expect("status")
-        {
-            ServerMessage::Status { workers, .. } => workers
-                .iter()
-                .map(|w| (w.group.clone(), w.pid, w.state.clone()))
-                .collect(),
-            other => panic!("{other:?}"),
-        }
+            .iter()
+            .map(|w| (w.group.clone(), w.pid, w.state.clone()))
+            .collect()
     }
 
     /// Calls in flight on `group`'s workers now.
     pub async fn workers_in_flight(&self, group: &str) -> u32 {
-        let mut c = self.client().await;
-        let id = "inflight".into();
-        match c
-            .request(
-                &ClientMessage::Status {
-                    id: "inflight".into(),
-                },
-                &id,
-            )
+        self.worker_status()
             .await
-            .expect("status")
-        {
-            ServerMessage::Status { workers, .. } => workers
-                .iter()
-                .filter(|w| w.group == group)
-                .map(|w| w.in_flight)
-                .sum(),
-            other => panic!("{other:?}"),
-        }
+            .iter()
+            .filter(|w| w.group == group)
+            .map(|w| w.in_flight)
+            .sum()
     }
 
     /// Wait until every worker of `group` is `ready` and none has a pid in `old`.
