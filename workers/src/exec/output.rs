@@ -6,13 +6,14 @@
 //! ring of the last `shell_tail` bytes stay in memory, and the full output goes to a
 //! capped artifact file.
 
-use std::collections::{HashSet, VecDeque};
+use std::collections::VecDeque;
 use std::fs::File;
 use std::io::Write;
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
+use rustix::fs::FlockOperation;
 use tokio::time::Instant;
 
 use tokio::io::AsyncReadExt;
@@ -51,14 +52,15 @@ pub(crate) trait Record {
     fn record(&mut self, data: &[u8]);
 }
 
-/// The artifacts directory: per-file and whole-directory caps, and the files in use
-/// (never pruned while a call or a job writes them).
+/// The artifacts directory: per-file and whole-directory caps. A file being written
+/// holds an exclusive `flock` for as long as its writer lives, so no worker process
+/// prunes a file that any of them (a call, a background job) still writes, and a killed
+/// writer's file becomes prunable at once (the kernel drops its lock).
 #[derive(Debug)]
 pub(crate) struct Artifacts {
     pub dir: PathBuf,
     pub max_bytes: u64,
     pub total_bytes: u64,
-    active: Mutex<HashSet<PathBuf>>,
 }
 
 /// Most names tried for one call id (`<id>.log`, `<id>-2.log`, … `<id>-N.log`).
@@ -76,7 +78,6 @@ impl Artifacts {
             dir: state.join("artifacts"),
             max_bytes: limits.artifacts_max_bytes,
             total_bytes: limits.artifacts_total_bytes,
-            active: Mutex::new(HashSet::new()),
         })
     }
 
@@ -96,7 +97,7 @@ impl Artifacts {
         for n in 1..=MAX_SUFFIX {
             let path = self.dir.join(numbered(stem, n));
             match create_new(&path) {
-                Ok(file) => return Ok(self.track(file, path)),
+                Ok(file) => return self.track(file, path),
                 Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => continue,
                 Err(e) => return Err(e),
             }
@@ -107,20 +108,15 @@ impl Artifacts {
         ))
     }
 
-    /// Mark `path` in use (never pruned) until its [`ArtifactFile`] drops.
-    fn track(self: &Arc<Self>, file: File, path: PathBuf) -> ArtifactFile {
-        self.lock().insert(path.clone());
-        ArtifactFile {
+    /// Mark the new file in use (never pruned) until its [`ArtifactFile`] drops.
+    fn track(&self, file: File, path: PathBuf) -> std::io::Result<ArtifactFile> {
+        rustix::fs::flock(&file, FlockOperation::NonBlockingLockExclusive)?;
+        Ok(ArtifactFile {
             file,
             path,
             written: 0,
             max: self.max_bytes,
-            owner: Arc::clone(self),
-        }
-    }
-
-    fn lock(&self) -> std::sync::MutexGuard<'_, HashSet<PathBuf>> {
-        self.active.lock().unwrap_or_else(|e| e.into_inner())
+        })
     }
 
     /// Remove the oldest files (not in use) until the directory fits its cap.
@@ -128,7 +124,6 @@ impl Artifacts {
         let Ok(rd) = std::fs::read_dir(&self.dir) else {
             return;
         };
-        let active = self.lock().clone();
         let mut files: Vec<(std::time::SystemTime, u64, PathBuf)> = rd
             .flatten()
             .filter_map(|e| {
@@ -142,14 +137,23 @@ impl Artifacts {
             if total <= self.total_bytes {
                 break;
             }
-            if active.contains(&path) {
-                continue;
-            }
-            if std::fs::remove_file(&path).is_ok() {
+            if remove_unless_in_use(&path) {
                 total -= len;
             }
         }
     }
+}
+
+/// Remove `path` unless a writer (of any worker process) holds its lock; whether it
+/// went. The lock is taken first and held across the unlink.
+fn remove_unless_in_use(path: &Path) -> bool {
+    let Ok(file) = File::open(path) else {
+        return false;
+    };
+    if rustix::fs::flock(&file, FlockOperation::NonBlockingLockExclusive).is_err() {
+        return false; // being written
+    }
+    std::fs::remove_file(path).is_ok()
 }
 
 /// The `n`th name for `stem`: `<stem>.log` first (the name DESIGN §4 gives), then
@@ -178,7 +182,6 @@ pub(crate) struct ArtifactFile {
     pub path: PathBuf,
     pub written: u64,
     max: u64,
-    owner: Arc<Artifacts>,
 }
 
 impl ArtifactFile {
@@ -196,12 +199,6 @@ impl ArtifactFile {
                 self.max = self.written;
             }
         }
-    }
-}
-
-impl Drop for ArtifactFile {
-    fn drop(&mut self) {
-        self.owner.lock().remove(&self.path);
     }
 }
 
@@ -574,9 +571,10 @@ mod tests {
             std::fs::read(dir.path().join("artifacts/call-1.log")).unwrap(),
             all
         );
+        let f = File::open(dir.path().join("artifacts/call-1.log")).unwrap();
         assert!(
-            arts.lock().is_empty(),
-            "finished artifacts are no longer active"
+            rustix::fs::flock(&f, FlockOperation::NonBlockingLockExclusive).is_ok(),
+            "a finished artifact is no longer locked"
         );
     }
 
@@ -609,6 +607,45 @@ mod tests {
         );
         assert!(names.contains(&"c.log".to_string()) && names.contains(&"d.log".into()));
         drop(held);
+    }
+
+    /// A file still being written (its writer holds the lock: here another `Artifacts`,
+    /// as another worker process would) is never pruned, even when it is the oldest;
+    /// once its writer is gone, it is.
+    #[test]
+    fn files_being_written_are_not_pruned_by_any_worker() {
+        let dir = tempfile::tempdir().unwrap();
+        let l = Limits {
+            artifacts_max_bytes: 10,
+            artifacts_total_bytes: 15,
+            ..Limits::default()
+        };
+        let other_worker = Artifacts::new(dir.path(), &l);
+        let mut writing = other_worker.create("old").unwrap();
+        writing.write(b"0123456789");
+        let t = std::time::SystemTime::now() - Duration::from_secs(100);
+        File::options()
+            .write(true)
+            .open(&writing.path)
+            .unwrap()
+            .set_modified(t)
+            .unwrap();
+        let this_worker = Artifacts::new(dir.path(), &l);
+        let mut f = this_worker.create("new").unwrap();
+        f.write(b"0123456789");
+        drop(f);
+        // Over the cap (20 > 15): the oldest is in use, so the newer one goes.
+        let _g = this_worker.create("newer").unwrap();
+        assert!(writing.path.exists(), "a file being written was pruned");
+        assert!(!dir.path().join("artifacts/new.log").exists());
+        drop(writing);
+        let mut h = this_worker.create("newest").unwrap();
+        h.write(b"0123456789");
+        let _i = this_worker.create("last").unwrap();
+        assert!(
+            !dir.path().join("artifacts/old.log").exists(),
+            "no longer written: prunable"
+        );
     }
 
     #[test]
@@ -668,7 +705,7 @@ mod tests {
             })
             .collect();
         let got: Vec<(usize, PathBuf)> = threads.into_iter().map(|t| t.join().unwrap()).collect();
-        let distinct: HashSet<&PathBuf> = got.iter().map(|g| &g.1).collect();
+        let distinct: std::collections::HashSet<&PathBuf> = got.iter().map(|g| &g.1).collect();
         assert_eq!(distinct.len(), 8, "{got:?}");
         for (i, p) in &got {
             assert_eq!(std::fs::read_to_string(p).unwrap(), format!("worker {i}"));
