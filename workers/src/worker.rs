@@ -213,7 +213,7 @@ async fn serve(
                     running: running.clone(),
                     tx: tx.clone(),
                 };
-                tokio::spawn(job.run());
+                job.start();
             }
             ToWorker::Cancel { call } => {
                 if let Some(flag) = lock(&running).get(&call) {
@@ -250,29 +250,47 @@ struct Job {
 }
 
 impl Job {
-    async fn run(self) {
+    /// Start the call: exec tools are async (they wait on processes); the others are
+    /// blocking file work, run on a blocking thread that also sends the `done` itself,
+    /// one thread hand-off less than awaiting it from a task.
+    fn start(self) {
+        if self.ctx.init.group == "exec" {
+            tokio::spawn(self.run_async());
+        } else {
+            tokio::task::spawn_blocking(move || self.run_blocking());
+        }
+    }
+
+    async fn run_async(self) {
+        let outcome = crate::exec::run(&self.exec, &self.tool, &self.args, &self.ctx).await;
+        let tx = self.tx.clone();
+        let _ = tx.send(self.done(outcome)).await;
+    }
+
+    fn run_blocking(self) {
+        let run = std::panic::AssertUnwindSafe(|| match self.ctx.init.group.as_str() {
+            "search" => crate::search::run(&self.tool, &self.args, &self.ctx),
+            "edit" => crate::edit::run(&self.tool, &self.args, &self.ctx),
+            other => ToolError::internal(format!("unknown group {other}")).into(),
+        });
+        // A tool that panics still answers (the panic message went to stderr).
+        let outcome = std::panic::catch_unwind(run).unwrap_or_else(|_| panicked());
+        let tx = self.tx.clone();
+        // A blocking-pool thread is outside the runtime's async context: it may wait.
+        let _ = tx.blocking_send(self.done(outcome));
+    }
+
+    /// Forget the call; its `done` frame.
+    fn done(self, outcome: Outcome) -> FromWorker {
         let call = self.ctx.call;
-        let group = self.ctx.init.group.clone();
-        let outcome = match group.as_str() {
-            "exec" => crate::exec::run(&self.exec, &self.tool, &self.args, &self.ctx).await,
-            _ => {
-                let (tool, args, ctx) = (self.tool, self.args, self.ctx);
-                let handle = tokio::task::spawn_blocking(move || match group.as_str() {
-                    "search" => crate::search::run(&tool, &args, &ctx),
-                    "edit" => crate::edit::run(&tool, &args, &ctx),
-                    other => ToolError::internal(format!("unknown group {other}")).into(),
-                });
-                handle.await.unwrap_or_else(|e| panicked(&e))
-            }
-        };
         lock(&self.running).remove(&call);
-        let _ = self.tx.send(FromWorker::Done { call, outcome }).await;
+        FromWorker::Done { call, outcome }
     }
 }
 
 /// A tool that panicked still answers, as an internal error.
-fn panicked(e: &tokio::task::JoinError) -> Outcome {
-    ToolError::internal(format!("the tool failed unexpectedly: {e}")).into()
+fn panicked() -> Outcome {
+    ToolError::internal("the tool failed unexpectedly (it panicked)").into()
 }
 
 async fn write_loop(mut wr: tokio::net::unix::OwnedWriteHalf, mut rx: mpsc::Receiver<FromWorker>) {
