@@ -1,15 +1,40 @@
 //! A session's outgoing queue: bounded, so a client that stops reading cannot make
 //! the supervisor's memory grow. Results and answers that find it full close the
-//! connection; streamed output waits for room (backpressure to the command); events
-//! are dropped (and counted by the subscriber) once the queue is half full, so a slow
+//! connection; streamed output waits for room (backpressure to the command) and may
+//! hold at most [`STREAM_BYTES`] queued at once, whatever the frame count; events are
+//! dropped (and counted by the subscriber) once the queue is half full, so a slow
 //! subscriber never blocks anything and keeps room for its own results.
 
-use tokio::sync::mpsc;
+use std::sync::Arc;
+
+use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc};
 use toolvisor_protocol::ServerMessage;
 use toolvisor_protocol::frame;
 
 /// Frames a session may have queued before it counts as not reading.
 pub const OUTBOX_FRAMES: usize = 4096;
+
+/// Bytes of streamed output a session may have queued: past it, output waits (and the
+/// command behind it blocks on its pipe) until the client reads. Without it a client
+/// that never reads would pin 4096 frames of 16 KiB (64 MiB) per connection.
+pub const STREAM_BYTES: usize = 1 << 20;
+
+/// One queued frame; streamed output carries its share of [`STREAM_BYTES`], given back
+/// once the writer has written it.
+#[derive(Debug)]
+pub struct Frame {
+    pub bytes: Vec<u8>,
+    pub budget: Option<OwnedSemaphorePermit>,
+}
+
+impl Frame {
+    fn plain(bytes: Vec<u8>) -> Frame {
+        Frame {
+            bytes,
+            budget: None,
+        }
+    }
+}
 
 /// Free frames an event must leave in the queue: results and answers keep this much
 /// room even while a subscriber is behind, so events alone never close a connection.
@@ -17,17 +42,20 @@ pub const EVENT_RESERVE: usize = OUTBOX_FRAMES / 2;
 
 #[derive(Clone, Debug)]
 pub struct Outbox {
-    tx: mpsc::Sender<Vec<u8>>,
+    tx: mpsc::Sender<Frame>,
+    /// Bytes of streamed output not yet written (see [`STREAM_BYTES`]).
+    stream_budget: Arc<Semaphore>,
     /// Cancelled when the connection must close (slow client, protocol error).
     pub closed: tokio_util::sync::CancellationToken,
 }
 
 impl Outbox {
-    pub fn new() -> (Outbox, mpsc::Receiver<Vec<u8>>) {
+    pub fn new() -> (Outbox, mpsc::Receiver<Frame>) {
         let (tx, rx) = mpsc::channel(OUTBOX_FRAMES);
         (
             Outbox {
                 tx,
+                stream_budget: Arc::new(Semaphore::new(STREAM_BYTES)),
                 closed: Default::default(),
             },
             rx,
@@ -40,7 +68,7 @@ impl Outbox {
             tracing::error!("cannot encode {msg:?}");
             return;
         };
-        if self.tx.try_send(bytes).is_err() {
+        if self.tx.try_send(Frame::plain(bytes)).is_err() {
             if !self.closed.is_cancelled() {
                 tracing::warn!("a client stopped reading; closing its connection");
             }
@@ -50,7 +78,7 @@ impl Outbox {
 
     /// Ask the writer to close the connection once everything queued is written.
     pub fn close_after_flush(&self) {
-        if self.tx.try_send(Vec::new()).is_err() {
+        if self.tx.try_send(Frame::plain(Vec::new())).is_err() {
             self.closed.cancel();
         }
     }
@@ -62,7 +90,7 @@ impl Outbox {
             return false;
         }
         match frame::encode(msg) {
-            Ok(bytes) => self.tx.try_send(bytes).is_ok(),
+            Ok(bytes) => self.tx.try_send(Frame::plain(bytes)).is_ok(),
             Err(e) => {
                 tracing::error!("cannot encode an event: {e}");
                 false
@@ -70,13 +98,27 @@ impl Outbox {
         }
     }
 
-    /// Queue a message, waiting for room (streamed output).
+    /// Queue a message, waiting for room (streamed output): room in the queue, and
+    /// its size in the session's streamed-output budget.
     pub async fn send_wait(&self, msg: &ServerMessage) {
-        if let Ok(bytes) = frame::encode(msg) {
-            tokio::select! {
-                _ = self.tx.send(bytes) => {}
-                _ = self.closed.cancelled() => {}
-            }
+        let Ok(bytes) = frame::encode(msg) else {
+            return;
+        };
+        // A frame larger than the whole budget takes all of it (output frames are
+        // ≤ 16 KiB, so this only guards the arithmetic).
+        let need = bytes.len().clamp(1, STREAM_BYTES) as u32;
+        let budget = tokio::select! {
+            p = self.stream_budget.clone().acquire_many_owned(need) => p.ok(),
+            _ = self.closed.cancelled() => None,
+        };
+        let Some(budget) = budget else { return };
+        let frame = Frame {
+            bytes,
+            budget: Some(budget),
+        };
+        tokio::select! {
+            _ = self.tx.send(frame) => {}
+            _ = self.closed.cancelled() => {}
         }
     }
 }

@@ -17,7 +17,7 @@ use toolvisor_protocol::message::{
 use toolvisor_protocol::{ErrorType, Id, PROTOCOL_VERSION};
 
 use crate::batch::{BatchCall, Deliver, split_duplicates};
-use crate::outbox::Outbox;
+use crate::outbox::{Frame, Outbox};
 use crate::router::{SessionInfo, to_result};
 use crate::service::Service;
 
@@ -465,11 +465,13 @@ async fn read_loop(
 
 async fn write_loop(
     mut wr: tokio::net::unix::OwnedWriteHalf,
-    mut rx: mpsc::Receiver<Vec<u8>>,
+    mut rx: mpsc::Receiver<Frame>,
     closed: CancellationToken,
     session: ActorRef<SessionMsg>,
 ) {
     let mut buf = Vec::with_capacity(64 * 1024);
+    // Streamed output's budget shares, given back once their bytes are written.
+    let mut written_budget = Vec::new();
     loop {
         let first = tokio::select! {
             m = rx.recv() => m,
@@ -477,13 +479,15 @@ async fn write_loop(
         };
         let Some(first) = first else { break };
         // An empty frame is the outbox's "close after flush" mark.
-        let mut last = first.is_empty();
-        buf.extend_from_slice(&first);
+        let mut last = first.bytes.is_empty();
+        buf.extend_from_slice(&first.bytes);
+        written_budget.extend(first.budget);
         while !last && buf.len() < 256 * 1024 {
             match rx.try_recv() {
                 Ok(more) => {
-                    last = more.is_empty();
-                    buf.extend_from_slice(&more);
+                    last = more.bytes.is_empty();
+                    buf.extend_from_slice(&more.bytes);
+                    written_budget.extend(more.budget);
                 }
                 Err(_) => break,
             }
@@ -498,6 +502,11 @@ async fn write_loop(
             break;
         }
         buf.clear();
+        written_budget.clear();
+        if buf.capacity() > 1 << 20 {
+            // A large result passed: do not keep its buffer for the connection's life.
+            buf = Vec::with_capacity(64 * 1024);
+        }
     }
     let _ = wr.shutdown().await;
     closed.cancel();

@@ -894,3 +894,40 @@ fn the_full_output_is_readable_when_the_state_directory_is_outside() {
         assert_ne!(r.status, Status::Ok, "{r:?}");
     });
 }
+
+/// Streamed output to a client that never reads: what the supervisor holds for it is
+/// bounded (a 1 MiB output budget per connection), the command is held back instead,
+/// and the client still gets its result once it reads again.
+#[test]
+fn streamed_output_to_a_client_that_does_not_read_keeps_memory_bounded() {
+    let s = Server::start(&one_exec_worker());
+    block(T, async {
+        let r = s.call("run_command", run("yes | head -c 1048576")).await;
+        assert_eq!(r.status, Status::Ok, "{r:?}");
+        let base = rss_bytes(s.pid()).expect("rss");
+        let mut c = s.client().await;
+        let mut req = CallRequest::new("flood", "run_command", run("yes"));
+        req.stream = Some(true);
+        req.timeout_ms = Some(3000);
+        c.send(&ClientMessage::Call(req)).await.expect("send");
+        // Not reading: sample the supervisor while the call runs to its deadline.
+        let mut worst = 0i64;
+        let mut seen_running = false;
+        let end = Instant::now() + Duration::from_secs(30);
+        loop {
+            worst = worst.max(rss_bytes(s.pid()).unwrap_or(0) as i64 - base as i64);
+            let busy = s.workers_in_flight("exec").await > 0;
+            seen_running |= busy;
+            if seen_running && !busy {
+                break;
+            }
+            assert!(Instant::now() < end, "the flood never ended");
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        eprintln!("streaming to a non-reader: supervisor RSS growth {worst} bytes");
+        assert!(worst <= 16 << 20, "supervisor RSS grew by {worst} bytes");
+        // Reading again, the client gets the output held for it, then its result.
+        let r = result_of(&mut c, "flood").await;
+        assert_eq!(r.status, Status::Timeout, "{:?}", (r.status, &r.error));
+    });
+}
