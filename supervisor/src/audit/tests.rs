@@ -489,12 +489,19 @@ async fn append_wait_gives_up_at_its_deadline() {
     );
     a.fail_next_writes(0);
     let seq = a
-        .append_wait("x", Map::new(), Duration::from_secs(10))
+        .append_wait("y", Map::new(), Duration::from_secs(10))
         .await
         .unwrap();
-    assert_eq!(seq, 2, "one `recovered` record, then this one");
+    assert_eq!(seq, 3, "`recovered`, the late `x`, then this one");
     a.close().await;
     assert_eq!(verify(dir.path()).0, 0);
+    // The caller gave up on `x` (its client got InternalError), but what it recorded
+    // (a call's end) is not lost: written once the log resumed, marked late.
+    let recs = records(&a.path());
+    let kinds: Vec<&str> = recs.iter().map(|r| r["kind"].as_str().unwrap()).collect();
+    assert_eq!(kinds, ["recovered", "x", "y"], "{recs:?}");
+    assert_eq!(recs[1]["late"], true);
+    assert!(recs[2].get("late").is_none());
 }
 
 fn tail(dir: &Path, opts: TailOptions) -> String {

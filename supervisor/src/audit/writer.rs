@@ -282,7 +282,23 @@ impl Writer {
         if keep {
             self.waiting.push(p);
         } else {
-            p.answer(Err(self.unavailable()));
+            self.give_up_waiting(p);
+        }
+    }
+
+    /// The caller stops waiting (it answers its client `InternalError` now). A plain
+    /// `append` (a `requested`: nothing ran) is dropped; an `append_wait` record is
+    /// about something that already happened (a call's end), so it is kept and written,
+    /// marked `"late": true`, once the log resumes: the log never loses a call's end.
+    fn give_up_waiting(&mut self, mut p: Pending) {
+        let late = p.deadline.is_some();
+        if let Some(tx) = p.reply.take() {
+            let _ = tx.send(Err(self.unavailable()));
+        }
+        if late {
+            p.deadline = None;
+            p.fields.insert("late".into(), Value::Bool(true));
+            self.waiting.push(p);
         }
     }
 
@@ -300,9 +316,7 @@ impl Writer {
             .into_iter()
             .partition(|p| p.reply.is_some() && p.deadline.is_none_or(|d| d <= now));
         self.waiting = kept;
-        expired
-            .into_iter()
-            .for_each(|p| p.answer(Err(self.unavailable())));
+        expired.into_iter().for_each(|p| self.give_up_waiting(p));
     }
 
     /// Tries a reopen when the log is down and the last try is old enough.
