@@ -6,7 +6,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use ractor::{Actor, ActorProcessingErr, ActorRef};
-use tokio::io::AsyncWriteExt;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::UnixStream;
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
@@ -438,13 +438,32 @@ fn request_id(m: &ClientMessage) -> Option<Id> {
     }
 }
 
-async fn read_loop(
-    mut rd: tokio::net::unix::OwnedReadHalf,
-    max: usize,
-    session: ActorRef<SessionMsg>,
-) {
+/// How long a frame may take to arrive once its first byte has (see [`read_loop`]).
+const FRAME_DEADLINE: std::time::Duration = std::time::Duration::from_secs(10);
+
+async fn read_loop(rd: tokio::net::unix::OwnedReadHalf, max: usize, session: ActorRef<SessionMsg>) {
+    // Buffered: the first byte of a frame is read on its own (below) without a syscall
+    // of its own, and small frames arrive in one read.
+    let mut rd = tokio::io::BufReader::with_capacity(8 * 1024, rd);
     loop {
-        match frame::read_frame(&mut rd, max).await {
+        // An idle connection may wait for ever (a subscriber, an agent thinking); once a
+        // frame has begun, the whole of it must arrive within FRAME_DEADLINE, so clients
+        // trickling bytes (slowloris) cannot pin connections and buffers.
+        let mut first = [0u8; 1];
+        if !matches!(rd.read(&mut first).await, Ok(1)) {
+            let _ = session.cast(SessionMsg::Closed);
+            return;
+        }
+        let mut rest = (&first[..]).chain(&mut rd);
+        let read = tokio::time::timeout(FRAME_DEADLINE, frame::read_frame(&mut rest, max)).await;
+        let Ok(read) = read else {
+            tracing::warn!(
+                "a client sent part of a frame and stalled for {FRAME_DEADLINE:?}; closing its connection"
+            );
+            let _ = session.cast(SessionMsg::Closed);
+            return;
+        };
+        match read {
             Ok(Some(body)) => {
                 let msg = frame::decode::<ClientMessage>(&body, KNOWN_CLIENT_TYPES);
                 if session.cast(SessionMsg::Frame(msg)).is_err() {

@@ -312,3 +312,41 @@ fn sigterm_drains_and_cleans_up() {
     assert!(!sock.exists());
     assert!(!s.ws().join(".toolvisor/toolvisor.pid").exists());
 }
+
+/// Slowloris: a client that starts a frame and then stalls is closed once the frame is
+/// overdue (10 s), while an idle connection (no partial frame) stays open and other
+/// clients are served meanwhile.
+#[test]
+fn a_stalled_partial_frame_closes_the_connection_but_idle_ones_stay() {
+    let s = Server::start("");
+    block(std::time::Duration::from_secs(60), async {
+        let mut idle = raw(&s).await;
+        hello(&mut idle).await;
+        let mut stalled = raw(&s).await;
+        hello(&mut stalled).await;
+        // Two bytes of a length header, then nothing.
+        stalled.write_all(&[0, 0]).await.unwrap();
+        let t0 = std::time::Instant::now();
+        let mut c = s.client().await;
+        let pong = c
+            .request(&ClientMessage::Ping { id: "p".into() }, &"p".into())
+            .await
+            .unwrap();
+        assert!(matches!(pong, ServerMessage::Pong { .. }), "{pong:?}");
+        let mut buf = [0u8; 64];
+        let n = tokio::time::timeout(std::time::Duration::from_secs(30), stalled.read(&mut buf))
+            .await
+            .expect("the stalled connection is closed within 30 s")
+            .unwrap_or(0);
+        assert_eq!(n, 0, "closed, with nothing sent");
+        let took = t0.elapsed();
+        assert!(
+            took >= std::time::Duration::from_secs(9),
+            "closed after {took:?}"
+        );
+        // The idle connection still answers.
+        send(&mut idle, &ClientMessage::Ping { id: "q".into() }).await;
+        let pong = recv(&mut idle).await;
+        assert!(matches!(pong, Some(ServerMessage::Pong { .. })), "{pong:?}");
+    });
+}
