@@ -931,3 +931,22 @@ fn streamed_output_to_a_client_that_does_not_read_keeps_memory_bounded() {
         assert_eq!(r.status, Status::Timeout, "{:?}", (r.status, &r.error));
     });
 }
+
+/// The value of a secret-named variable in the supervisor's environment never reaches
+/// the audit log, even in a shape no pattern knows (an agent grepping for it).
+#[test]
+fn secret_variable_values_are_masked_in_the_audit_log() {
+    let s = Server::start_with_env(ALLOW_ALL, &[("MY_E2E_SECRET", "hunter2planted")]);
+    block(T, async {
+        let r = s.call("grep", json!({"pattern": "hunter2planted"})).await;
+        assert_eq!(r.status, Status::Ok, "{r:?}");
+        let r = s.call("run_command", run("echo hunter2planted")).await;
+        assert_eq!(r.status, Status::Ok, "{r:?}");
+    });
+    let log = std::fs::read_to_string(s.ws().join(".toolvisor/audit.jsonl")).unwrap();
+    assert!(log.contains("\"tool\":\"grep\""), "{log}");
+    assert!(
+        !log.contains("hunter2planted"),
+        "secret in the audit log:\n{log}"
+    );
+}

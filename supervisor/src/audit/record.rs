@@ -91,7 +91,8 @@ impl Record for Requested<'_> {
             "args_preview": redact::preview(self.args),
             "policy": {
                 "decision": self.policy.decision,
-                "reason": self.policy.reason,
+                // Reasons quote the command ("allows `echo …`"): masked like the args.
+                "reason": redact::mask_str(self.policy.reason),
                 "rule": self.policy.rule,
             },
         }))
@@ -149,7 +150,8 @@ impl Record for Completed<'_> {
             "call_id": self.call_id,
             "status": self.status,
             "error_type": self.error_type,
-            "summary": self.summary,
+            // The first line of the output or error: it can echo a secret.
+            "summary": redact::mask_str(self.summary),
             "started_at": rfc3339_millis(self.started_at),
             "ended_at": rfc3339_millis(self.ended_at),
             "duration_ms": u64::try_from(dur.as_millis()).unwrap_or(u64::MAX),
@@ -192,7 +194,7 @@ impl Record for ConfirmRequested<'_> {
     fn fields(&self) -> Map<String, Value> {
         obj(json!({
             "trace_id": self.trace_id, "call_id": self.call_id, "tool": self.tool,
-            "reason": self.reason, "rule": self.rule,
+            "reason": redact::mask_str(self.reason), "rule": self.rule,
         }))
     }
 }

@@ -61,6 +61,21 @@ static PATTERNS: LazyLock<Vec<(Regex, &'static str)>> = LazyLock::new(|| {
         .collect()
 });
 
+/// Values of the supervisor's own secret-named environment variables (`GITHUB_TOKEN`,
+/// `MY_SECRET`, …), at least 6 bytes long: whatever shape they have, they are masked
+/// wherever they appear (an agent grepping for a token it saw, a command echoing it).
+/// Commands may receive them (`env_passthrough`), so patterns alone would miss them.
+static ENV_SECRETS: LazyLock<Vec<String>> = LazyLock::new(|| {
+    let mut v: Vec<String> = std::env::vars_os()
+        .filter_map(|(k, val)| Some((k.into_string().ok()?, val.into_string().ok()?)))
+        .filter(|(k, val)| is_secret_key(k) && val.len() >= 6)
+        .map(|(_, val)| val)
+        .collect();
+    // Longest first, so a secret containing another is masked whole.
+    v.sort_by_key(|s| std::cmp::Reverse(s.len()));
+    v
+});
+
 /// Long runs that might be base64 or hex key material; kept only when they look like
 /// ordinary text (see [`looks_random`]).
 static LONG_RUN: LazyLock<Option<Regex>> =
@@ -121,7 +136,17 @@ pub fn is_secret_key(key: &str) -> bool {
 
 /// `s` with every secret-looking part replaced by `***`.
 pub fn mask_str(s: &str) -> String {
+    mask_with(s, &ENV_SECRETS)
+}
+
+/// [`mask_str`] with `known` secret values masked verbatim first.
+fn mask_with(s: &str, known: &[String]) -> String {
     let mut out = s.to_owned();
+    for secret in known {
+        if out.contains(secret.as_str()) {
+            out = out.replace(secret.as_str(), MASK);
+        }
+    }
     for (re, rep) in PATTERNS.iter() {
         if re.is_match(&out) {
             out = re.replace_all(&out, *rep).into_owned();
@@ -191,6 +216,18 @@ fn cut(mut s: String, max: usize) -> String {
 pub(crate) mod tests {
     use super::*;
     use serde_json::json;
+
+    /// A secret-named variable's value is masked wherever it appears, whatever its
+    /// shape (no pattern would recognise `hunter2planted`).
+    #[test]
+    fn values_of_secret_named_variables_are_masked_anywhere() {
+        let known = vec!["hunter2planted".to_string()];
+        assert_eq!(
+            mask_with("grep -r hunter2planted src/ # x", &known),
+            "grep -r *** src/ # x"
+        );
+        assert_eq!(mask_with("nothing here", &known), "nothing here");
+    }
 
     /// Secrets planted in test logs; none may appear in a preview or log file.
     pub(crate) const PLANTED: [&str; 9] = [
