@@ -21,7 +21,7 @@ pub enum StateError {
         source: std::io::Error,
     },
     #[error(
-        "the state directory {path} is not ours or not a directory (owner uid {uid}, we are {me})"
+        "the state directory {path} is not ours, not a directory, or a symlink (owner uid {uid}, we are {me}); refusing to use it"
     )]
     NotOurs { path: String, uid: u32, me: u32 },
     #[error("another toolvisor is already serving this workspace (lock {path} is held{pid})")]
@@ -82,6 +82,11 @@ impl StateDir {
             });
         }
         if meta.permissions().mode() & 0o077 != 0 {
+            tracing::warn!(
+                "the state directory {} was mode {:o}; setting it to 0700",
+                dir.display(),
+                meta.permissions().mode() & 0o7777
+            );
             std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700)).map_err(derr)?;
         }
         std::fs::create_dir_all(dir.join("artifacts")).map_err(derr)?;
@@ -136,7 +141,18 @@ impl StateDir {
                     "the socket path is a symlink or a directory",
                 )));
             }
-            Ok(_) => std::fs::remove_file(socket).map_err(berr)?,
+            Ok(m) => {
+                use std::os::unix::fs::FileTypeExt;
+                if m.file_type().is_socket() {
+                    tracing::info!("replacing a dead instance's socket {}", socket.display());
+                } else {
+                    tracing::warn!(
+                        "removing a file that is not a socket at {}",
+                        socket.display()
+                    );
+                }
+                std::fs::remove_file(socket).map_err(berr)?
+            }
             Err(_) => {}
         }
         let old = nix::sys::stat::umask(nix::sys::stat::Mode::from_bits_truncate(0o177));
