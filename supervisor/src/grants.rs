@@ -16,6 +16,9 @@ use toolvisor_protocol::tools::{ToolSpec, catalog, find};
 use crate::config::Action;
 use crate::policy::paths::{ScopedPath, Scopes};
 
+/// Longest grant: one year (a token is meant for a task, not for ever).
+const MAX_TTL: std::time::Duration = std::time::Duration::from_secs(365 * 24 * 3600);
+
 /// What a `grant` message asks for.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct GrantRequest {
@@ -48,7 +51,7 @@ pub enum GrantError {
     PathOutside(String),
     #[error("invalid grant: `ttl_ms` must be at least 1")]
     ZeroTtl,
-    #[error("invalid grant: `ttl_ms` {0} is too large")]
+    #[error("invalid grant: `ttl_ms` {0} is too large (at most one year, 31536000000)")]
     TtlTooLarge(u128),
     #[error("cannot read /dev/urandom for a token: {0}")]
     Random(#[from] std::io::Error),
@@ -140,6 +143,10 @@ impl Grants {
         // `ttl_ms` is any u64 from the client: an expiry past what the clock can hold
         // must be refused, never panic in the session.
         let too_large = || GrantError::TtlTooLarge(req.ttl.as_millis());
+        // And `expires_at` must stay a real RFC 3339 date (a 4-digit year).
+        if req.ttl > MAX_TTL {
+            return Err(too_large());
+        }
         let expires = now.checked_add(req.ttl).ok_or_else(too_large)?;
         let expires_at = SystemTime::now()
             .checked_add(req.ttl)
@@ -456,6 +463,11 @@ mod tests {
         let mut r = req(&["ls"]);
         r.ttl = Duration::MAX;
         assert!(matches!(g.issue(&r, now), Err(GrantError::TtlTooLarge(_))));
+        // u64::MAX ms fits the clocks but would give the year 584556076.
+        r.ttl = Duration::from_millis(u64::MAX);
+        assert!(matches!(g.issue(&r, now), Err(GrantError::TtlTooLarge(_))));
+        r.ttl = MAX_TTL;
+        assert!(g.issue(&r, now).is_ok(), "a year is allowed");
     }
 
     #[test]

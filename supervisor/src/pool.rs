@@ -310,10 +310,15 @@ impl Pool {
             .filter(|w| only.is_none_or(|i| w.index == i))
             .peekable();
         if candidates.peek().is_none() {
-            return Some(err(
-                ErrorType::InvalidParams,
-                format!("no {} worker {:?}", self.group, only),
-            ));
+            let message = match only {
+                Some(i) => format!(
+                    "there is no {} worker {i} (any more): the process handle belonged to a \
+                     worker that was restarted or removed, and its processes ended with it",
+                    self.group
+                ),
+                None => format!("the {} group has no workers", self.group),
+            };
+            return Some(err(ErrorType::InvalidParams, message));
         }
         let mut retry: Option<Duration> = None;
         for w in candidates {

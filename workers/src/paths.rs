@@ -260,6 +260,14 @@ impl Resolver {
         if !inside || other {
             return Err(refused());
         }
+        // Artifacts are created fresh (one link). A second name means someone linked
+        // another file in (`ln .toolvisor/audit.jsonl .toolvisor/artifacts/x.log` from a
+        // command): its content is not an artifact's, whatever its name.
+        let st = rustix::fs::fstat(&fd).map_err(|e| errno_error(e, &a.display))?;
+        let regular = rustix::fs::FileType::from_raw_mode(st.st_mode).is_file();
+        if regular && st.st_nlink != 1 {
+            return Err(refused());
+        }
         regular_file(fd, &a.display)
     }
 
@@ -896,6 +904,7 @@ mod tests {
         std::fs::write(arts.join("c1.log"), "full").unwrap();
         std::fs::write(state.join("audit.jsonl"), "AUDIT").unwrap();
         std::os::unix::fs::symlink("../audit.jsonl", arts.join("evil.log")).unwrap();
+        std::fs::hard_link(state.join("audit.jsonl"), arts.join("hard.log")).unwrap();
         std::fs::create_dir(arts.join("d")).unwrap();
         let r = resolver(&f, std::slice::from_ref(&state)).with_artifacts(&state);
         assert_eq!(
@@ -904,6 +913,11 @@ mod tests {
         );
         assert_eq!(
             kind(read_artifact(&r, ".toolvisor/artifacts/evil.log")),
+            ErrorType::PermissionError
+        );
+        // A hard link has the right place and name but another file's content.
+        assert_eq!(
+            kind(read_artifact(&r, ".toolvisor/artifacts/hard.log")),
             ErrorType::PermissionError
         );
         assert_eq!(
