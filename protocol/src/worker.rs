@@ -89,6 +89,10 @@ pub struct WorkerInit {
     pub state_dir: PathBuf,
     pub limits: Limits,
     pub exec: ExecSettings,
+    /// Which process of this worker slot this is (1 for the first, then one more per
+    /// restart): background process handles use it so a handle never names two jobs.
+    #[serde(default)]
+    pub generation: u64,
 }
 
 /// Supervisor → worker.

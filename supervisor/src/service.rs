@@ -250,5 +250,6 @@ pub fn worker_init(paths: &Paths, config: &Config, instance: &str) -> Result<Wor
             instance: instance.to_owned(),
             exe: paths.exe.clone(),
         },
+        generation: 0,
     })
 }

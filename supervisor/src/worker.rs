@@ -618,7 +618,11 @@ impl WorkerActorState {
             idle: tokio::sync::Notify::new(),
             queue: self.args.shared.queue.clone(),
         });
-        if let Ok(init) = frame::encode(&ToWorker::Init(Box::new(self.args.init.clone()))) {
+        let init = WorkerInit {
+            generation: self.generation,
+            ..self.args.init.clone()
+        };
+        if let Ok(init) = frame::encode(&ToWorker::Init(Box::new(init))) {
             let _ = link.tx.send(init).await;
         }
         *lock(&self.args.shared.link) = Some(link.clone());

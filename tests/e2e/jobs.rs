@@ -214,3 +214,52 @@ fn list_processes_leaves_out_a_worker_that_died() {
             .expect("every job gone");
     });
 }
+
+/// A handle kept across a restart of its worker never names the new process's jobs:
+/// `read_output` of it is an error, not another command's output.
+#[test]
+fn a_handle_from_before_a_restart_names_no_new_job() {
+    let s = Server::start(&format!("{ALLOW_ALL}\n[workers.exec]\ncount = 1\n"));
+    block(Duration::from_secs(60), async {
+        let mut c = s.client().await;
+        let r = call_on(
+            &mut c,
+            "old",
+            "run_command",
+            json!({"command": "echo old-job; sleep 300", "background": true}),
+        )
+        .await;
+        assert_eq!(r.status, Status::Ok, "{r:?}");
+        let old = r.meta["process"].as_str().expect("handle").to_owned();
+        let pids = s.worker_pids("exec").await;
+        let id: Id = "r".into();
+        let ack = c
+            .request(
+                &ClientMessage::Restart {
+                    id: id.clone(),
+                    group: Some("exec".into()),
+                },
+                &id,
+            )
+            .await
+            .unwrap();
+        assert!(matches!(ack, ServerMessage::Ack { .. }), "{ack:?}");
+        s.wait_group_back("exec", &pids, Duration::from_secs(20))
+            .await;
+        let r = call_on(
+            &mut c,
+            "new",
+            "run_command",
+            json!({"command": "echo new-job; sleep 300", "background": true}),
+        )
+        .await;
+        assert_eq!(r.status, Status::Ok, "{r:?}");
+        let new = r.meta["process"].as_str().expect("handle").to_owned();
+        assert_ne!(old, new, "a handle was reused across a restart");
+        let r = call_on(&mut c, "read", "read_output", json!({"process": old})).await;
+        assert_eq!(r.status, Status::Error, "{r:?}");
+        assert!(!r.content.contains("new-job"), "{r:?}");
+        let r = call_on(&mut c, "kill", "kill_process", json!({"process": new})).await;
+        assert_eq!(r.status, Status::Ok, "{r:?}");
+    });
+}

@@ -122,6 +122,7 @@ mod tests {
 
     fn init(group: &str, root: &Path, state: &Path, writable: Vec<PathBuf>) -> WorkerInit {
         WorkerInit {
+            generation: 0,
             group: group.into(),
             index: 0,
             roots: Roots {

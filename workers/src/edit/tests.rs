@@ -43,6 +43,7 @@ impl Ws {
         let protected = vec![state.clone(), root.join("toolvisor.toml")];
         let resolver = Arc::new(Resolver::new(&roots, &protected).unwrap());
         let init = WorkerInit {
+            generation: 0,
             group: "edit".into(),
             index: 0,
             roots,

@@ -3,7 +3,10 @@
 //!
 //! A job's output goes to its own file under `<state_dir>/artifacts/` (capped like any
 //! artifact), never to memory; `read_output` pages through that file. Handles are
-//! `w<worker index>-<n>` so the supervisor can route later calls to this worker. A
+//! `w<worker index>-<n>` so the supervisor can route later calls to this worker; `n`
+//! counts from 1 in a worker's first process and from `1 + 1 000 000 × (g - 1)` in its
+//! `g`th, so a handle kept across a restart names no new job (`read_output` of it says
+//! the process is unknown instead of showing another job's output). A
 //! finished job stays listed until its output was read to the end (it is then dropped
 //! when the next job starts), and at most [`MAX_FINISHED`] finished jobs are kept.
 
@@ -28,6 +31,8 @@ use crate::{CancelFlag, ToolContext, ToolError};
 const MAX_FINISHED: usize = 100;
 /// `max_jobs` when the settings leave it 0 (the config's default).
 const DEFAULT_MAX_JOBS: usize = 64;
+/// Handle numbers set aside for each process of a worker slot (see the module doc).
+const HANDLES_PER_PROCESS: u64 = 1_000_000;
 /// How long `kill_process` and shutdown wait for a job to be gone.
 const KILL_WAIT: Duration = Duration::from_secs(12);
 
@@ -139,7 +144,13 @@ impl Jobs {
                 n => n,
             },
             page: init.limits.shell_max.max(4),
-            table: Mutex::new(Table::default()),
+            table: Mutex::new(Table {
+                next: init
+                    .generation
+                    .saturating_sub(1)
+                    .saturating_mul(HANDLES_PER_PROCESS),
+                jobs: Vec::new(),
+            }),
         }
     }
 

@@ -43,6 +43,7 @@ fn fixture_with(limits: Limits, max_jobs: usize, shim: bool) -> Fixture {
     std::fs::create_dir(ws.join("sub")).unwrap();
     let marker = unique_marker();
     let init = WorkerInit {
+        generation: 0,
         group: "exec".into(),
         index: 0,
         roots: Roots {

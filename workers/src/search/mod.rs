@@ -135,6 +135,7 @@ pub(crate) mod testutil {
             public: None,
         };
         let init = WorkerInit {
+            generation: 0,
             group: "search".into(),
             index: 0,
             roots: roots.clone(),
