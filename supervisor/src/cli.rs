@@ -281,20 +281,24 @@ fn default_sigpipe() {
 }
 
 fn run(cli: &Cli) -> i32 {
+    let serve = matches!(cli.command, Command::Serve);
+    if serve {
+        // Before anything can fail, so even a bad config is logged in the chosen format.
+        init_tracing(cli.log_format);
+    }
     let r = match resolve(cli) {
         Ok(r) => r,
+        Err(e) if serve => {
+            tracing::error!("{e}");
+            // EX_CONFIG for the service, so a supervisor of ours does not restart-loop.
+            return 78;
+        }
         Err(e) => {
             eprintln!("toolvisor: {e}");
-            // EX_CONFIG for the service, so a supervisor of ours does not restart-loop.
-            return if matches!(cli.command, Command::Serve) {
-                78
-            } else {
-                2
-            };
+            return 2;
         }
     };
-    if matches!(cli.command, Command::Serve) {
-        init_tracing(cli.log_format);
+    if serve {
         return crate::serve::run(crate::serve::ServeArgs {
             workspace: r.workspace,
             config_file: r.config_file,

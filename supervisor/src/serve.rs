@@ -33,7 +33,7 @@ pub fn run(args: ServeArgs) -> i32 {
     let state = match StateDir::acquire(&state_dir, &args.workspace) {
         Ok(s) => s,
         Err(e) => {
-            eprintln!("toolvisor: {e}");
+            tracing::error!("{e}");
             return 1;
         }
     };
@@ -44,7 +44,7 @@ pub fn run(args: ServeArgs) -> i32 {
     {
         Ok(rt) => rt,
         Err(e) => {
-            eprintln!("toolvisor: cannot start the runtime: {e}");
+            tracing::error!("cannot start the runtime: {e}");
             return 70;
         }
     };
@@ -66,14 +66,14 @@ async fn serve(args: ServeArgs, state: StateDir) -> i32 {
     let signals = match Signals::install() {
         Ok(s) => s,
         Err(e) => {
-            eprintln!("toolvisor: cannot install signal handlers: {e}");
+            tracing::error!("cannot install signal handlers: {e}");
             return 70;
         }
     };
     let exe = match std::env::current_exe() {
         Ok(e) => e,
         Err(e) => {
-            eprintln!("toolvisor: cannot find my own binary: {e}");
+            tracing::error!("cannot find my own binary: {e}");
             return 70;
         }
     };
@@ -84,7 +84,7 @@ async fn serve(args: ServeArgs, state: StateDir) -> i32 {
     let spawner = match Spawner::start(tokio::runtime::Handle::current()) {
         Ok(s) => s,
         Err(e) => {
-            eprintln!("toolvisor: cannot start the spawner thread: {e}");
+            tracing::error!("cannot start the spawner thread: {e}");
             return 70;
         }
     };
@@ -98,7 +98,7 @@ async fn serve(args: ServeArgs, state: StateDir) -> i32 {
     let audit = match open_audit(&state_dir, &args.config) {
         Ok(a) => a,
         Err(e) => {
-            eprintln!("toolvisor: {e}");
+            tracing::error!("{e}");
             return 1;
         }
     };
@@ -106,14 +106,14 @@ async fn serve(args: ServeArgs, state: StateDir) -> i32 {
     let service = match Service::start(paths, args.config, spawner, instance, audit.clone()).await {
         Ok(s) => s,
         Err(e) => {
-            eprintln!("toolvisor: {e}");
+            tracing::error!("{e}");
             return 78;
         }
     };
     let listener = match state.bind(&socket) {
         Ok(l) => l,
         Err(e) => {
-            eprintln!("toolvisor: {e}");
+            tracing::error!("{e}");
             service.stop_workers().await;
             return 1;
         }
@@ -133,7 +133,7 @@ async fn serve(args: ServeArgs, state: StateDir) -> i32 {
     {
         Ok(l) => l,
         Err(e) => {
-            eprintln!("toolvisor: cannot start the listener: {e}");
+            tracing::error!("cannot start the listener: {e}");
             return 70;
         }
     };

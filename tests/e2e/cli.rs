@@ -262,3 +262,27 @@ fn json_logs_are_json_from_workers_too() {
         assert!(v.get("level").is_some(), "{l}");
     }
 }
+
+/// Even a start that fails on its configuration logs in the chosen format.
+#[test]
+fn a_bad_config_is_logged_as_json_under_log_format_json() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(
+        dir.path().join("toolvisor.toml"),
+        "[workers.exec]\nmax_in_flight = 0\n",
+    )
+    .unwrap();
+    let out = Command::new(BIN)
+        .args(["serve", "--log-format", "json", "--workspace"])
+        .arg(dir.path())
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(78), "{out:?}");
+    let err = text(&out.stderr);
+    assert!(err.contains("max_in_flight"), "{err}");
+    for line in err.lines() {
+        let v: serde_json::Value =
+            serde_json::from_str(line).unwrap_or_else(|e| panic!("not JSON ({e}): {line}"));
+        assert_eq!(v["level"], "ERROR", "{line}");
+    }
+}
