@@ -57,58 +57,45 @@ fn call_prints_content_and_exits_by_status() {
     assert_eq!(tools.as_array().unwrap().len(), 14);
 }
 
-#[test]
-fn a_bad_config_names_the_key_and_line_and_nothing_starts() {
-    let dir = tempfile::tempdir().unwrap();
-    std::fs::write(
-        dir.path().join("toolvisor.toml"),
-        "[server]\ndrain_grace_ms = 5\nfrobnicate = true\n",
-    )
-    .unwrap();
+/// `toolvisor serve [extra…]` on a workspace whose toolvisor.toml is `config`; it must
+/// refuse to start with EX_CONFIG (78). Returns its stderr.
+fn serve_refuses(dir: &std::path::Path, config: &str, extra: &[&str]) -> String {
+    std::fs::write(dir.join("toolvisor.toml"), config).unwrap();
     let out = Command::new(BIN)
         .arg("serve")
+        .args(extra)
         .arg("--workspace")
-        .arg(dir.path())
+        .arg(dir)
         .output()
         .unwrap();
     assert_eq!(out.status.code(), Some(78), "{out:?}");
-    let err = text(&out.stderr);
+    assert!(!dir.join(".toolvisor/toolvisor.sock").exists());
+    text(&out.stderr)
+}
+
+#[test]
+fn a_bad_config_names_the_key_and_line_and_nothing_starts() {
+    let dir = tempfile::tempdir().unwrap();
+    let err = serve_refuses(
+        dir.path(),
+        "[server]\ndrain_grace_ms = 5\nfrobnicate = true\n",
+        &[],
+    );
     assert!(
         err.contains("frobnicate") && err.contains("line 3"),
         "{err}"
     );
-    assert!(!dir.path().join(".toolvisor/toolvisor.sock").exists());
-    std::fs::write(
-        dir.path().join("toolvisor.toml"),
-        "[policy]\nmode = \"reckless\"\n",
-    )
-    .unwrap();
-    let out = Command::new(BIN)
-        .arg("serve")
-        .arg("--workspace")
-        .arg(dir.path())
-        .output()
-        .unwrap();
-    assert_eq!(out.status.code(), Some(78));
-    let err = text(&out.stderr);
+    let err = serve_refuses(dir.path(), "[policy]\nmode = \"reckless\"\n", &[]);
     assert!(
         err.contains("reckless") && err.contains("`policy.mode`"),
         "{err}"
     );
     // An ill-typed value: serde says what it expected, we say which key it was.
-    std::fs::write(
-        dir.path().join("toolvisor.toml"),
+    let err = serve_refuses(
+        dir.path(),
         "[server]\n\n[limits]\nfile_max = \"big\"\n",
-    )
-    .unwrap();
-    let out = Command::new(BIN)
-        .arg("serve")
-        .arg("--workspace")
-        .arg(dir.path())
-        .output()
-        .unwrap();
-    assert_eq!(out.status.code(), Some(78));
-    let err = text(&out.stderr);
+        &[],
+    );
     assert!(
         err.contains("`limits.file_max`") && err.contains("line 4"),
         "{err}"
@@ -238,19 +225,7 @@ fn json_logs_are_json_from_workers_too() {
             .await;
         assert_eq!(r.status, Status::Ok, "{r:?}");
         // A restart kills the job, and the exec worker says so in its own log line.
-        let mut c = s.client().await;
-        let id = toolvisor_protocol::Id::from("r");
-        let ack = c
-            .request(
-                &ClientMessage::Restart {
-                    id: id.clone(),
-                    group: Some("exec".into()),
-                },
-                &id,
-            )
-            .await
-            .unwrap();
-        assert!(matches!(ack, ServerMessage::Ack { .. }), "{ack:?}");
+        s.restart("exec").await;
     });
     let line = s.wait_log("background process killed", Duration::from_secs(20));
     assert!(line.contains("\"process\""), "a worker's fields: {line}");
@@ -267,18 +242,11 @@ fn json_logs_are_json_from_workers_too() {
 #[test]
 fn a_bad_config_is_logged_as_json_under_log_format_json() {
     let dir = tempfile::tempdir().unwrap();
-    std::fs::write(
-        dir.path().join("toolvisor.toml"),
+    let err = serve_refuses(
+        dir.path(),
         "[workers.exec]\nmax_in_flight = 0\n",
-    )
-    .unwrap();
-    let out = Command::new(BIN)
-        .args(["serve", "--log-format", "json", "--workspace"])
-        .arg(dir.path())
-        .output()
-        .unwrap();
-    assert_eq!(out.status.code(), Some(78), "{out:?}");
-    let err = text(&out.stderr);
+        &["--log-format", "json"],
+    );
     assert!(err.contains("max_in_flight"), "{err}");
     for line in err.lines() {
         let v: serde_json::Value =

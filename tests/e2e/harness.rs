@@ -419,6 +419,24 @@ impl Server {
             .collect()
     }
 
+    /// `restart` of `group` (the operator command); returns once its `ack` came, i.e.
+    /// once every worker of the group was replaced (or failed).
+    pub async fn restart(&self, group: &str) {
+        let mut c = self.client().await;
+        let id: toolvisor_protocol::Id = "restart".into();
+        let ack = c
+            .request(
+                &ClientMessage::Restart {
+                    id: id.clone(),
+                    group: Some(group.into()),
+                },
+                &id,
+            )
+            .await
+            .expect("restart");
+        assert!(matches!(ack, ServerMessage::Ack { .. }), "{ack:?}");
+    }
+
     /// Calls in flight on `group`'s workers now.
     pub async fn workers_in_flight(&self, group: &str) -> u32 {
         self.worker_status()

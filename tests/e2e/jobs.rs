@@ -232,18 +232,7 @@ fn a_handle_from_before_a_restart_names_no_new_job() {
         assert_eq!(r.status, Status::Ok, "{r:?}");
         let old = r.meta["process"].as_str().expect("handle").to_owned();
         let pids = s.worker_pids("exec").await;
-        let id: Id = "r".into();
-        let ack = c
-            .request(
-                &ClientMessage::Restart {
-                    id: id.clone(),
-                    group: Some("exec".into()),
-                },
-                &id,
-            )
-            .await
-            .unwrap();
-        assert!(matches!(ack, ServerMessage::Ack { .. }), "{ack:?}");
+        s.restart("exec").await;
         s.wait_group_back("exec", &pids, Duration::from_secs(20))
             .await;
         let r = call_on(

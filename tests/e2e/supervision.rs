@@ -368,19 +368,7 @@ fn restart_storm_fails_the_worker_and_an_operator_restart_revives_it() {
         assert_eq!(r.status, Status::Ok, "{r:?}");
 
         // An operator restart brings the failed worker back; the ack comes once it is.
-        let mut c = s.client().await;
-        let id = "rs".into();
-        let ack = c
-            .request(
-                &ClientMessage::Restart {
-                    id: "rs".into(),
-                    group: Some("search".into()),
-                },
-                &id,
-            )
-            .await
-            .expect("restart");
-        assert!(matches!(ack, ServerMessage::Ack { .. }), "{ack:?}");
+        s.restart("search").await;
         let r = s.call("read_file", json!({"path": "a.txt"})).await;
         assert_eq!(r.status, Status::Ok, "{r:?}");
         let ws = wait_workers(&s, "search", "ready", |ws| {
@@ -411,19 +399,7 @@ fn operator_restart_revives_a_failed_worker_only_once() {
             ws.iter().all(|w| w.state == "failed")
         })
         .await;
-        let mut c = s.client().await;
-        let id = "rs".into();
-        let ack = c
-            .request(
-                &ClientMessage::Restart {
-                    id: "rs".into(),
-                    group: Some("search".into()),
-                },
-                &id,
-            )
-            .await
-            .expect("restart");
-        assert!(matches!(ack, ServerMessage::Ack { .. }), "{ack:?}");
+        s.restart("search").await;
         // Past the cool-down's start time, one search worker process exists.
         tokio::time::sleep(Duration::from_millis(2500)).await;
         let live: Vec<_> = our_procs(s.ws(), None)
@@ -697,19 +673,7 @@ fn operator_restart_ends_background_jobs_cleanly_and_says_why() {
             .await;
         assert_eq!(r.status, Status::Ok, "{r:?}");
         wait_procs_with_env(&marker, "sleep", 1, Duration::from_secs(10)).await;
-        let mut c = s.client().await;
-        let id = "rs".into();
-        let ack = c
-            .request(
-                &ClientMessage::Restart {
-                    id: "rs".into(),
-                    group: Some("exec".into()),
-                },
-                &id,
-            )
-            .await
-            .expect("restart");
-        assert!(matches!(ack, ServerMessage::Ack { .. }), "{ack:?}");
+        s.restart("exec").await;
         wait_no_procs_with_env(&marker, Duration::from_secs(5))
             .await
             .expect("the job ends with its worker");
