@@ -155,14 +155,20 @@ fn list_processes_shows_every_workers_jobs_in_one_audited_call() {
             assert!(line.contains(want), "{line}");
         }
 
-        for h in &handles[..handles.len() - 1] {
-            let r = call_on(&mut c, "k", "kill_process", json!({"process": h})).await;
-            assert_eq!(r.status, Status::Ok, "{r:?}");
-        }
-        wait_no_procs_with_env(&marker, Duration::from_secs(20))
-            .await
-            .expect("every job gone");
+        kill_all(&mut c, &handles[..handles.len() - 1], &marker).await;
     });
+}
+
+/// `kill_process` each of `handles` (every one must succeed), then wait until no
+/// process carrying `marker` is left.
+async fn kill_all(c: &mut Client, handles: &[String], marker: &str) {
+    for h in handles {
+        let r = call_on(c, "k", "kill_process", json!({"process": h})).await;
+        assert_eq!(r.status, Status::Ok, "{r:?}");
+    }
+    wait_no_procs_with_env(marker, Duration::from_secs(20))
+        .await
+        .expect("every job gone");
 }
 
 #[test]
@@ -172,14 +178,9 @@ fn list_processes_leaves_out_a_worker_that_died() {
     block(T, async {
         let mut c = s.client().await;
         let handles = jobs_on_both_workers(&mut c, &marker).await;
-        let status = c
-            .request(&ClientMessage::Status { id: "st".into() }, &"st".into())
+        let w1 = s
+            .worker_status()
             .await
-            .expect("status");
-        let ServerMessage::Status { workers, .. } = status else {
-            panic!("{status:?}")
-        };
-        let w1 = workers
             .iter()
             .find(|w| w.group == "exec" && w.index == 1)
             .and_then(|w| w.pid)
@@ -205,13 +206,7 @@ fn list_processes_leaves_out_a_worker_that_died() {
             .await;
         let r = call_on(&mut c, "lp2", "list_processes", json!({})).await;
         assert_eq!(listed(&r), survivors, "{}", r.content);
-        for h in &survivors {
-            let r = call_on(&mut c, "k", "kill_process", json!({"process": h})).await;
-            assert_eq!(r.status, Status::Ok, "{r:?}");
-        }
-        wait_no_procs_with_env(&marker, Duration::from_secs(20))
-            .await
-            .expect("every job gone");
+        kill_all(&mut c, &survivors, &marker).await;
     });
 }
 
