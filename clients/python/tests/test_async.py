@@ -61,6 +61,18 @@ def test_many_concurrent_calls_share_one_connection(daemon: Daemon) -> None:
     run(body)
 
 
+def test_a_fan_out_past_the_open_call_limit_gets_results_not_exceptions(daemon: Daemon) -> None:
+    async def body() -> None:
+        async with AsyncClient.connect(socket=daemon.socket) as tv:
+            results = await asyncio.gather(*[tv.call("read_file", {"path": "README.md"}) for _ in range(150)])
+            assert len({r.id for r in results}) == 150
+            for r in results:  # 64 open calls at most (server.max_open_calls): the rest Overloaded
+                assert r.ok or (r.status == "error" and r.error and r.error.type == "Overloaded"), r
+            assert any(r.ok for r in results)
+
+    run(body)
+
+
 def test_a_blocked_call_does_not_hold_up_the_others(daemon: Daemon) -> None:
     async def body() -> None:
         async with AsyncClient.connect(socket=daemon.socket) as tv:

@@ -5,8 +5,13 @@ scripted fake server plays the broken daemons)."""
 from __future__ import annotations
 
 import asyncio
+import os
+import shutil
 import signal
 import socket
+import subprocess
+import sys
+import tempfile
 import threading
 from pathlib import Path
 from typing import Callable, Iterator, List, Optional
@@ -199,6 +204,43 @@ def test_no_socket_a_file_and_a_dead_socket_are_connect_errors(tmp_path: Path) -
     s.close()  # bound, never listening: connection refused
     with pytest.raises(toolvisor.ConnectError, match="no toolvisor daemon listens"):
         Client.connect(socket=dead)
+
+
+PLANTED = """
+import os, socket, sys
+os.setgid(65534)
+os.setuid(65534)
+s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+s.bind(sys.argv[1])
+s.listen(4)
+print("listening", flush=True)
+conn, _ = s.accept()
+got = conn.recv(1 << 16)
+print("got %d bytes" % len(got), flush=True)
+"""
+
+
+@pytest.mark.skipif(os.getuid() != 0, reason="serving as another user needs root (CI runs as root)")
+def test_a_socket_served_by_another_user_is_refused() -> None:
+    box = Path(tempfile.mkdtemp(prefix="toolvisor-planted-", dir="/tmp"))  # reachable by nobody
+    box.chmod(0o777)
+    path = box / "planted.sock"
+    proc = subprocess.Popen([sys.executable, "-c", PLANTED, str(path)], stdout=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout is not None and proc.stdout.readline() == "listening\n"
+        with pytest.raises(toolvisor.ConnectError, match="served by uid 65534"):
+            Client.connect(socket=path)
+        with pytest.raises(toolvisor.ConnectError, match="served by uid 65534"):
+            asyncio.run(asyncio.wait_for(AsyncClient.connect(socket=path), WAIT))
+        # The client hung up before saying anything: not even hello reached it.
+        out, _ = proc.communicate(timeout=WAIT)
+        assert out == "got 0 bytes\n"
+    finally:
+        proc.kill()
+        proc.wait(WAIT)
+        assert proc.stdout is not None
+        proc.stdout.close()
+        shutil.rmtree(box)
 
 
 def test_a_server_that_hangs_up_during_hello(fake) -> None:

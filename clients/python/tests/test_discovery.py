@@ -35,6 +35,22 @@ def test_a_file_named_like_the_state_dir_does_not_count(tmp_path: Path) -> None:
     assert discovery.find_workspace(tmp_path / "x" / "y") == (tmp_path / "x" / "y").resolve()
 
 
+def test_a_state_dir_of_another_user_or_a_symlink_names_no_workspace(tmp_path: Path) -> None:
+    shared = tmp_path / "shared"
+    (shared / "proj" / "sub").mkdir(parents=True)
+    (tmp_path / "elsewhere").mkdir()
+    (shared / ".toolvisor").symlink_to(tmp_path / "elsewhere")
+    assert discovery.find_workspace(shared / "proj" / "sub") == (shared / "proj" / "sub").resolve()
+    if os.getuid() != 0:
+        return  # giving a directory away needs root; the symlink case above still ran
+    (shared / ".toolvisor").unlink()
+    (shared / ".toolvisor").mkdir()
+    os.chown(shared / ".toolvisor", 65534, 65534)  # a planted /tmp/.toolvisor, say
+    assert discovery.find_workspace(shared / "proj" / "sub") == (shared / "proj" / "sub").resolve()
+    os.chown(shared / ".toolvisor", os.getuid(), os.getgid())
+    assert discovery.find_workspace(shared / "proj" / "sub") == shared.resolve()
+
+
 def test_symlinked_workspaces_resolve_to_the_real_path(tmp_path: Path) -> None:
     real = tmp_path / "real"
     real.mkdir()

@@ -16,6 +16,9 @@ from __future__ import annotations
 
 import itertools
 import logging
+import os
+import socket
+import struct
 import threading
 import time
 from pathlib import Path
@@ -412,6 +415,23 @@ def connect_failure(path: Path, e: OSError) -> ConnectError:
     else:
         why = "cannot connect to %s: %s" % (path, e)
     return ConnectError(why, str(path))
+
+
+def check_peer(sock: socket.socket, path: Path) -> None:
+    """Refuse a socket served by another user (``SO_PEERCRED``, where the OS has it).
+
+    The daemon serves only its own user and refuses everyone else; the client holds
+    the other end to the same rule, so a socket someone else planted where a
+    workspace's socket is looked for (a ``/tmp/.toolvisor/``, say) never sees a call's
+    arguments nor answers one."""
+    option = getattr(socket, "SO_PEERCRED", None)
+    if option is None:  # pragma: no cover - not Linux
+        return
+    _pid, uid, _gid = struct.unpack("3i", sock.getsockopt(socket.SOL_SOCKET, option, struct.calcsize("3i")))
+    if uid != os.getuid():
+        raise ConnectError(
+            "%s is served by uid %d, not by this user (uid %d); refusing it" % (path, uid, os.getuid()), str(path)
+        )
 
 
 def retry_pauses(wait: float) -> Iterator[Optional[float]]:

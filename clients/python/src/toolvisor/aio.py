@@ -113,6 +113,7 @@ class _Conn:
         except OSError as e:
             raise _core.connect_failure(path, e) from None
         try:
+            _core.check_peer(writer.get_extra_info("socket"), path)
             writer.write(_core.encode_frame(_core.hello_message(client, interactive)))
             await writer.drain()
             msg = await asyncio.wait_for(_read_one(reader), timeout)
@@ -225,7 +226,9 @@ class AsyncClient(_core.Settings):
 
     ``timeout`` bounds every wait for an answer other than a call's result;
     ``reconnect_timeout`` is how long a new request keeps trying to reach a daemon
-    that is restarting.
+    that is restarting. The daemon runs at most ``server.max_open_calls`` (64 by
+    default) open calls per connection and answers the rest ``Overloaded``: bound
+    large fan-outs (a semaphore).
     """
 
     def __init__(

@@ -53,6 +53,7 @@ class _Conn:
         self._wlock = threading.Lock()
         self._sock = _connect(path, timeout)
         try:
+            _core.check_peer(self._sock, path)
             self.welcome = self._handshake(client, interactive)
         except BaseException:
             self._sock.close()

@@ -8,14 +8,16 @@ else ``/tmp``. ``state_dir`` is ``server.state_dir`` of the workspace's
 ``toolvisor.toml`` (relative to the workspace), by default ``.toolvisor``.
 
 Without an explicit workspace, the workspace is the nearest directory, from the
-current one upwards, that has a ``toolvisor.toml`` or a ``.toolvisor/`` directory
-(the current directory when none has).
+current one upwards, that has a ``toolvisor.toml`` or a ``.toolvisor/`` directory of
+this user (the current directory when none has). Whatever the path, the client then
+talks only to a daemon of its own user (``SO_PEERCRED``).
 """
 
 from __future__ import annotations
 
 import hashlib
 import os
+import stat
 from pathlib import Path
 from typing import Mapping, Optional, Union
 
@@ -31,13 +33,24 @@ DEFAULT_STATE_DIR = ".toolvisor"
 
 def find_workspace(start: Optional[PathLike] = None) -> Path:
     """The nearest ancestor of ``start`` (default: the current directory), itself
-    included, with a ``toolvisor.toml`` or a ``.toolvisor/``; ``start`` when none has.
+    included, with a ``toolvisor.toml`` or a ``.toolvisor/`` directory of this user;
+    ``start`` when none has.
     The result is canonical (absolute, symlinks resolved)."""
     here = Path(os.path.realpath(start if start is not None else os.getcwd()))
     for d in (here, *here.parents):
-        if (d / CONFIG_FILE).is_file() or (d / DEFAULT_STATE_DIR).is_dir():
+        if (d / CONFIG_FILE).is_file() or _own_dir(d / DEFAULT_STATE_DIR):
             return d
     return here
+
+
+def _own_dir(path: Path) -> bool:
+    """A real directory (not a symlink) of this user: the daemon uses no other as its
+    state directory, so one of another user's (``/tmp/.toolvisor``) names no workspace."""
+    try:
+        st = path.lstat()
+    except OSError:
+        return False
+    return stat.S_ISDIR(st.st_mode) and st.st_uid == os.getuid()
 
 
 def state_dir(workspace: PathLike) -> Path:
