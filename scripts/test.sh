@@ -24,6 +24,10 @@ if ! command -v python3 >/dev/null 2>&1; then
     echo "python client: SKIPPED: python3 is not installed (clients/python needs Python >= 3.9)"
     exit 0
 fi
+if ! python3 -c 'import sys; sys.exit(sys.version_info < (3, 9))'; then
+    echo "python client: $(python3 --version) is too old: clients/python needs Python >= 3.9" >&2
+    exit 1
+fi
 
 target=${CARGO_TARGET_DIR:-target}
 cargo build --locked --quiet --bin toolvisor
@@ -36,7 +40,10 @@ venv=$target/pyenv
 reqs="pytest>=7 setuptools>=70.1"
 if [ "$(cat "$venv/.requirements" 2>/dev/null)" != "$reqs" ] || ! "$venv/bin/python" -c 'import pytest' >/dev/null 2>&1; then
     rm -rf "$venv"
-    python3 -m venv "$venv"
+    python3 -m venv "$venv" || {
+        echo "python client: python3 cannot make a venv (on Debian: apt-get install python3-venv)" >&2
+        exit 1
+    }
     # shellcheck disable=SC2086 # word splitting of the requirement list is intended
     "$venv/bin/python" -m pip install --quiet --disable-pip-version-check --no-input $reqs
     echo "$reqs" >"$venv/.requirements"
