@@ -149,9 +149,9 @@ class _Conn:
         except (OSError, RuntimeError) as e:
             if confirm is not None:
                 self.router.forget_confirm(confirm)
-            try:
+            try:  # let the reader read the daemon's last words (FrameTooLarge, say)
                 await asyncio.wait_for(asyncio.shield(self._task), 5)
-            except (asyncio.TimeoutError, Exception):
+            except Exception:
                 pass
             self.router.end(ConnectionLost("writing to the daemon failed: %s" % e))
             raise self.router.ended from None  # type: ignore[misc]
@@ -168,12 +168,9 @@ class _Conn:
         self._task.cancel()
         try:
             await asyncio.wait_for(self._writer.wait_closed(), 10)
-        except (OSError, asyncio.TimeoutError, asyncio.CancelledError):
+        except (OSError, asyncio.TimeoutError):
             pass
-        try:
-            await self._task
-        except (asyncio.CancelledError, Exception):
-            pass
+        await self._task  # it ends the router with ClientClosed when cancelled
 
     async def _read_loop(self) -> None:
         reason: BaseException
