@@ -27,13 +27,14 @@ pub enum FrameError {
 /// Why a complete frame's body was refused.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 pub enum DecodeError {
-    /// Not MessagePack, nested too deeply, not a map, or no string `type`.
+    /// Not MessagePack, nested too deeply, or not a map.
     #[error("{0}")]
     Malformed(String),
-    /// A map with a string `type` this side does not know.
-    #[error("unknown message type `{0}`")]
-    UnknownType(String),
-    /// A known `type` whose fields are missing or of the wrong type; `id` is echoed.
+    /// A map with a string `type` this side does not know; `id` is echoed.
+    #[error("unknown message type `{kind}`")]
+    UnknownType { kind: String, id: Option<crate::Id> },
+    /// A map without a string `type`, or a known `type` whose fields are missing or of
+    /// the wrong type; `id` is echoed.
     #[error("{message}")]
     BadFields {
         message: String,
@@ -97,18 +98,25 @@ pub fn decode<T: DeserializeOwned>(body: &[u8], known: &[&str]) -> Result<T, Dec
     let rmpv::Value::Map(entries) = &value else {
         return Err(DecodeError::Malformed("message is not a map".into()));
     };
+    let id = || field(entries, "id").and_then(id_of);
     let kind = field(entries, "type")
         .and_then(|v| v.as_str())
-        .ok_or_else(|| DecodeError::Malformed("message has no string `type`".into()))?;
+        .ok_or_else(|| DecodeError::BadFields {
+            message: "message has no string `type`".into(),
+            id: id(),
+        })?;
     if !known.contains(&kind) {
-        return Err(DecodeError::UnknownType(kind.to_owned()));
+        return Err(DecodeError::UnknownType {
+            kind: kind.to_owned(),
+            id: id(),
+        });
     }
     let mut de = rmp_serde::Deserializer::from_read_ref(body);
     // The value pass above enforced MAX_DEPTH; this only has to not refuse it.
     de.set_max_depth(3 * MAX_DEPTH);
     T::deserialize(&mut de).map_err(|e| DecodeError::BadFields {
         message: format!("bad `{kind}` message: {e}"),
-        id: field(entries, "id").and_then(id_of),
+        id: id(),
     })
 }
 
@@ -231,17 +239,25 @@ mod tests {
     }
 
     #[test]
-    fn not_a_map_and_no_type_are_malformed() {
+    fn not_a_map_is_malformed_and_no_type_echoes_the_id() {
         let arr = body(&rmpv::Value::Array(vec![1.into()]));
         assert!(matches!(
             decode::<ClientMessage>(&arr, KNOWN_CLIENT_TYPES),
             Err(DecodeError::Malformed(_))
         ));
-        let no_type = body(&rmpv::Value::Map(vec![("id".into(), "x".into())]));
-        assert!(matches!(
-            decode::<ClientMessage>(&no_type, KNOWN_CLIENT_TYPES),
-            Err(DecodeError::Malformed(_))
-        ));
+        for (fields, want) in [
+            (vec![("id".into(), "x".into())], Some("x".into())),
+            (
+                vec![("type".into(), 3.into()), ("id".into(), 7.into())],
+                Some(crate::Id::Int(7)),
+            ),
+            (vec![("id".into(), 1.5.into())], None),
+        ] {
+            match decode::<ClientMessage>(&body(&rmpv::Value::Map(fields)), KNOWN_CLIENT_TYPES) {
+                Err(DecodeError::BadFields { id, .. }) => assert_eq!(id, want),
+                other => panic!("{other:?}"),
+            }
+        }
     }
 
     #[test]
@@ -249,7 +265,21 @@ mod tests {
         let unknown = body(&rmpv::Value::Map(vec![("type".into(), "dance".into())]));
         assert_eq!(
             decode::<ClientMessage>(&unknown, KNOWN_CLIENT_TYPES),
-            Err(DecodeError::UnknownType("dance".into()))
+            Err(DecodeError::UnknownType {
+                kind: "dance".into(),
+                id: None
+            })
+        );
+        let unknown = body(&rmpv::Value::Map(vec![
+            ("type".into(), "dance".into()),
+            ("id".into(), (-4).into()),
+        ]));
+        assert_eq!(
+            decode::<ClientMessage>(&unknown, KNOWN_CLIENT_TYPES),
+            Err(DecodeError::UnknownType {
+                kind: "dance".into(),
+                id: Some(crate::Id::Int(-4))
+            })
         );
         let bad = body(&rmpv::Value::Map(vec![
             ("type".into(), "call".into()),

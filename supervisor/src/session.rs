@@ -139,10 +139,10 @@ impl SessionState {
     fn on_bad_frame(&mut self, e: DecodeError) {
         let msg = match e {
             DecodeError::Malformed(m) => ServerMessage::error(None, ErrorType::BadMessage, m),
-            DecodeError::UnknownType(t) => ServerMessage::error(
-                None,
+            DecodeError::UnknownType { kind, id } => ServerMessage::error(
+                id,
                 ErrorType::UnknownMessage,
-                format!("unknown message type `{t}`"),
+                format!("unknown message type `{kind}`"),
             ),
             DecodeError::BadFields { message, id } => {
                 ServerMessage::error(id, ErrorType::BadMessage, message)

@@ -14,6 +14,5 @@ mod jobs;
 mod mcp;
 mod policy;
 mod protocol;
-mod python_client;
 mod search;
 mod supervision;

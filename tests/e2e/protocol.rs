@@ -4,7 +4,7 @@ use serde_json::json;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::UnixStream;
 use toolvisor_protocol::message::{ClientMessage, ServerMessage};
-use toolvisor_protocol::{ErrorType, frame};
+use toolvisor_protocol::{ErrorType, Id, frame};
 
 use crate::harness::*;
 
@@ -119,6 +119,76 @@ fn garbage_unknown_type_and_bad_fields_keep_the_connection() {
             other => panic!("{other:?}"),
         }
         // Still alive.
+        send(&mut sock, &ClientMessage::Ping { id: "alive".into() }).await;
+        assert_eq!(
+            recv(&mut sock).await,
+            Some(ServerMessage::Pong { id: "alive".into() })
+        );
+    });
+}
+
+/// Send `v` as one frame and read the `error` it gets: (type, echoed id).
+async fn refusal(sock: &mut UnixStream, v: &serde_json::Value) -> (ErrorType, Option<Id>) {
+    let body = rmp_serde::to_vec_named(v).expect("encode");
+    sock.write_all(&(body.len() as u32).to_be_bytes())
+        .await
+        .expect("write");
+    sock.write_all(&body).await.expect("write");
+    match recv(sock).await {
+        Some(ServerMessage::Error { id, error }) => (error.kind, id),
+        other => panic!("expected an error for {v}, got {other:?}"),
+    }
+}
+
+#[test]
+fn unknown_type_and_untyped_maps_echo_the_id() {
+    let s = Server::start("");
+    block(T, async {
+        let mut sock = raw(&s).await;
+        // Before hello too: the type is refused before hello is looked at.
+        assert_eq!(
+            refusal(&mut sock, &json!({"type": "dance", "id": "early"})).await,
+            (ErrorType::UnknownMessage, Some("early".into()))
+        );
+        hello(&mut sock).await;
+        let cases = [
+            (
+                json!({"type": "dance", "id": "d1"}),
+                ErrorType::UnknownMessage,
+                Some("d1".into()),
+            ),
+            (
+                json!({"type": "dance", "id": 7}),
+                ErrorType::UnknownMessage,
+                Some(Id::Int(7)),
+            ),
+            (json!({"type": "dance"}), ErrorType::UnknownMessage, None),
+            (
+                json!({"id": "n1"}),
+                ErrorType::BadMessage,
+                Some("n1".into()),
+            ),
+            (
+                json!({"type": 5, "id": -3}),
+                ErrorType::BadMessage,
+                Some(Id::Int(-3)),
+            ),
+            (
+                json!({"type": null, "id": "n2"}),
+                ErrorType::BadMessage,
+                Some("n2".into()),
+            ),
+            // An id that is neither a string nor an integer is not echoed.
+            (
+                json!({"type": "dance", "id": [1]}),
+                ErrorType::UnknownMessage,
+                None,
+            ),
+            (json!({"id": 1.5}), ErrorType::BadMessage, None),
+        ];
+        for (msg, kind, id) in cases {
+            assert_eq!(refusal(&mut sock, &msg).await, (kind, id), "{msg}");
+        }
         send(&mut sock, &ClientMessage::Ping { id: "alive".into() }).await;
         assert_eq!(
             recv(&mut sock).await,
