@@ -489,10 +489,10 @@ fn bypass_attempts_are_refused_and_developer_commands_run() {
             failures.push(format!("{marker} created by {:?}", at.cmd));
         }
     }
-    for i in 0..READ_ALIKE.len() {
+    for (i, cmd) in READ_ALIKE.iter().enumerate() {
         let marker = format!("mk_alike_{i}");
         if ws.join(&marker).exists() {
-            failures.push(format!("{marker} created by {:?}", READ_ALIKE[i]));
+            failures.push(format!("{marker} created by {cmd:?}"));
         }
     }
     assert!(
