@@ -1,4 +1,4 @@
-//! `toolvisor.toml` (DESIGN §9): every table and key optional, unknown keys refused
+//! `toolvisor.toml` (see README.md and docs/POLICY.md): every table and key optional, unknown keys refused
 //! with their name and line.
 
 use serde::{Deserialize, Serialize};

@@ -16,7 +16,7 @@ use tokio::time::Instant;
 use super::output::{Coalescer, Pipes, Record, pump};
 use crate::{CancelFlag, ToolError};
 
-/// SIGTERM → SIGKILL grace (DESIGN §4).
+/// SIGTERM → SIGKILL grace (docs/PROTOCOL.md, deadlines and cancel).
 pub(crate) const GRACE: Duration = Duration::from_secs(2);
 /// How long the worker waits past the grace before it SIGKILLs the shim itself (the
 /// shim needs a moment after its own SIGKILL round to reap and exit).
