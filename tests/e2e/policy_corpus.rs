@@ -216,6 +216,10 @@ const BYPASSES: &[Attempt] = &[
     named("export PATH=.:$PATH; ls", "mk_path"),
     named("./ls", "mk_path"),
     named("src/../ls", "mk_path"),
+    named("BASH_CMDS[ls]=./ls; ls", "mk_path"),
+    named("PATH[0]=.; ls", "mk_path"),
+    named("for PATH in .; do ls; done", "mk_path"),
+    named("echo ${BASH_CMDS[ls]:=./ls}; ls", "mk_path"),
     a("GIT_EDITOR='touch MARK' git commit --allow-empty"),
     a("EDITOR='touch MARK' git commit --allow-empty"),
     a("GIT_SSH_COMMAND='touch MARK' git fetch ssh://h/r"),
@@ -255,6 +259,10 @@ const BYPASSES: &[Attempt] = &[
     with_env("echo ${PATH:X:1}", "X", "a[$(touch MARK)]"),
     with_env("echo $(( $X ))", "X", "a[$(touch MARK)]"),
     a("printf -v 'a[$(touch MARK)]' x"),
+    a("ls; test -v 'a[$(touch MARK)]'"),
+    a("ls; [ -v 'a[$(touch MARK)]' ]"),
+    a("ls; : ${NOPE:=$(touch MARK)}"),
+    a("ls; true $(touch MARK)"),
     // Writes where no rule looked.
     a("echo x > MARK"),
     a("echo x >> MARK"),
@@ -265,6 +273,8 @@ const BYPASSES: &[Attempt] = &[
     a("cat README.md 1>MARK"),
     a("{ ls; } > MARK"),
     a("grep x README.md | head > MARK"),
+    a("ls; > MARK"),
+    a("ls && X=1 > MARK"),
 ];
 
 /// Texts the old `sh` read as two commands; bash, and the policy, read one harmless

@@ -452,11 +452,9 @@ pub static ENV_KEYS: &[EnvKey] = {
         E("PATH"),
         P("LD_"),
         P("DYLD_"),
-        E("BASH_ENV"),
+        P("BASH_"),
         E("ENV"),
-        P("BASH_FUNC_"),
-        E("BASH_COMPAT"),
-        E("BASH_LOADABLES_PATH"),
+        E("EXECIGNORE"),
         E("SHELLOPTS"),
         E("BASHOPTS"),
         E("IFS"),
@@ -551,8 +549,10 @@ pub static ENV_KEYS: &[EnvKey] = {
     ]
 };
 
-/// Does setting `key` change what runs?
+/// Does setting `key` change what runs? (`PATH[0]` sets `PATH`; `BASH_CMDS[ls]`
+/// sets where bash finds `ls`.)
 pub fn is_env_hazard(key: &str) -> bool {
+    let key = key.split('[').next().unwrap_or(key);
     ENV_KEYS.iter().any(|k| match k {
         EnvKey::Exact(e) => key == *e,
         EnvKey::Prefix(p) => key.starts_with(p),
@@ -928,6 +928,17 @@ fn builtin(prog: &str, a: &Args<'_>, f: &mut Findings) {
             env_assignment(t, f);
         }
     }
+    // Builtins that store into the variables they are given (`printf -v PATH .`).
+    if matches!(
+        prog,
+        "read" | "mapfile" | "readarray" | "printf" | "getopts" | "wait"
+    ) {
+        for t in a.texts().filter(|t| !t.starts_with('-')) {
+            if is_env_hazard(t) && t.chars().next().is_some_and(|c| c.is_ascii_uppercase()) {
+                f.structural(format!("sets {}", t.split('[').next().unwrap_or(t)));
+            }
+        }
+    }
 }
 
 /// `set` options that change how bash reads the rest of the command.
@@ -992,7 +1003,8 @@ fn env_assignment(t: &str, f: &mut Findings) {
     if let Some((key, _)) = t.split_once('=')
         && is_env_hazard(key.trim_end_matches('+'))
     {
-        f.arg(format!("sets {}", key.trim_end_matches('+')));
+        let key = key.trim_end_matches('+');
+        f.arg(format!("sets {}", key.split('[').next().unwrap_or(key)));
     }
 }
 

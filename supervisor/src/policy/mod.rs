@@ -141,7 +141,7 @@ impl Policy {
             .map(|(i, p)| {
                 let words = CommandWords::new(p.texts());
                 let mut v = self.verdict(facts, Unit::Part(i), Some(&words));
-                v.block_on(&p.hazards);
+                v.block_on(&p.hazards, p.neutral);
                 v
             })
             .collect();
@@ -279,18 +279,20 @@ impl Policy {
                 );
             }
         }
-        if !v.blocked.is_empty()
-            && let Some(r) = v.rule
-        {
-            return format!(
-                "{} allows {subject}, but it has hazards: {}; that needs confirmation{}",
-                r.id(),
-                v.blocked.join(", "),
-                if r.hazards_allow {
-                    ""
-                } else {
+        if !v.blocked.is_empty() {
+            let by = match v.rule {
+                Some(r) => format!("{} allows {subject}", r.id()),
+                None => format!("{subject} runs nothing"),
+            };
+            let hint = match v.rule {
+                Some(r) if !r.hazards_allow => {
                     " (a rule with hazards = \"allow\" would cover the argument hazards)"
                 }
+                _ => "",
+            };
+            return format!(
+                "{by}, but it has hazards: {}; that needs confirmation{hint}",
+                v.blocked.join(", ")
             );
         }
         match v.rule {
@@ -342,17 +344,20 @@ struct Verdict<'r> {
 }
 
 impl Verdict<'_> {
-    /// An allow by a rule on words does not cover hazards it cannot see.
-    fn block_on(&mut self, hazards: &[hazards::Hazard]) {
-        let Some(r) = self.rule.filter(|r| r.tests_command()) else {
-            return;
-        };
+    /// An allow by a rule on words, or of a part that runs nothing, does not cover
+    /// hazards it cannot see.
+    fn block_on(&mut self, hazards: &[hazards::Hazard], neutral: bool) {
         if self.action != Action::Allow {
             return;
         }
+        let lifted = match self.rule {
+            Some(r) if r.tests_command() => r.hazards_allow,
+            None if neutral => false,
+            _ => return,
+        };
         self.blocked = hazards
             .iter()
-            .filter(|h| !(h.kind.overridable() && r.hazards_allow))
+            .filter(|h| !(h.kind.overridable() && lifted))
             .map(|h| h.name.clone())
             .collect();
         if !self.blocked.is_empty() {

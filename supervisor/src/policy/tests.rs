@@ -556,7 +556,7 @@ fn reasons_name_the_part_that_asks() {
 fn prefixes(extra: Vec<Rule>) -> Policy {
     let mut rules: Vec<Rule> = [
         "git ", "ls", "cargo ", "echo ", "cat ", "head", "grep ", "wc", "find ", "awk ", "sed ",
-        "tar ", "sort ", "env ", "make ", "touch ",
+        "tar ", "sort ", "env ", "make ",
     ]
     .iter()
     .map(|p| {
@@ -595,6 +595,21 @@ fn the_issues_bypasses_ask() {
         "env bash -c 'touch M'",
         "make --eval='x:=$(shell touch M)'",
         "sort --compress-program=./x f",
+        "ls; test -v 'a[$(touch M)]'",
+        "ls; [ -v 'a[$(touch M)]' ]",
+        "ls; : ${X:=$(touch M)}",
+        "ls; true $(touch M)",
+        "ls; > M",
+        "ls; X=1 > M",
+        "ls && >M",
+        "BASH_CMDS[ls]=./evil; ls",
+        "declare -A BASH_CMDS=([ls]=./evil); ls",
+        "PATH[0]=.; ls",
+        "for PATH in .; do ls; done",
+        "echo ${BASH_CMDS[ls]:=./evil}; ls",
+        "BASH_ALIASES[ls]=x; ls",
+        "ls; printf -v PATH %s .; ls",
+        "read PATH <<< .; ls",
     ] {
         let d = run(&p, cmd);
         assert_ne!(d.action, Allow, "{cmd:?}: {}", d.reason);
@@ -876,7 +891,8 @@ proptest! {
     /// ones that allow the command it runs.
     #[test]
     fn a_substitution_anywhere_is_never_allowed(cmd in with_substitution()) {
-        let d = run(&prefixes(vec![]), &cmd);
+        let touch = rule("run_command", Allow, vec![cond("command", Operator::StartsWith, "touch ")]);
+        let d = run(&prefixes(vec![touch]), &cmd);
         prop_assert_ne!(d.action, Allow, "{:?}: {}", cmd, d.reason);
     }
 
@@ -988,4 +1004,52 @@ fn explain_reports_validation_errors() {
         matches!(&m, ServerMessage::Explanation { decision, .. } if decision == "deny"),
         "{m:?}"
     );
+}
+
+/// Token soup: shell syntax in random order around a payload.
+fn soup() -> impl Strategy<Value = String> {
+    const TOKENS: &[&str] = &[
+        " ", " ", " ", ";", "&", "|", "\n", "\\", "'", "\"", "$", "(", ")", "{", "}", "`", "<",
+        ">", "#", "=", "x", "[", "]", "!", "*", "\t", "$(", "${", "$'", "$((", "<<", "EOF", "-c",
+        "bash", ":", "%", "/", "@", "P", "~", ",", "touch M", "touch M", "X", "a[", "0", "\\n",
+        "-exec", "-e", "e", "w M", "+", "&&", "||", "\\'", "<(", ">(", "-v", "declare", "-i",
+    ];
+    let start = prop_oneof![
+        Just("ls "),
+        Just("echo "),
+        Just("cat "),
+        Just("wc "),
+        Just("sed ")
+    ];
+    (
+        start,
+        prop::collection::vec(prop::sample::select(TOKENS), 1..14),
+    )
+        .prop_map(|(s, t)| format!("{s}{}", t.concat()))
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(200))]
+
+    /// What the policy allows, bash runs without creating anything: a command built
+    /// of random shell syntax around `touch M` is either refused or harmless.
+    #[test]
+    fn allowed_token_soup_creates_nothing(cmd in soup()) {
+        let env = json!({"X": "a[$(touch M)]"});
+        let d = decide(&prefixes(vec![]), "run_command", json!({"command": cmd, "env": env}));
+        if d.action != Allow {
+            return Ok(());
+        }
+        let dir = tempfile::tempdir().unwrap();
+        let _ = std::process::Command::new("bash")
+            .args(["--noprofile", "--norc", "-c", &cmd])
+            .current_dir(dir.path())
+            .env("X", "a[$(touch M)]")
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .status();
+        let made: Vec<_> = std::fs::read_dir(dir.path()).unwrap().flatten().map(|e| e.file_name()).collect();
+        prop_assert!(made.is_empty(), "{:?} was allowed and created {:?}", cmd, made);
+    }
 }

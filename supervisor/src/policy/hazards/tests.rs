@@ -256,6 +256,15 @@ fn each_program_hazard_is_found() {
         ("set -e -k", "set -k"),
         ("shopt -s extglob", "shopt extglob"),
         ("sudo env EDITOR=x git commit", "sets EDITOR"),
+        ("printf -v PATH %s .", "sets PATH"),
+        ("read -r PATH", "sets PATH"),
+        ("BASH_CMDS[ls]=./x", "sets BASH_CMDS"),
+        ("declare -A BASH_CMDS=([ls]=./x)", "sets BASH_CMDS"),
+        ("PATH[0]=.", "sets PATH"),
+        ("for PATH in .; do ls; done", "sets PATH"),
+        ("echo ${BASH_CMDS[ls]:=./x}", "sets BASH_CMDS"),
+        ("export PATH=.", "sets PATH"),
+        ("local IFS=x", "sets IFS"),
     ];
     let mut missing = Vec::new();
     for (cmd, want) in cases {

@@ -435,6 +435,10 @@ impl Walker<'_> {
             }
         }
         self.vars.forget(&var);
+        if hazards::is_env_hazard(&var) {
+            self.hazard(Hazard::structural(format!("sets {var}")));
+            self.out.env_keys.push(var.clone());
+        }
         let safe = has_in && all_integers;
         self.loop_over(n, |w| {
             if safe {
@@ -607,9 +611,14 @@ impl Walker<'_> {
             }
         }
         if !have_program {
-            // Only assignments and redirections: nothing runs.
+            // Only assignments and redirections: nothing runs, but what they hold
+            // (a redirection to a file, a substitution) still counts, outside.
             self.out.parts[idx].words.clear();
             self.stack.pop();
+            let held = std::mem::take(&mut self.out.parts[idx].hazards);
+            for h in held {
+                self.hazard(h);
+            }
             return idx;
         }
         self.fill_part(idx, words);
@@ -788,6 +797,7 @@ impl Walker<'_> {
     fn prefix_assignment(&mut self, n: Node<'_>) -> Option<Word> {
         let (name, value) = self.assignment_parts(n);
         if hazards::is_env_hazard(&name) {
+            let name = name.trim_end_matches("[]").to_owned();
             self.hazard(Hazard::argument(format!("sets {name}")));
             self.out.env_keys.push(name.clone());
             let mut w = value.unwrap_or_else(|| literal_word("", n.byte_range()));
@@ -808,8 +818,9 @@ impl Walker<'_> {
         let appends = has_token(n, "+=");
         let (name, value) = self.assignment_parts(n);
         if hazards::is_env_hazard(&name) {
-            self.hazard(Hazard::structural(format!("sets {name}")));
-            self.out.env_keys.push(name.clone());
+            let base = name.trim_end_matches("[]");
+            self.hazard(Hazard::structural(format!("sets {base}")));
+            self.out.env_keys.push(base.to_owned());
         }
         match value {
             Some(v) if v.literal() && !appends => self.vars.assign(&name, Some(&v.text)),
@@ -1168,10 +1179,13 @@ impl Walker<'_> {
         if transforms {
             self.hazard(Hazard::structural("prompt expansion ${…@P}"));
         }
-        let var = kids
-            .iter()
-            .find(|k| k.kind() == "variable_name")
-            .map(|k| self.text(*k).to_owned());
+        let var = kids.iter().find_map(|k| match k.kind() {
+            "variable_name" => Some(self.text(*k).to_owned()),
+            "subscript" => k
+                .child_by_field_name("name")
+                .map(|x| self.text(x).to_owned()),
+            _ => None,
+        });
         if kinds.iter().any(|k| matches!(*k, "=" | ":="))
             && let Some(v) = &var
         {
