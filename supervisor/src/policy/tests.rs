@@ -1053,3 +1053,30 @@ proptest! {
         prop_assert!(made.is_empty(), "{:?} was allowed and created {:?}", cmd, made);
     }
 }
+
+/// A client cannot crash or stall the supervisor with a command: deep nesting and
+/// great length ask, on a thread with a runtime worker's 2 MiB stack.
+#[test]
+fn deep_and_long_commands_ask_without_exhausting_the_stack() {
+    let deep = |open: &str, mid: &str, close: &str| {
+        format!("echo {}{mid}{}", open.repeat(20_000), close.repeat(20_000))
+    };
+    let cases = vec![
+        deep("$(", "ls", ")"),
+        deep("$((", "1", "))"),
+        deep("(", "ls", ")"),
+        deep("${x:-", "y", "}"),
+        deep("\"$(", "ls", ")\""),
+        deep("if true; then ", "ls", "; fi"),
+        format!("echo {}", "word ".repeat(60_000)),
+    ];
+    let t = std::thread::Builder::new()
+        .stack_size(2 << 20)
+        .spawn(move || {
+            let p = prefixes(vec![]);
+            cases.iter().map(|c| run(&p, c).action).collect::<Vec<_>>()
+        })
+        .unwrap();
+    let actions = t.join().expect("no stack overflow");
+    assert!(actions.iter().all(|a| *a == Ask), "{actions:?}");
+}

@@ -60,16 +60,41 @@ pub(crate) fn gaps(root: Node<'_>, src: &str) -> Result<(), String> {
     gap_ok(src, at, src.len())
 }
 
-fn collect_leaves(node: Node<'_>, out: &mut Vec<Range<usize>>) {
-    if node.child_count() == 0 || OPAQUE.contains(&node.kind()) {
-        if node.end_byte() > node.start_byte() {
-            out.push(node.start_byte()..node.end_byte());
+fn collect_leaves(root: Node<'_>, out: &mut Vec<Range<usize>>) {
+    let mut todo = vec![root];
+    while let Some(node) = todo.pop() {
+        if node.child_count() == 0 || OPAQUE.contains(&node.kind()) {
+            if node.end_byte() > node.start_byte() {
+                out.push(node.start_byte()..node.end_byte());
+            }
+            continue;
         }
-        return;
+        let mut cursor = node.walk();
+        todo.extend(node.children(&mut cursor));
     }
-    let mut cursor = node.walk();
-    for child in node.children(&mut cursor) {
-        collect_leaves(child, out);
+}
+
+/// Is the tree deeper than `limit`? (Without recursion: the tree may be very deep.)
+pub(crate) fn deeper_than(root: Node<'_>, limit: usize) -> bool {
+    let mut cursor = root.walk();
+    let mut depth = 0;
+    loop {
+        if depth > limit {
+            return true;
+        }
+        if cursor.goto_first_child() {
+            depth += 1;
+            continue;
+        }
+        loop {
+            if cursor.goto_next_sibling() {
+                break;
+            }
+            if !cursor.goto_parent() {
+                return false;
+            }
+            depth -= 1;
+        }
     }
 }
 
@@ -121,10 +146,16 @@ pub(crate) struct Landmarks {
 /// Every place in `src` bash would substitute or expand, outside inert text.
 pub(crate) fn scan(src: &str, marks: &Landmarks) -> Vec<(usize, Finding)> {
     let b = src.as_bytes();
+    let mut inert: Vec<&Range<usize>> = marks.inert.iter().collect();
+    inert.sort_by_key(|r| r.start);
+    let mut next_inert = inert.into_iter().peekable();
     let mut out = Vec::new();
     let mut i = 0;
     while i < b.len() {
-        if let Some(r) = marks.inert.iter().find(|r| r.contains(&i)) {
+        while next_inert.peek().is_some_and(|r| r.end <= i) {
+            next_inert.next();
+        }
+        if let Some(r) = next_inert.peek().filter(|r| r.contains(&i)) {
             i = r.end;
             continue;
         }

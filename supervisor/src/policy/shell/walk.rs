@@ -15,6 +15,13 @@ use crate::policy::hazards::{self, Hazard, Paths};
 
 /// Deeper than this, nesting is not read (and the command asks).
 const MAX_DEPTH: usize = 64;
+/// A syntax tree deeper than this is not walked at all (every walk stays far from
+/// the end of a thread's stack).
+const MAX_TREE_DEPTH: usize = 256;
+/// Longer commands are not read (and ask): real ones are a few KiB.
+const MAX_COMMAND: usize = 128 * 1024;
+/// Raw-scan findings placed in parts; past that one more changes nothing.
+const MAX_FINDINGS: usize = 1024;
 /// `sh -c` scripts inside scripts are read this many levels deep.
 const MAX_SCRIPT_DEPTH: usize = 3;
 
@@ -56,11 +63,21 @@ pub(super) fn analyze(command: &str, paths: &dyn Paths, script_depth: usize) -> 
         out.undecidable = Some(why);
         return out;
     }
+    if command.len() > MAX_COMMAND {
+        out.undecidable = Some(format!(
+            "the command is longer than the policy reads ({MAX_COMMAND} bytes)"
+        ));
+        return out;
+    }
     let Some(tree) = parse(command) else {
         out.undecidable = Some("the shell grammar could not be loaded".into());
         return out;
     };
     let root = tree.root_node();
+    if check::deeper_than(root, MAX_TREE_DEPTH) {
+        out.undecidable = Some("the command nests too deeply".into());
+        return out;
+    }
     let mut w = Walker {
         src: command,
         paths,
@@ -69,6 +86,7 @@ pub(super) fn analyze(command: &str, paths: &dyn Paths, script_depth: usize) -> 
         vars: SafeVars::default(),
         depth: 0,
         script_depth,
+        wrapped: Default::default(),
     };
     if root.has_error() {
         w.undecidable("the command does not parse as bash");
@@ -78,7 +96,7 @@ pub(super) fn analyze(command: &str, paths: &dyn Paths, script_depth: usize) -> 
     }
     let marks = w.landmarks(root);
     w.stmt(root);
-    for (at, finding) in check::scan(command, &marks) {
+    for (at, finding) in check::scan(command, &marks).into_iter().take(MAX_FINDINGS) {
         let name = match finding {
             Finding::CommandSubstitution => "command substitution",
             Finding::ProcessSubstitution => "process substitution",
@@ -99,6 +117,8 @@ struct Walker<'a> {
     vars: SafeVars,
     depth: usize,
     script_depth: usize,
+    /// A part → the part of the command its wrapper runs (`env X=1 ls` → `ls`).
+    wrapped: std::collections::HashMap<usize, usize>,
 }
 
 impl Walker<'_> {
@@ -316,11 +336,9 @@ impl Walker<'_> {
         }) {
             return true;
         }
-        self.out
-            .parts
-            .iter()
-            .enumerate()
-            .any(|(i, c)| c.parent == Some(part) && c.via == Via::Wrapper && self.runs_shell(i))
+        self.wrapped
+            .get(&part)
+            .is_some_and(|inner| self.runs_shell(*inner))
     }
 
     fn redirected(&mut self, n: Node<'_>) {
@@ -705,6 +723,9 @@ impl Walker<'_> {
         self.depth += 1;
         let span = words[0].span.start..words[words.len() - 1].span.end;
         let idx = self.new_part(span, Via::Wrapper);
+        if let Some(&outer) = self.stack.last() {
+            self.wrapped.entry(outer).or_insert(idx);
+        }
         self.stack.push(idx);
         self.fill_part(idx, words);
         self.stack.pop();
@@ -1430,8 +1451,12 @@ impl Walker<'_> {
     }
 }
 
+/// At most this many distinct hazards are kept per part: one is enough to ask, and a
+/// command made of thousands must not cost quadratic time.
+const MAX_HAZARDS: usize = 64;
+
 fn push_unique(list: &mut Vec<Hazard>, h: Hazard) {
-    if !list.contains(&h) {
+    if list.len() < MAX_HAZARDS && !list.contains(&h) {
         list.push(h);
     }
 }

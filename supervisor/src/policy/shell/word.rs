@@ -162,7 +162,12 @@ impl WordBuilder {
 }
 
 /// Where a brace expansion (`{a,b}`, `{1..3}`) starts among a word's unquoted braces.
+/// A word with very many braces is taken as one from its first (the search is
+/// quadratic).
 fn brace_expansion(marks: &[(usize, char)]) -> Option<usize> {
+    if marks.len() > 4096 {
+        return marks.first().map(|m| m.0);
+    }
     for (i, &(open, c)) in marks.iter().enumerate() {
         if c != '{' {
             continue;
