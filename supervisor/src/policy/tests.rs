@@ -696,6 +696,22 @@ fn hazards_allow_lifts_argument_hazards_only() {
         Ask,
         "not covered by the prefix"
     );
+    // The environment a wrapper sets is the wrapped command's too.
+    let mut env_rule = rule(
+        "run_command",
+        Allow,
+        vec![cond("command", Operator::StartsWith, "env ")],
+    );
+    env_rule.hazards = crate::config::Hazards::Allow;
+    let plain_git = rule(
+        "run_command",
+        Allow,
+        vec![cond("command", Operator::StartsWith, "git ")],
+    );
+    let p2 = policy(Mode::Auto, vec![env_rule, plain_git]);
+    assert_eq!(run(&p2, "env LANG=C git status").action, Allow);
+    assert_eq!(run(&p2, "env EDITOR=vim git commit").action, Ask);
+    assert_eq!(run(&p2, "EDITOR=vim env git commit").action, Ask);
     let toml = "[[policy.rules]]\ntool = \"run_command\"\naction = \"allow\"\nhazards = \"allow\"\n\
         conditions = [{ param = \"command\", operator = \"equals\", value = \"EDITOR=vim git commit\" }]\n";
     let cfg = crate::config::Config::parse(toml, "t").unwrap();

@@ -699,9 +699,17 @@ impl Walker<'_> {
             }
             self.hazard(h);
         }
+        // The environment a wrapper sets (`env EDITOR=x git commit`) is the wrapped
+        // command's too: its rule must accept it as well.
+        let env: Vec<Hazard> = self.out.parts[idx]
+            .hazards
+            .iter()
+            .filter(|h| h.name.starts_with("sets "))
+            .cloned()
+            .collect();
         for r in found.nested {
             let nested: Vec<Word> = args[r].to_vec();
-            self.nested_part(nested);
+            self.nested_part(nested, &env);
         }
         if let Some(script) = found.script {
             self.script(&script);
@@ -716,7 +724,7 @@ impl Walker<'_> {
     }
 
     /// The command a wrapper runs: a part of its own, in the wrapper's part.
-    fn nested_part(&mut self, words: Vec<Word>) {
+    fn nested_part(&mut self, words: Vec<Word>, inherited: &[Hazard]) {
         if self.depth > MAX_DEPTH || words.is_empty() {
             return;
         }
@@ -725,6 +733,9 @@ impl Walker<'_> {
         let idx = self.new_part(span, Via::Wrapper);
         if let Some(&outer) = self.stack.last() {
             self.wrapped.entry(outer).or_insert(idx);
+        }
+        for h in inherited {
+            push_unique(&mut self.out.parts[idx].hazards, h.clone());
         }
         self.stack.push(idx);
         self.fill_part(idx, words);
