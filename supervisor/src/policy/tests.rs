@@ -1077,7 +1077,7 @@ fn deep_and_long_commands_ask_without_exhausting_the_stack() {
     let deep = |open: &str, mid: &str, close: &str| {
         format!("echo {}{mid}{}", open.repeat(20_000), close.repeat(20_000))
     };
-    let cases = vec![
+    let cases = [
         deep("$(", "ls", ")"),
         deep("$((", "1", "))"),
         deep("(", "ls", ")"),
