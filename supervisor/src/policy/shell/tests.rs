@@ -213,6 +213,7 @@ fn texts_bash_reads_differently_are_undecidable() {
         "git status (",
         "ls <>f",
         "if x",
+        "1a=x/../../usr/bin/touch ls",
     ] {
         undecidable(cmd);
     }

@@ -595,6 +595,13 @@ impl Walker<'_> {
         self.stack.push(idx);
         let mut c = n.walk();
         let kids: Vec<Node<'_>> = n.children(&mut c).collect();
+        // A newline ends a simple command for bash: none may sit between its words.
+        if kids
+            .windows(2)
+            .any(|w| bare_newline(&self.src[w[0].end_byte()..w[1].start_byte()]))
+        {
+            self.undecidable("a newline inside what the parser took for one command");
+        }
         let mut words: Vec<Word> = Vec::new();
         let mut have_program = false;
         let mut here_string = false;
@@ -870,7 +877,13 @@ impl Walker<'_> {
         for k in kids {
             match k.kind() {
                 "=" | "+=" => after_op = true,
-                "variable_name" if !after_op => name = self.text(k).to_owned(),
+                "variable_name" if !after_op => {
+                    name = self.text(k).to_owned();
+                    if !is_name(&name) {
+                        // bash runs `1a=x/…/prog` as a program, not an assignment.
+                        self.undecidable(format!("`{name}` is not a variable name to bash"));
+                    }
+                }
                 "subscript" if !after_op => {
                     name = k
                         .child_by_field_name("name")
@@ -1492,6 +1505,12 @@ fn op_text(n: Node<'_>, src: &str) -> String {
         .find(|k| !k.is_named() || k.kind() == "test_operator")
         .map(|k| src[k.byte_range()].to_owned())
         .unwrap_or_default()
+}
+
+/// A newline in `gap` that is not a line continuation.
+fn bare_newline(gap: &str) -> bool {
+    gap.match_indices('\n')
+        .any(|(i, _)| !gap[..i].ends_with('\\'))
 }
 
 /// `{name}` right before a redirection: bash stores a new descriptor in `name`.
