@@ -371,6 +371,7 @@ const BENIGN: &[&str] = &[
     "for i in 1 2 3; do echo $i; done",
     "for f in src/*.txt; do wc -l \"$f\"; done",
     "x=1; echo $((x + 1))",
+    "i=0; while [ $i -lt 3 ]; do i=$((i + 1)); done; echo $i",
     "case README.md in *.md) echo md;; esac",
     "while false; do echo never; done",
     "echo a > /dev/null",

@@ -1064,6 +1064,7 @@ fn git(a: &Args<'_>, f: &mut Findings) {
         "httpd",
         "browser",
         "access-hook",
+        "unsafe-paths",
     ];
     for w in rest {
         if let Some(long) = w.strip_prefix("--") {

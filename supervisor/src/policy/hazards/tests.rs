@@ -77,6 +77,10 @@ fn each_program_hazard_is_found() {
         ("git send-email --sendmail-cmd=x p", "git --sendmail-cmd"),
         ("git instaweb --httpd=x", "git instaweb"),
         ("git remote-ext x 'sh -c y'", "git remote-ext"),
+        (
+            "git apply --unsafe-paths --directory=/ p.diff",
+            "git --unsafe-paths",
+        ),
         ("git $X status", "known only at run time"),
         ("git \"$SUB\"", "known only at run time"),
         ("find . -exec touch M \\;", "find -exec"),

@@ -369,6 +369,12 @@ fn dynamic_evaluation() {
     clean("let i=1 j=i+1");
     clean("x=3; y=4; echo $((x * y))");
     clean("if true; then X=1; else X=2; fi; echo $((X))");
+    clean("i=0; while [ $i -lt 3 ]; do i=$((i + 1)); done; echo $((i * 2))");
+    has(
+        "i=0; while true; do echo $((i)); i=$X; done",
+        "arithmetic reads `i`",
+    );
+    has("i=x$((1)); echo $((i))", "arithmetic reads `i`");
 }
 
 // ---- argument hazards through the walk ----

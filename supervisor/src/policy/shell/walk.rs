@@ -863,6 +863,8 @@ impl Walker<'_> {
         }
         match value {
             Some(v) if v.literal() && !appends => self.vars.assign(&name, Some(&v.text)),
+            // `i=$((i + 1))`: an arithmetic result is an integer.
+            Some(v) if v.numeric && !appends && v.prefix().is_empty() => self.vars.set_safe(&name),
             _ => self.vars.forget(&name),
         }
     }
@@ -1569,8 +1571,9 @@ fn unsafely_assigned(n: Node<'_>, src: &str) -> HashSet<String> {
         match n.kind() {
             "variable_assignment" if !in_arithmetic(n) => {
                 let name = n.named_child(0).map(text).unwrap_or_default();
-                let value = n.named_child(1).map(text);
-                let integer = value.as_deref().is_some_and(is_integer);
+                let value = n.named_child(1);
+                let integer = value
+                    .is_some_and(|v| v.kind() == "arithmetic_expansion" || is_integer(&text(v)));
                 if !integer || has_token(n, "+=") {
                     out.insert(name.split('[').next().unwrap_or_default().to_owned());
                 }
