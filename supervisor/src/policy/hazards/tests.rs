@@ -1,6 +1,7 @@
 //! Every row of the table, through the real walk: each hazard is found, and the
 //! benign commands around it are not.
 
+use super::options::*;
 use super::*;
 use crate::policy::shell::analyze;
 
