@@ -111,22 +111,43 @@ pub(super) fn git_config_writes(rest: &[&str]) -> bool {
         "-l",
         "--list",
     ];
-    let positional = rest.iter().filter(|w| !w.starts_with('-')).count();
-    let reads = rest.iter().any(|w| READ.contains(w))
-        || matches!(rest.first(), Some(&"get") | Some(&"list"));
-    let edits = rest.iter().any(|w| {
-        matches!(
-            *w,
-            "-e" | "--edit"
-                | "--add"
-                | "--unset"
-                | "--unset-all"
-                | "--replace-all"
-                | "--rename-section"
-                | "--remove-section"
-        )
-    });
-    !(reads && !edits && positional <= 3)
+    const EDIT: &[&str] = &[
+        "-e",
+        "--edit",
+        "--add",
+        "--unset",
+        "--unset-all",
+        "--replace-all",
+        "--rename-section",
+        "--remove-section",
+    ];
+    // Options whose value is the next word.
+    const VALUED: &[&str] = &["-f", "--file", "--blob", "--type", "--default", "--comment"];
+    let mut positional = Vec::new();
+    let mut it = rest.iter();
+    while let Some(w) = it.next() {
+        if VALUED.contains(w) {
+            it.next();
+        } else if !w.starts_with('-') {
+            positional.push(*w);
+        }
+    }
+    if rest.iter().any(|w| EDIT.contains(w)) {
+        return true;
+    }
+    if rest.iter().any(|w| READ.contains(w)) {
+        return false;
+    }
+    match positional.first() {
+        Some(&"get") | Some(&"list") => false,
+        Some(&"set")
+        | Some(&"unset")
+        | Some(&"edit")
+        | Some(&"rename-section")
+        | Some(&"remove-section") => true,
+        // `git config KEY` reads, `git config KEY VALUE` writes.
+        _ => positional.len() != 1,
+    }
 }
 
 pub(super) fn find(a: &Args<'_>, f: &mut Findings) {
@@ -577,7 +598,22 @@ pub(super) fn make(a: &Args<'_>, f: &mut Findings) {
     {
         f.arg("make -C/-I outside the workspace");
     }
-    if operands(&items).any(|w| w.text.contains('=')) {
+    if operands(&items).any(make_override_runs) {
         f.arg("make variable override");
     }
+}
+
+/// `make NAME=VALUE`: a variable that names a program or the shell, or a value a
+/// recipe would hand to the shell with its metacharacters (`DEBUG='1; cmd'`,
+/// `X='$(shell cmd)'`), can run anything. `DEBUG=1`, `V=1` cannot.
+fn make_override_runs(w: &Word) -> bool {
+    let Some((name, value)) = w.text.split_once('=') else {
+        return false;
+    };
+    let name = name.trim_end_matches(['+', ':', '?', '!']);
+    let special = name.starts_with("MAKE") || name.starts_with("SHELL") || name.starts_with('.');
+    let plain = value
+        .chars()
+        .all(|c| c.is_ascii_alphanumeric() || "_.,:/=+@%- ".contains(c));
+    !w.literal() || special || is_env_hazard(name) || !plain
 }
