@@ -231,6 +231,8 @@ fn ansi_c_and_translated_strings() {
         [vec!["ls".to_string(), "'; touch M; #".to_string()]]
     );
     has("echo $\"hi\"", "translated string");
+    clean("grep \"\\.rs$\" f");
+    assert_eq!(words("echo \"a$\" \"$\""), [w("echo a$ $")]);
     let x = a("echo $'a\\0b'");
     assert!(
         !x.parts[0].words[1].literal(),

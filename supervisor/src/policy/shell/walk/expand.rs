@@ -110,7 +110,9 @@ impl Walker<'_> {
                         Err(why) => self.undecidable(why),
                     }
                 }
-                "$" => self.hazard(Hazard::structural("translated string $\"…\"")),
+                // `"a$"`: a `$` right before the closing quote is a plain `$`.
+                "$" if i + 1 == last => b.known("$"),
+                "$" => self.undecidable("a `$` inside a string the parser did not read"),
                 _ => self.piece(*k, b, true),
             }
         }
