@@ -209,6 +209,12 @@ pub(crate) fn heredoc(node: Node<'_>, src: &str) -> Result<Heredoc, String> {
             "the here-document delimiter `{start}` is not plain"
         ));
     }
+    let balanced = start.matches('\'').count() % 2 == 0 && start.matches('"').count() % 2 == 0;
+    if !balanced || start.ends_with('\\') {
+        return Err(format!(
+            "the here-document delimiter `{start}` does not end where it seems to"
+        ));
+    }
     let quoted = start.contains(['\'', '"', '\\']);
     let delim: String = start.chars().filter(|c| !"'\"\\".contains(*c)).collect();
     let (end, end_range) = kind_text("heredoc_end").ok_or("a here-document that does not end")?;

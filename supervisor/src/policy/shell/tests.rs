@@ -214,6 +214,7 @@ fn texts_bash_reads_differently_are_undecidable() {
         "ls <>f",
         "if x",
         "1a=x/../../usr/bin/touch ls",
+        "cat <<\"EOF\n\"\n$(touch M)\nEOF",
     ] {
         undecidable(cmd);
     }
