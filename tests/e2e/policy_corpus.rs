@@ -427,11 +427,27 @@ fn setup(s: &Server) {
     s.write("--checkpoint=1", "");
     s.write("--checkpoint-action=exec=sh payload.sh mk_wild", "");
     sh(ws, "tar", &["-cf", "a.tar", "README.md"]);
+    if !has_git() {
+        return;
+    }
     sh(ws, "git", &["init", "-q"]);
     sh(ws, "git", &["config", "user.name", "e2e"]);
     sh(ws, "git", &["config", "user.email", "e2e@example.com"]);
     sh(ws, "git", &["add", "README.md", "src", "Makefile"]);
     sh(ws, "git", &["commit", "-q", "-m", "init"]);
+}
+
+/// git is not on every machine: without it the commands that need it are left out.
+fn has_git() -> bool {
+    Command::new("git")
+        .arg("--version")
+        .output()
+        .is_ok_and(|o| o.status.success())
+}
+
+/// Whether this machine can run `cmd` as the corpus means it.
+fn runnable(cmd: &str) -> bool {
+    has_git() || !cmd.contains("git ")
 }
 
 fn marker_of(i: usize, at: &Attempt) -> String {
@@ -486,7 +502,7 @@ fn bypass_attempts_are_refused_and_developer_commands_run() {
             )
             .await;
         }
-        for (i, cmd) in BENIGN.iter().enumerate() {
+        for (i, cmd) in BENIGN.iter().enumerate().filter(|(_, c)| runnable(c)) {
             let r = call_on(
                 &mut c,
                 &format!("g{i}"),
@@ -702,7 +718,7 @@ fn the_bypass_attempts_work_when_allowed() {
     let ws = s.ws().to_owned();
     block(Duration::from_secs(300), async {
         let mut c = s.client().await;
-        for (i, at) in BYPASSES.iter().enumerate() {
+        for (i, at) in BYPASSES.iter().enumerate().filter(|(_, a)| runnable(a.cmd)) {
             let marker = marker_of(i, at);
             let args = args_of(at.cmd, at.env, &marker);
             call_on(&mut c, &format!("b{i}"), "run_command", args).await;
@@ -711,6 +727,7 @@ fn the_bypass_attempts_work_when_allowed() {
     let dead: Vec<&str> = BYPASSES
         .iter()
         .enumerate()
+        .filter(|(_, a)| runnable(a.cmd))
         .filter(|(i, at)| !ws.join(marker_of(*i, at)).exists())
         .map(|(_, at)| at.cmd)
         .collect();
