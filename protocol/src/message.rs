@@ -1,4 +1,4 @@
-//! Every message of the client protocol (DESIGN §3), as serde types.
+//! Every message of the client protocol (docs/PROTOCOL.md), as serde types.
 //!
 //! Messages are internally tagged by `type`, serialized as maps (`to_vec_named`), and
 //! unknown keys are ignored on the way in.
@@ -20,6 +20,7 @@ pub const KNOWN_CLIENT_TYPES: &[&str] = &[
     "status",
     "restart",
     "ping",
+    "explain",
 ];
 
 /// The `type` values the server sends.
@@ -38,6 +39,7 @@ pub const KNOWN_SERVER_TYPES: &[&str] = &[
     "ack",
     "pong",
     "error",
+    "explanation",
 ];
 
 /// One tool call, alone (`call`) or inside a `batch`.
@@ -157,6 +159,25 @@ pub enum ClientMessage {
     Ping {
         id: Id,
     },
+    /// Run validation and policy for a call without running it or asking anyone.
+    Explain {
+        id: Id,
+        tool: String,
+        #[serde(default = "empty_args")]
+        args: Value,
+    },
+}
+
+/// One simple command of an explained `run_command`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ExplainedPart {
+    pub text: String,
+    pub words: Vec<String>,
+    pub decision: String,
+    /// The deciding rule's index in file order, from 0.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rule: Option<u64>,
+    pub hazards: Vec<String>,
 }
 
 /// The outcome class of a call.
@@ -312,6 +333,22 @@ pub enum ServerMessage {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         id: Option<Id>,
         error: ErrorBody,
+    },
+    /// The answer to `explain`: what the policy would do with the call.
+    Explanation {
+        id: Id,
+        /// `allow`, `deny`, `ask`, or `error` when the call fails validation.
+        decision: String,
+        risk: String,
+        reason: String,
+        /// The deciding rule's index in file order, from 0.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        rule: Option<u64>,
+        /// For `run_command`: one entry per simple command.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        parts: Option<Vec<ExplainedPart>>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        error: Option<ErrorBody>,
     },
 }
 
@@ -572,5 +609,47 @@ mod tests {
         rmpv::encode::write_value(&mut b, &v).unwrap();
         let m: ClientMessage = frame::decode(&b, KNOWN_CLIENT_TYPES).unwrap();
         assert_eq!(m, ClientMessage::Ping { id: "p".into() });
+    }
+
+    #[test]
+    fn explain_messages_round_trip() {
+        round_trip_client(&ClientMessage::Explain {
+            id: "e".into(),
+            tool: "run_command".into(),
+            args: json!({"command": "git status; rm -rf /"}),
+        });
+        round_trip_server(&ServerMessage::Explanation {
+            id: "e".into(),
+            decision: "ask".into(),
+            risk: "high".into(),
+            reason: "no rule allows `rm -rf /`".into(),
+            rule: Some(0),
+            parts: Some(vec![ExplainedPart {
+                text: "git status".into(),
+                words: vec!["git".into(), "status".into()],
+                decision: "allow".into(),
+                rule: Some(0),
+                hazards: vec![],
+            }]),
+            error: None,
+        });
+        round_trip_server(&ServerMessage::Explanation {
+            id: Id::Int(3),
+            decision: "error".into(),
+            risk: "high".into(),
+            reason: "unknown tool".into(),
+            rule: None,
+            parts: None,
+            error: Some(ErrorBody::new(crate::ErrorType::ToolNotFound, "nope")),
+        });
+        let v = rmpv::Value::Map(vec![
+            ("type".into(), "explain".into()),
+            ("id".into(), "x".into()),
+            ("tool".into(), "ls".into()),
+        ]);
+        let mut b = Vec::new();
+        rmpv::encode::write_value(&mut b, &v).unwrap();
+        let m: ClientMessage = frame::decode(&b, KNOWN_CLIENT_TYPES).unwrap();
+        assert!(matches!(m, ClientMessage::Explain { ref args, .. } if args == &json!({})));
     }
 }

@@ -104,6 +104,11 @@ pub enum Command {
         #[command(subcommand)]
         command: AuditCommand,
     },
+    /// Inspect the policy: `toolvisor policy explain run_command '{"command":"ls"}'`.
+    Policy {
+        #[command(subcommand)]
+        command: PolicyCommand,
+    },
     /// Internal: a worker process.
     #[command(hide = true)]
     Worker {
@@ -115,6 +120,20 @@ pub enum Command {
     Reap {
         #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
         argv: Vec<String>,
+    },
+}
+
+#[derive(Subcommand, Debug)]
+pub enum PolicyCommand {
+    /// Say what the policy would do with a call, part by part, without running it or
+    /// asking anyone. With --config, decide under that file (no daemon needed).
+    Explain {
+        tool: String,
+        /// The arguments as a JSON object.
+        args: Option<String>,
+        /// Print the `explanation` message as JSON.
+        #[arg(long)]
+        json: bool,
     },
 }
 
@@ -308,6 +327,9 @@ fn run(cli: &Cli) -> i32 {
     }
     if let Command::Audit { command } = &cli.command {
         return audit(command, &r);
+    }
+    if let Command::Policy { command } = &cli.command {
+        return crate::policy_cmd::run(command, &r, cli.config.is_some());
     }
     if matches!(cli.command, Command::Mcp) {
         return crate::mcp::run(r.socket);

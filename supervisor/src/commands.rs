@@ -113,11 +113,12 @@ async fn dispatch(cmd: &Command, r: &Resolved) -> Result<i32, ClientError> {
         | Command::Worker { .. }
         | Command::Reap { .. }
         | Command::Audit { .. }
-        | Command::Mcp => Ok(2),
+        | Command::Mcp
+        | Command::Policy { .. } => Ok(2),
     }
 }
 
-fn parse_args(text: Option<&str>) -> Result<Value, String> {
+pub(crate) fn parse_args(text: Option<&str>) -> Result<Value, String> {
     let v: Value = match text {
         None => Value::Object(Default::default()),
         Some(t) => {

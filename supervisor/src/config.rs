@@ -1,4 +1,4 @@
-//! `toolvisor.toml` (DESIGN §9): every table and key optional, unknown keys refused
+//! `toolvisor.toml` (see README.md and docs/POLICY.md): every table and key optional, unknown keys refused
 //! with their name and line.
 
 use serde::{Deserialize, Serialize};
@@ -140,6 +140,32 @@ pub struct Rule {
     pub message: Option<String>,
     #[serde(default)]
     pub conditions: Vec<Condition>,
+    /// `hazards = "allow"`: argument hazards (docs/POLICY.md) do not make this rule ask.
+    #[serde(default)]
+    pub hazards: Hazards,
+}
+
+impl Rule {
+    /// A rule with no conditions and every optional key at its default.
+    pub fn new(tool: &str, action: Action) -> Rule {
+        Rule {
+            tool: tool.into(),
+            action,
+            risk: None,
+            message: None,
+            conditions: Vec::new(),
+            hazards: Hazards::default(),
+        }
+    }
+}
+
+/// What argument hazards do to a rule's allow: ask (the default) or nothing.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Hazards {
+    #[default]
+    Ask,
+    Allow,
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]

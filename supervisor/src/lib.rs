@@ -21,6 +21,7 @@ pub mod listener;
 pub mod mcp;
 pub mod outbox;
 pub mod policy;
+pub mod policy_cmd;
 pub mod pool;
 pub mod previews;
 pub mod processes;

@@ -214,22 +214,27 @@ impl Drop for ActiveCall {
     }
 }
 
-/// The `init` every worker gets (its group filled in per pool).
-pub fn worker_init(paths: &Paths, config: &Config, instance: &str) -> Result<WorkerInit, String> {
+/// The roots of `workspace` as `config` names them, canonical.
+pub fn workspace_roots(workspace: &Path, config: &Config) -> Result<Roots, String> {
     let root = |p: &Path| {
         let p = if p.is_absolute() {
             p.to_owned()
         } else {
-            paths.workspace.join(p)
+            workspace.join(p)
         };
         p.canonicalize()
             .map_err(|e| format!("workspace root {}: {e}", p.display()))
     };
-    let roots = Roots {
+    Ok(Roots {
         private: root(&config.workspace.private)?,
         shared: config.workspace.shared.as_deref().map(root).transpose()?,
         public: config.workspace.public.as_deref().map(root).transpose()?,
-    };
+    })
+}
+
+/// The `init` every worker gets (its group filled in per pool).
+pub fn worker_init(paths: &Paths, config: &Config, instance: &str) -> Result<WorkerInit, String> {
+    let roots = workspace_roots(&paths.workspace, config)?;
     let mut protected = vec![paths.state_dir.clone()];
     if let Ok(c) = paths.config_file.canonicalize() {
         protected.push(c);

@@ -182,6 +182,15 @@ impl SessionState {
                 "hello was already said",
             )),
             ClientMessage::Ping { id } => self.out.send(&ServerMessage::Pong { id }),
+            ClientMessage::Explain { id, tool, args } => {
+                self.out.send(&crate::policy::explain::explain(
+                    id,
+                    &self.service.policy(),
+                    &self.service.validators,
+                    &tool,
+                    &args,
+                ))
+            }
             ClientMessage::ListTools { id, format, groups } => {
                 self.list_tools(id, format.unwrap_or_default(), groups)
             }
@@ -432,7 +441,8 @@ fn request_id(m: &ClientMessage) -> Option<Id> {
         | ClientMessage::Subscribe { id, .. }
         | ClientMessage::Status { id }
         | ClientMessage::Restart { id, .. }
-        | ClientMessage::Ping { id } => Some(id.clone()),
+        | ClientMessage::Ping { id }
+        | ClientMessage::Explain { id, .. } => Some(id.clone()),
         ClientMessage::Call(c) => Some(c.id.clone()),
         ClientMessage::Hello { .. } | ClientMessage::Confirm { .. } => None,
     }

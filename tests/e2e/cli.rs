@@ -12,13 +12,7 @@ use toolvisor_protocol::message::{CallRequest, ClientMessage, ServerMessage};
 use crate::harness::*;
 
 fn tv(s: &Server, args: &[&str]) -> Output {
-    Command::new(BIN)
-        .arg("--workspace")
-        .arg(s.ws())
-        .args(args)
-        .stdin(Stdio::null())
-        .output()
-        .expect("run toolvisor")
+    toolvisor(s.ws(), args)
 }
 
 fn text(b: &[u8]) -> String {

@@ -473,3 +473,14 @@ impl Server {
         }
     }
 }
+
+/// `toolvisor --workspace WS ARGS…` with stdin closed, to its end.
+pub fn toolvisor(ws: &Path, args: &[&str]) -> std::process::Output {
+    Command::new(BIN)
+        .arg("--workspace")
+        .arg(ws)
+        .args(args)
+        .stdin(Stdio::null())
+        .output()
+        .expect("run toolvisor")
+}

@@ -13,6 +13,7 @@ mod fairness;
 mod jobs;
 mod mcp;
 mod policy;
+mod policy_corpus;
 mod protocol;
 mod search;
 mod supervision;

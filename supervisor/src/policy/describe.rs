@@ -118,13 +118,14 @@ fn toml_string(s: &str) -> String {
     out
 }
 
-/// The prefix a rule should allow for a simple command: `cargo test` for
-/// `cargo test --all`, `ls ` (with the space, so `lsof` stays out) for `ls -la`.
+/// The word prefix a rule should allow for a simple command: `cargo test` for
+/// `cargo test --all`, `ls` for `ls -la` (`startsWith` is a word prefix, so `lsof`
+/// stays out).
 pub fn command_prefix(words: &[String]) -> String {
     match words {
         [] => String::new(),
         [name, sub, ..] if is_subcommand(sub) => format!("{name} {sub}"),
-        [name, ..] => format!("{name} "),
+        [name, ..] => name.clone(),
     }
 }
 
@@ -164,7 +165,8 @@ mod tests {
     fn prefixes() {
         let w = |s: &str| s.split_whitespace().map(String::from).collect::<Vec<_>>();
         assert_eq!(command_prefix(&w("cargo test --all")), "cargo test");
-        assert_eq!(command_prefix(&w("ls -la")), "ls ");
+        assert_eq!(command_prefix(&w("ls -la")), "ls");
+        assert_eq!(command_prefix(&w("ls")), "ls");
         assert_eq!(path_prefix("src/a.rs").as_deref(), Some("src/"));
         assert_eq!(path_prefix("a.rs"), None);
     }

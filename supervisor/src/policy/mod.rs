@@ -1,15 +1,21 @@
-//! Policy engine (DESIGN §6): for each validated call, `allow`, `deny` or `ask`, with
-//! the risk, the reason and what the call will do in words for a person.
+//! Policy engine (docs/POLICY.md): for each validated call, `allow`, `deny` or `ask`,
+//! with the risk, the reason and what the call will do in words for a person.
 //!
 //! Order of evaluation: rules for the tool (by name or alias) in file order, then `*`
 //! rules in file order; the first rule whose conditions all hold decides. With no
-//! match the mode decides by the call's risk. `run_command` is decided per simple
-//! command when a rule tests `command` (see [`shell`]); the strictest answer wins.
+//! match the mode decides by the call's risk. `run_command` is decided part by part —
+//! one part per simple command, words after quote removal (see [`shell`]) — and the
+//! strictest answer wins; hazards ([`hazards`]) turn an allow by a rule that tests
+//! `command` into an ask.
 
+pub mod awk;
 pub mod describe;
+pub mod explain;
+pub mod hazards;
 pub mod paths;
 pub mod risk;
 pub mod rules;
+pub mod sed;
 pub mod shell;
 
 use std::collections::HashMap;
@@ -23,8 +29,8 @@ use toolvisor_protocol::worker::Roots;
 use crate::config::{Action, Mode, PolicyConfig};
 use paths::{ScopedPath, Scopes};
 use risk::Assessment;
-use rules::{COMMAND, CompiledRule, RuleSet};
-use shell::{Hazard, ShellAnalysis};
+use rules::{COMMAND, CommandWords, CompiledRule, RuleSet};
+use shell::Analysis;
 
 /// The tool whose calls ask in every mode unless a rule allows them.
 const RUN_COMMAND: &str = "run_command";
@@ -45,6 +51,7 @@ pub struct Decision {
     pub action: Action,
     pub risk: Risk,
     /// Why, in a sentence: the rule's message, or what matched, or the mode default.
+    /// Hazards that decided the call are named in it.
     pub reason: String,
     /// The deciding rule, `policy.rules[N]`; `None` when the mode decided.
     pub rule: Option<String>,
@@ -52,9 +59,25 @@ pub struct Decision {
     pub description: String,
     /// Paths the call touches, resolved (`src/a.rs`, `shared:/x`).
     pub locations: Vec<String>,
-    /// For an `ask`: a `[[policy.rules]]` snippet that would allow such calls.
+    /// For an `ask`: `[[policy.rules]]` snippets that would allow this very call.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub suggestion: Option<String>,
+    /// The deciding rule's index in file order (`N` of `policy.rules[N]`).
+    #[serde(skip)]
+    pub rule_index: Option<usize>,
+    /// For `run_command`: how each simple command was decided.
+    #[serde(skip)]
+    pub parts: Vec<PartDecision>,
+}
+
+/// How one simple command of a `run_command` was decided (`explain` shows these).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PartDecision {
+    pub text: String,
+    pub words: Vec<String>,
+    pub action: Action,
+    pub rule: Option<usize>,
+    pub hazards: Vec<String>,
 }
 
 /// The policy engine: compiled rules, the mode and the roots paths resolve against.
@@ -108,28 +131,55 @@ impl Policy {
         decision
     }
 
-    /// One verdict per unit: each simple command of a `run_command`, or the call.
+    /// One verdict per unit: each part of a `run_command`, or the call.
     fn verdicts<'s>(&'s self, facts: &Facts<'_>) -> Vec<Verdict<'s>> {
-        facts
-            .units()
-            .into_iter()
-            .map(|unit| self.verdict(facts, unit))
-            .collect()
+        let Some(sh) = &facts.shell else {
+            return vec![self.verdict(facts, Unit::Call, None)];
+        };
+        let mut out: Vec<Verdict<'s>> = sh
+            .decided()
+            .map(|(i, p)| {
+                let words = CommandWords::new(p.texts());
+                let mut v = self.verdict(facts, Unit::Part(i), Some(&words));
+                v.block_on(&p.hazards, p.neutral);
+                v
+            })
+            .collect();
+        let all_neutral = sh.decided().all(|(_, p)| p.neutral);
+        if sh.undecidable.is_some() || all_neutral {
+            let words =
+                CommandWords::new(facts.command().split_whitespace().map(unquote).collect());
+            out.push(self.verdict(facts, Unit::Whole, Some(&words)));
+        }
+        out
     }
 
-    /// The first rule that matches (with `command` read as `unit`), else the mode.
-    fn verdict<'s>(&'s self, facts: &Facts<'_>, unit: Option<usize>) -> Verdict<'s> {
-        let command = unit.and_then(|i| facts.unit_text(i));
-        let values = |param: &str| facts.values(param, command);
+    /// The first rule that matches (with `command` read as `words`), else the mode.
+    /// A part that runs nothing is decided only by rules that name it.
+    fn verdict<'s>(
+        &'s self,
+        facts: &Facts<'_>,
+        unit: Unit,
+        words: Option<&CommandWords>,
+    ) -> Verdict<'s> {
+        let values = |param: &str| facts.values(param);
+        let neutral = facts.part(unit).is_some_and(|p| p.neutral);
         let rule = self
             .rules
             .for_tool(facts.spec.name)
-            .find(|r| r.matches(&values));
+            .filter(|r| !neutral || r.tests_command())
+            .find(|r| r.matches(&values, words));
         let action = match rule {
             Some(r) => r.action,
+            None if neutral => Action::Allow,
             None => self.default_action(facts),
         };
-        Verdict { action, rule, unit }
+        Verdict {
+            action,
+            rule,
+            unit,
+            blocked: Vec::new(),
+        }
     }
 
     /// The mode's answer when no rule matched.
@@ -147,8 +197,8 @@ impl Policy {
         }
     }
 
-    /// The strictest verdict decides; an allow that cannot cover hazards or a
-    /// dangerous `env` becomes an ask.
+    /// The strictest verdict decides; an allow that cannot cover the command's own
+    /// hazards, an undecidable command or a dangerous `env` becomes an ask.
     fn combine(&self, facts: &Facts<'_>, verdicts: &[Verdict<'_>]) -> Decision {
         let decisive = strictest(verdicts);
         let risk = decisive
@@ -163,7 +213,7 @@ impl Policy {
             Some(v) => (v.action, self.reason(facts, v)),
             None => (Action::Ask, "nothing to decide".to_string()),
         };
-        let rule = decisive.and_then(|v| v.rule).map(CompiledRule::id);
+        let rule = decisive.and_then(|v| v.rule);
         Decision {
             action,
             risk,
@@ -172,24 +222,35 @@ impl Policy {
                 action,
                 &facts.assessment,
             ),
-            rule,
+            rule: rule.map(CompiledRule::id),
+            rule_index: rule.map(|r| r.index),
             description: describe::describe(facts.spec, facts.args, &facts.locations),
             locations: facts.locations.clone(),
             suggestion: None,
+            parts: part_decisions(facts, verdicts),
         }
     }
 
     /// Why an all-allow verdict still needs a person, if it does.
     fn allow_blocker(&self, facts: &Facts<'_>, verdicts: &[Verdict<'_>]) -> Option<String> {
         let rules: Vec<&CompiledRule> = verdicts.iter().filter_map(|v| v.rule).collect();
-        if let Some(shell) = &facts.shell
-            && let Some(r) = rules.iter().find(|r| r.tests_command())
-            && let Some(h) = shell.hazards.first()
-        {
-            return Some(format!(
-                "{} allows the command's parts, but {h}; that needs confirmation",
-                r.id()
-            ));
+        let by_words = rules.iter().find(|r| r.tests_command());
+        if let (Some(sh), Some(r)) = (&facts.shell, by_words) {
+            if let Some(why) = &sh.undecidable {
+                return Some(format!(
+                    "{} allows the command's parts, but the command cannot be decided part \
+                     by part ({why}); that needs confirmation",
+                    r.id()
+                ));
+            }
+            if !sh.hazards.is_empty() {
+                return Some(format!(
+                    "{} allows the command's parts, but it has hazards no rule on words can \
+                     vouch for: {}; that needs confirmation",
+                    r.id(),
+                    names(&sh.hazards)
+                ));
+            }
         }
         if !facts.dangerous_env.is_empty()
             && let Some(r) = rules.iter().find(|r| !r.tests_env())
@@ -204,15 +265,44 @@ impl Policy {
     }
 
     fn reason(&self, facts: &Facts<'_>, v: &Verdict<'_>) -> String {
-        let subject = match v.unit.and_then(|i| facts.unit_text(i)) {
+        let subject = match facts.unit_text(v.unit) {
             Some(text) => format!("`{text}`"),
-            _ => format!("this {} call", facts.spec.name),
+            None => format!("this {} call", facts.spec.name),
         };
+        if v.unit == Unit::Whole
+            && let Some(why) = facts.shell.as_ref().and_then(|s| s.undecidable.as_ref())
+        {
+            let by = v.rule.map(|r| format!("{} ", r.id())).unwrap_or_default();
+            if v.action != Action::Deny {
+                return format!(
+                    "{by}the command cannot be decided part by part ({why}); that needs confirmation"
+                );
+            }
+        }
+        if !v.blocked.is_empty() {
+            let by = match v.rule {
+                Some(r) => format!("{} allows {subject}", r.id()),
+                None => format!("{subject} runs nothing"),
+            };
+            let hint = match v.rule {
+                Some(r) if !r.hazards_allow => {
+                    " (a rule with hazards = \"allow\" would cover the argument hazards)"
+                }
+                _ => "",
+            };
+            return format!(
+                "{by}, but it has hazards: {}; that needs confirmation{hint}",
+                v.blocked.join(", ")
+            );
+        }
         match v.rule {
             Some(r) => match &r.message {
                 Some(m) => format!("{}: {m}", r.id()),
                 None => format!("{} {} {subject}", r.id(), verb(r.action)),
             },
+            None if facts.part(v.unit).is_some_and(|p| p.neutral) => {
+                format!("{subject} runs nothing")
+            }
             None if facts.spec.name == RUN_COMMAND => {
                 format!("no rule allows {subject}; run_command asks unless a rule allows it")
             }
@@ -231,12 +321,49 @@ impl Policy {
     }
 }
 
+/// What a verdict is about.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Unit {
+    /// A call of a tool other than `run_command`.
+    Call,
+    /// One part of a `run_command`.
+    Part(usize),
+    /// A `run_command` taken whole (it has no part a rule could decide, or it
+    /// cannot be decided part by part and only deny rules may still speak).
+    Whole,
+}
+
 /// One unit's outcome: the action and the rule that gave it (`None`: the mode).
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Debug)]
 struct Verdict<'r> {
     action: Action,
     rule: Option<&'r CompiledRule>,
-    unit: Option<usize>,
+    unit: Unit,
+    /// The hazards that turned a rule's allow into an ask.
+    blocked: Vec<String>,
+}
+
+impl Verdict<'_> {
+    /// An allow by a rule on words, or of a part that runs nothing, does not cover
+    /// hazards it cannot see.
+    fn block_on(&mut self, hazards: &[hazards::Hazard], neutral: bool) {
+        if self.action != Action::Allow {
+            return;
+        }
+        let lifted = match self.rule {
+            Some(r) if r.tests_command() => r.hazards_allow,
+            None if neutral => false,
+            _ => return,
+        };
+        self.blocked = hazards
+            .iter()
+            .filter(|h| !(h.kind.overridable() && lifted))
+            .map(|h| h.name.clone())
+            .collect();
+        if !self.blocked.is_empty() {
+            self.action = Action::Ask;
+        }
+    }
 }
 
 /// deny > ask > allow; the first of equals, so messages name the earliest part.
@@ -253,6 +380,30 @@ fn strictest<'a, 'r>(verdicts: &'a [Verdict<'r>]) -> Option<&'a Verdict<'r>> {
             best
         }
     })
+}
+
+fn part_decisions(facts: &Facts<'_>, verdicts: &[Verdict<'_>]) -> Vec<PartDecision> {
+    verdicts
+        .iter()
+        .filter_map(|v| {
+            let p = facts.part(v.unit)?;
+            Some(PartDecision {
+                text: p.text.clone(),
+                words: p.texts(),
+                action: v.action,
+                rule: v.rule.map(|r| r.index),
+                hazards: p.hazards.iter().map(|h| h.name.clone()).collect(),
+            })
+        })
+        .collect()
+}
+
+fn names(hazards: &[hazards::Hazard]) -> String {
+    hazards
+        .iter()
+        .map(|h| h.name.as_str())
+        .collect::<Vec<_>>()
+        .join(", ")
 }
 
 fn verb(action: Action) -> &'static str {
@@ -277,16 +428,16 @@ fn with_hazards(reason: String, action: Action, facts: &Facts<'_>) -> String {
     let Some(shell) = facts.shell.as_ref().filter(|_| action != Action::Allow) else {
         return reason;
     };
-    let extra: Vec<String> = shell
-        .hazards
-        .iter()
-        .map(ToString::to_string)
-        .filter(|h| !reason.contains(h.as_str()))
-        .collect();
+    let mut extra: Vec<&str> = Vec::new();
+    for h in shell.all_hazards() {
+        if !reason.contains(h.name.as_str()) && !extra.contains(&h.name.as_str()) {
+            extra.push(&h.name);
+        }
+    }
     if extra.is_empty() {
         reason
     } else {
-        format!("{reason}; also {}", extra.join(", "))
+        format!("{reason}; hazards: {}", extra.join(", "))
     }
 }
 
@@ -308,40 +459,76 @@ fn unknown_tool(tool: &str) -> Decision {
         risk: Risk::High,
         reason: format!("unknown tool `{tool}`"),
         rule: None,
+        rule_index: None,
         description: format!("Call `{tool}`"),
         locations: Vec::new(),
         suggestion: None,
+        parts: Vec::new(),
     }
 }
 
-/// For an ask: the rule that would allow the asking part, unless hazards make any
-/// narrow rule useless (then only a grant helps).
+/// For an ask: rules that would allow this very call. `None` when no narrow rule
+/// can (structural hazards, an undecidable command, an `ask` rule, a dangerous `env`):
+/// then only a grant or a person helps.
 fn suggestion(facts: &Facts<'_>, verdicts: &[Verdict<'_>]) -> Option<String> {
     let tool = facts.spec.name;
-    if let Some(shell) = &facts.shell {
-        if !shell.hazards.is_empty() || !facts.dangerous_env.is_empty() {
+    let Some(shell) = &facts.shell else {
+        return Some(call_suggestion(facts));
+    };
+    if shell.undecidable.is_some() || !shell.hazards.is_empty() || !facts.dangerous_env.is_empty() {
+        return None;
+    }
+    // Exact rules for parts with argument hazards first: a suggested prefix rule
+    // must not catch them before.
+    let mut exact: Vec<String> = Vec::new();
+    let mut snippets: Vec<String> = Vec::new();
+    for v in verdicts.iter().filter(|v| v.action == Action::Ask) {
+        let part = facts.part(v.unit)?;
+        if v.rule.is_some_and(|r| r.action == Action::Ask)
+            || part.hazards.iter().any(|h| !h.kind.overridable())
+        {
             return None;
         }
-        let asking = verdicts.iter().find(|v| v.action == Action::Ask)?;
-        let words = &shell.commands.get(asking.unit?)?.words;
-        let prefix = describe::command_prefix(words);
-        return Some(describe::rule_snippet(
-            tool,
-            Some((COMMAND, "startsWith", &prefix)),
-        ));
+        let words = part.texts();
+        let (list, snippet) = if part.hazards.is_empty() {
+            let prefix = describe::command_prefix(&words);
+            let rule = describe::rule_snippet(tool, Some((COMMAND, "startsWith", &prefix)));
+            (&mut snippets, rule)
+        } else {
+            let rule = describe::rule_snippet(tool, Some((COMMAND, "equals", &part.joined())));
+            let at = v
+                .rule
+                .map(|r| {
+                    format!(
+                        "# before policy.rules[{}], which matches it first\n",
+                        r.index
+                    )
+                })
+                .unwrap_or_default();
+            (&mut exact, format!("{at}{rule}hazards = \"allow\"\n"))
+        };
+        if !list.contains(&snippet) {
+            list.push(snippet);
+        }
     }
+    exact.extend(snippets);
+    (!exact.is_empty()).then(|| exact.join("\n"))
+}
+
+/// The rule for a call of another tool: its path's directory, or the tool.
+fn call_suggestion(facts: &Facts<'_>) -> String {
+    let tool = facts.spec.name;
     let Some((param, first)) = facts
         .path_params
         .first()
         .and_then(|(p, v)| Some((*p, v.first()?.to_string())))
     else {
-        return Some(describe::rule_snippet(tool, None));
+        return describe::rule_snippet(tool, None);
     };
-    let snippet = match describe::path_prefix(&first) {
+    match describe::path_prefix(&first) {
         Some(dir) => describe::rule_snippet(tool, Some((param, "startsWith", &dir))),
         None => describe::rule_snippet(tool, Some((param, "equals", &first))),
-    };
-    Some(snippet)
+    }
 }
 
 /// How a caller that cannot ask explains the way to allow such a call: the rule to
@@ -378,6 +565,26 @@ fn path_params(tool: &str) -> &'static [(&'static str, Option<&'static str>)] {
     }
 }
 
+/// Paths in a command, resolved against its cwd like the worker would.
+struct CommandPaths<'a> {
+    scopes: &'a Scopes,
+    cwd: String,
+}
+
+impl hazards::Paths for CommandPaths<'_> {
+    fn outside(&self, path: &str) -> bool {
+        if path.starts_with('~') || path.contains('$') {
+            return true;
+        }
+        let full = if path.starts_with('/') {
+            path.to_owned()
+        } else {
+            format!("{}/{path}", self.cwd)
+        };
+        self.scopes.resolve(&full).is_outside()
+    }
+}
+
 /// Everything the rules and the mode look at, worked out once per call.
 struct Facts<'a> {
     spec: &'a ToolSpec,
@@ -385,7 +592,7 @@ struct Facts<'a> {
     path_params: Vec<(&'static str, Vec<ScopedPath>)>,
     resolved: HashMap<&'static str, Vec<String>>,
     locations: Vec<String>,
-    shell: Option<ShellAnalysis>,
+    shell: Option<Analysis>,
     dangerous_env: Vec<String>,
     assessment: Assessment,
 }
@@ -402,8 +609,17 @@ impl<'a> Facts<'a> {
             .collect();
         let all_paths: Vec<ScopedPath> = path_params.iter().flat_map(|(_, v)| v.clone()).collect();
         let locations = all_paths.iter().map(ToString::to_string).collect();
-        let shell = (spec.name == RUN_COMMAND)
-            .then(|| shell::analyze(args.get(COMMAND).and_then(Value::as_str).unwrap_or("")));
+        let shell = (spec.name == RUN_COMMAND).then(|| {
+            let cwd: String = resolved
+                .get("cwd")
+                .and_then(|v: &Vec<String>| v.first().cloned())
+                .unwrap_or_else(|| ".".into());
+            let paths = CommandPaths { scopes, cwd };
+            shell::analyze(
+                args.get(COMMAND).and_then(Value::as_str).unwrap_or(""),
+                &paths,
+            )
+        });
         let dangerous_env = risk::dangerous_env(args.get(rules::ENV).and_then(Value::as_object));
         let assessment = risk::assess(spec, &all_paths, shell.as_ref(), &dangerous_env);
         Facts {
@@ -418,28 +634,23 @@ impl<'a> Facts<'a> {
         }
     }
 
-    /// Units decided on their own: each simple command when the command parsed into
-    /// some (plus the whole text when it did not parse cleanly, so a deny rule still
-    /// sees it), else the call as a whole.
-    fn units(&self) -> Vec<Option<usize>> {
-        match &self.shell {
-            None => vec![None],
-            Some(sh) => {
-                let mut units: Vec<Option<usize>> = (0..sh.commands.len()).map(Some).collect();
-                if units.is_empty() || sh.hazards.contains(&Hazard::ParseError) {
-                    units.push(Some(sh.commands.len()));
-                }
-                units
-            }
+    fn command(&self) -> &str {
+        self.args.get(COMMAND).and_then(Value::as_str).unwrap_or("")
+    }
+
+    fn part(&self, unit: Unit) -> Option<&shell::Part> {
+        match unit {
+            Unit::Part(i) => self.shell.as_ref()?.parts.get(i),
+            _ => None,
         }
     }
 
-    /// A unit's command text; index `commands.len()` is the whole command line.
-    fn unit_text(&self, i: usize) -> Option<&str> {
-        let sh = self.shell.as_ref()?;
-        match sh.commands.get(i) {
-            Some(c) => Some(&c.text),
-            None => self.args.get(COMMAND).and_then(Value::as_str),
+    /// A unit's text: the part's source, or the whole command line.
+    fn unit_text(&self, unit: Unit) -> Option<&str> {
+        match unit {
+            Unit::Part(i) => self.shell.as_ref()?.parts.get(i).map(|p| p.text.as_str()),
+            Unit::Whole => Some(self.command()),
+            Unit::Call => None,
         }
     }
 
@@ -449,15 +660,10 @@ impl<'a> Facts<'a> {
             .any(|(_, v)| v.iter().any(ScopedPath::is_public))
     }
 
-    /// A parameter's values as rules compare them: resolved paths, `command` as the
-    /// unit's text, list elements one by one, `env` as `KEY=VALUE` entries, and
-    /// `env.KEY` for one entry. `None` when the call does not have it.
-    fn values(&self, param: &str, command: Option<&str>) -> Option<Vec<String>> {
-        if param == COMMAND
-            && let Some(c) = command
-        {
-            return Some(vec![c.to_string()]);
-        }
+    /// A parameter's values as rules compare them: resolved paths, list elements one
+    /// by one, `env` as `KEY=VALUE` entries, and `env.KEY` for one entry. `None` when
+    /// the call does not have it. (`command` of `run_command` is tested on words.)
+    fn values(&self, param: &str) -> Option<Vec<String>> {
         if let Some(v) = self.resolved.get(param) {
             return Some(v.clone());
         }
@@ -468,6 +674,13 @@ impl<'a> Facts<'a> {
         }
         Some(texts(value))
     }
+}
+
+/// Quote characters dropped, for the words of a command nobody could parse.
+fn unquote(word: &str) -> String {
+    word.chars()
+        .filter(|c| !matches!(c, '\'' | '"' | '\\'))
+        .collect()
 }
 
 /// Resolve each path parameter the tool has (missing ones take their default).

@@ -1,4 +1,4 @@
-//! Lexical path scoping for policy decisions (DESIGN §4 "Paths", §6).
+//! Lexical path scoping for policy decisions (docs/PROTOCOL.md "Paths", docs/POLICY.md).
 //!
 //! Rules and grants compare path parameters in one resolved form, so that
 //! `./src/../a.rs`, `private:/a.rs` and `/home/me/ws/a.rs` all read `a.rs`, and a rule

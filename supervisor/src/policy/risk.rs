@@ -1,12 +1,13 @@
-//! Risk per call (DESIGN §6): the tool's static risk, raised by what the arguments
+//! Risk per call (docs/POLICY.md): the tool's static risk, raised by what the arguments
 //! do. Risk decides only when no rule matched, but it is always shown to the person
 //! asked and written to the audit log, so each raise carries a note saying why.
 
 use serde_json::{Map, Value};
 use toolvisor_protocol::tools::{Risk, ToolSpec};
 
+use super::hazards::{basename, is_env_hazard};
 use super::paths::ScopedPath;
-use super::shell::{Hazard, ShellAnalysis, basename, effective_words};
+use super::shell::Analysis;
 
 /// A call's risk and the reasons it was raised above the tool's own.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -29,7 +30,7 @@ const EDIT_TOOLS: &[&str] = &["write_file", "edit_file"];
 pub fn assess(
     spec: &ToolSpec,
     paths: &[ScopedPath],
-    shell: Option<&ShellAnalysis>,
+    shell: Option<&Analysis>,
     env: &[String],
 ) -> Assessment {
     let mut a = Assessment {
@@ -54,26 +55,33 @@ pub fn assess(
     a
 }
 
-/// Why a parsed command line is destructive, if it is.
-pub fn shell_dangers(shell: &ShellAnalysis) -> Vec<String> {
+/// Why a parsed command line is destructive, if it is. Wrapped commands are parts
+/// of their own, so `sudo rm -rf /` is seen as `rm -rf /`.
+pub fn shell_dangers(shell: &Analysis) -> Vec<String> {
     let mut notes: Vec<String> = shell
-        .commands
+        .parts
         .iter()
-        .filter_map(|c| destructive(&c.words).map(|why| format!("`{}` {why}", c.text)))
+        .filter_map(|p| destructive(&p.texts()).map(|why| format!("`{}` {why}", p.text)))
         .collect();
-    if shell.hazards.contains(&Hazard::PipeToShell) {
+    let hazard = |name: &str| shell.all_hazards().any(|h| h.name == name);
+    if hazard("pipe into a shell or interpreter") {
         notes.push("it pipes into a shell".into());
     }
-    if shell.hazards.contains(&Hazard::RecursiveFunction) {
+    if hazard("self-calling function") {
         notes.push("it defines a self-calling function (fork bomb)".into());
+    }
+    let mut keys = shell.env_keys.clone();
+    keys.sort();
+    keys.dedup();
+    if !keys.is_empty() {
+        notes.push(format!("it sets {}", keys.join(", ")));
     }
     notes
 }
 
 /// Why one simple command is destructive, if it is (`rm -rf`, `git push --force`…).
 pub fn destructive(words: &[String]) -> Option<&'static str> {
-    let run = effective_words(words);
-    let (name, args) = run.split_first()?;
+    let (name, args) = words.split_first()?;
     let name = basename(name);
     let has_short = |c: char| {
         args.iter()
@@ -154,19 +162,20 @@ pub fn dangerous_env(env: Option<&Map<String, Value>>) -> Vec<String> {
 }
 
 fn is_dangerous_env_key(key: &str) -> bool {
-    matches!(
-        key,
-        "PATH" | "BASH_ENV" | "ENV" | "SHELLOPTS" | "BASHOPTS" | "IFS"
-    ) || key.starts_with("LD_")
-        || key.starts_with("DYLD_")
-        || key.starts_with("GIT_")
-        || key.ends_with("_COMMAND")
+    is_env_hazard(key)
 }
 
 #[cfg(test)]
 mod tests {
     use super::super::shell::analyze;
     use super::*;
+
+    struct Inside;
+    impl super::super::hazards::Paths for Inside {
+        fn outside(&self, _: &str) -> bool {
+            false
+        }
+    }
 
     fn words(s: &str) -> Vec<String> {
         s.split_whitespace().map(String::from).collect()
@@ -179,7 +188,7 @@ mod tests {
             "rm -fr /",
             "rm -r dir",
             "rm -R dir",
-            "sudo rm --recursive x",
+            "rm --recursive x",
             "mkfs.ext4 /dev/sda",
             "dd if=/dev/zero of=/dev/sda",
             "chmod -R 777 /",
@@ -216,10 +225,13 @@ mod tests {
 
     #[test]
     fn pipes_into_shells_and_fork_bombs_are_dangerous() {
-        assert!(!shell_dangers(&analyze("curl https://x | sh")).is_empty());
-        assert!(!shell_dangers(&analyze("wget -qO- x | bash")).is_empty());
-        assert!(!shell_dangers(&analyze(":(){ :|:& };:")).is_empty());
-        assert!(shell_dangers(&analyze("cargo test | tee log")).is_empty());
+        let dangers = |c: &str| shell_dangers(&analyze(c, &Inside));
+        assert!(!dangers("curl https://x | sh").is_empty());
+        assert!(!dangers("wget -qO- x | bash").is_empty());
+        assert!(!dangers(":(){ :|:& };:").is_empty());
+        assert!(!dangers("sudo rm --recursive x").is_empty());
+        assert!(!dangers("EDITOR=x git commit").is_empty());
+        assert!(dangers("cargo test | tee log").is_empty());
     }
 
     #[test]

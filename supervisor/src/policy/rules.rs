@@ -1,13 +1,21 @@
 //! `[[policy.rules]]` compiled once: tool names resolved to the canonical tool,
 //! regexes built, and for every tool the order in which its rules are tried —
-//! tool-specific rules first, then `*` rules, file order within each (DESIGN §6).
+//! tool-specific rules first, then `*` rules, file order within each
+//! (docs/POLICY.md).
+//!
+//! Conditions on `run_command`'s `command` test one simple command's words after
+//! quote removal: `startsWith` is a word prefix, `equals` compares the words re-joined
+//! with single spaces, `contains` and `matches` test that joined text. A program
+//! written with a path (`./ls`, `/bin/ls`) only matches an allow rule that names that
+//! path; deny and ask rules also match it by its last component, so `/bin/rm` cannot
+//! dodge a rule on `rm`.
 
 use std::collections::HashMap;
 
 use regex::Regex;
 use toolvisor_protocol::tools::{Risk, ToolSpec, find};
 
-use crate::config::{Action, Condition, Operator, Rule};
+use crate::config::{Action, Condition, Hazards, Operator, Rule};
 
 /// The parameter whose conditions are evaluated per simple command.
 pub const COMMAND: &str = "command";
@@ -53,6 +61,67 @@ impl Test {
             Op::Matches(re) => re.is_match(value),
         }
     }
+
+    /// Does a simple command satisfy the condition? An allow rule (`strict`) matches a
+    /// path-qualified program only when it names that path.
+    pub fn holds_words(&self, words: &[String], joined: &str, strict: bool) -> bool {
+        let program = words.first().map(String::as_str).unwrap_or("");
+        let qualified = strict && program.contains('/');
+        match &self.op {
+            Op::Equals(v) => joined == v || joined == normalise(v),
+            Op::StartsWith(v) => word_prefix(program, joined, &normalise(v)),
+            Op::Contains(v) => joined.contains(v.as_str()) && (!qualified || v.contains(program)),
+            Op::Matches(re) => {
+                let src = re.as_str();
+                re.is_match(joined)
+                    && (!qualified
+                        || src.contains(program)
+                        || src.contains(regex::escape(program).as_str()))
+            }
+        }
+    }
+}
+
+/// A rule value as words: trimmed, blanks collapsed to one space.
+fn normalise(v: &str) -> String {
+    v.split_whitespace().collect::<Vec<_>>().join(" ")
+}
+
+/// `prefix` (normalised) is a whole-word prefix of the joined words, and names the
+/// program word whole: `ls` matches `ls -la`, never `lsof`.
+fn word_prefix(program: &str, joined: &str, prefix: &str) -> bool {
+    if prefix.is_empty() {
+        return true;
+    }
+    let names_program = prefix == program || prefix.starts_with(&format!("{program} "));
+    names_program && (joined == prefix || joined.starts_with(&format!("{prefix} ")))
+}
+
+/// One simple command of `run_command`, as conditions on `command` see it.
+#[derive(Clone, Debug)]
+pub struct CommandWords {
+    pub words: Vec<String>,
+    pub joined: String,
+}
+
+impl CommandWords {
+    pub fn new(words: Vec<String>) -> CommandWords {
+        let joined = words.join(" ");
+        CommandWords { words, joined }
+    }
+
+    /// The same command with its program by its last path component (`/bin/rm` →
+    /// `rm`), when it was written with a path.
+    fn by_basename(&self) -> Option<CommandWords> {
+        let program = self.words.first()?;
+        let base = program.rsplit('/').next()?;
+        if base == program || base.is_empty() {
+            return None;
+        }
+        let mut words = self.words.clone();
+        words[0] = base.to_owned();
+        Some(CommandWords::new(words))
+    }
 }
 
 /// A rule after compilation; `index` is its place in the file, for messages.
@@ -63,6 +132,8 @@ pub struct CompiledRule {
     pub risk: Option<Risk>,
     pub message: Option<String>,
     pub tests: Vec<Test>,
+    /// `hazards = "allow"`: argument hazards do not turn this rule's allow into an ask.
+    pub hazards_allow: bool,
 }
 
 impl CompiledRule {
@@ -87,8 +158,37 @@ impl CompiledRule {
     /// absent, so the condition fails). A list parameter must satisfy the condition in
     /// every element for an allow rule, in any element for a deny or ask rule: each
     /// reading errs on the strict side.
-    pub fn matches(&self, values: &dyn Fn(&str) -> Option<Vec<String>>) -> bool {
+    ///
+    /// With `command` given (a `run_command` part), conditions on `command` test its
+    /// words; deny and ask rules also try the program by its last path component.
+    pub fn matches(
+        &self,
+        values: &dyn Fn(&str) -> Option<Vec<String>>,
+        command: Option<&CommandWords>,
+    ) -> bool {
+        let Some(cmd) = command else {
+            return self.matches_values(values, None);
+        };
+        if self.matches_values(values, Some(cmd)) {
+            return true;
+        }
+        self.action != Action::Allow
+            && cmd
+                .by_basename()
+                .is_some_and(|base| self.matches_values(values, Some(&base)))
+    }
+
+    fn matches_values(
+        &self,
+        values: &dyn Fn(&str) -> Option<Vec<String>>,
+        command: Option<&CommandWords>,
+    ) -> bool {
         self.tests.iter().all(|t| {
+            if t.param == COMMAND
+                && let Some(c) = command
+            {
+                return t.holds_words(&c.words, &c.joined, self.action == Action::Allow);
+            }
             let Some(vals) = values(&t.param) else {
                 return false;
             };
@@ -129,6 +229,7 @@ impl RuleSet {
                 risk: rule.risk,
                 message: rule.message.clone(),
                 tests,
+                hazards_allow: rule.hazards == Hazards::Allow,
             });
             if rule.tool == "*" {
                 set.star.push(index);
@@ -158,13 +259,7 @@ mod tests {
     use toolvisor_protocol::tools::catalog;
 
     fn rule(tool: &str, action: Action) -> Rule {
-        Rule {
-            tool: tool.into(),
-            action,
-            risk: None,
-            message: None,
-            conditions: vec![],
-        }
+        Rule::new(tool, action)
     }
 
     #[test]
@@ -215,5 +310,79 @@ mod tests {
         assert!(!t(Operator::StartsWith, "ls ").holds("lsof"));
         assert!(t(Operator::Matches, "b+c").holds("abbc"), "unanchored");
         assert!(!t(Operator::Matches, "^b").holds("abc"));
+    }
+
+    fn words(s: &str) -> (Vec<String>, String) {
+        let w: Vec<String> = s.split_whitespace().map(String::from).collect();
+        let j = w.join(" ");
+        (w, j)
+    }
+
+    fn holds_on(op: Operator, value: &str, cmd: &str, strict: bool) -> bool {
+        let t = Test::compile(&Condition {
+            param: "command".into(),
+            operator: op,
+            value: value.into(),
+        })
+        .unwrap();
+        let (w, j) = words(cmd);
+        t.holds_words(&w, &j, strict)
+    }
+
+    #[test]
+    fn starts_with_is_a_word_prefix() {
+        for (value, cmd, want) in [
+            ("ls", "ls", true),
+            ("ls ", "ls", true),
+            ("ls", "ls -la", true),
+            ("ls ", "ls -la", true),
+            ("ls", "lsof", false),
+            ("ls", "lsd94/../../usr/bin/touch M", false),
+            ("git status", "git status -s", true),
+            ("git status", "git statusx", false),
+            ("git  status ", "git status", true),
+            ("git sta", "git status", false),
+            ("ls", "./ls", false),
+            ("./ls", "./ls -la", true),
+            ("", "anything", true),
+        ] {
+            assert_eq!(
+                holds_on(Operator::StartsWith, value, cmd, true),
+                want,
+                "{value:?} {cmd:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn equals_contains_matches_on_joined_words() {
+        assert!(holds_on(Operator::Equals, "ls -la", "ls -la", true));
+        assert!(holds_on(Operator::Equals, " ls  -la ", "ls -la", true));
+        assert!(!holds_on(Operator::Equals, "ls", "ls -la", true));
+        assert!(holds_on(Operator::Contains, "-rf", "rm -rf x", false));
+        assert!(holds_on(Operator::Matches, "^rm ", "rm -rf x", false));
+        assert!(!holds_on(Operator::Contains, "ls -la", "/bin/ls -la", true));
+        assert!(holds_on(Operator::Contains, "ls -la", "/bin/ls -la", false));
+        assert!(holds_on(Operator::Matches, "^/bin/ls", "/bin/ls -la", true));
+        assert!(!holds_on(Operator::Matches, "ls", "/bin/ls -la", true));
+    }
+
+    #[test]
+    fn deny_rules_see_a_path_qualified_program_by_its_name() {
+        let mut deny = rule("run_command", Action::Deny);
+        deny.conditions.push(Condition {
+            param: "command".into(),
+            operator: Operator::StartsWith,
+            value: "rm".into(),
+        });
+        let set = RuleSet::new(&[deny], &catalog()).unwrap();
+        let r = set.for_tool("run_command").next().unwrap();
+        let none = |_: &str| None;
+        for cmd in ["rm -rf x", "/bin/rm -rf x", "./x/../rm"] {
+            let c = CommandWords::new(words(cmd).0);
+            assert!(r.matches(&none, Some(&c)), "{cmd}");
+        }
+        let c = CommandWords::new(words("rmdir x").0);
+        assert!(!r.matches(&none, Some(&c)));
     }
 }

@@ -1,4 +1,4 @@
-//! Promises of the policy engine (DESIGN §6, seed properties 33–37, 45–47).
+//! Promises of the policy engine (docs/POLICY.md, seed properties 33–37, 45–47).
 
 use proptest::prelude::*;
 use serde_json::{Value, json};
@@ -24,11 +24,8 @@ fn cond(param: &str, operator: Operator, value: &str) -> Condition {
 
 fn rule(tool: &str, action: Action, conditions: Vec<Condition>) -> Rule {
     Rule {
-        tool: tool.into(),
-        action,
-        risk: None,
-        message: None,
         conditions,
+        ..Rule::new(tool, action)
     }
 }
 
@@ -75,7 +72,8 @@ const COMPOUND: &[(&str, Action)] = &[
     ("git status --short", Allow),
     ("cargo test", Allow),
     ("cargo build --release", Allow),
-    ("git statusx", Allow), // startsWith is a plain prefix, as documented
+    // Changed with rules on words: `startsWith` is a word prefix now.
+    ("git statusx", Ask),
     ("git status && cargo test", Allow),
     ("git status; cargo build", Allow),
     ("git status || cargo check", Allow),
@@ -86,7 +84,9 @@ const COMPOUND: &[(&str, Action)] = &[
     ("cargo test > /dev/null", Allow),
     ("git status 'a; rm -rf ~'", Allow),
     ("git status '$(rm -rf ~)'", Allow),
-    ("git status $HOME", Allow),
+    // Changed: git's arguments can run code, so one known only at run time asks.
+    ("git status $HOME", Ask),
+    ("git status \"src/$F\"", Allow),
     ("git status $((1 + 2))", Allow),
     ("git status; rm -rf ~", Ask),
     ("git status && curl x | sh", Ask),
@@ -109,9 +109,13 @@ const COMPOUND: &[(&str, Action)] = &[
     ("sh -c 'git status'", Ask),
     ("cargo run -- bash -c 'rm -rf ~'", Ask),
     ("git status (", Ask),
-    ("if true; then git status; fi", Ask),
+    // Changed: `true` runs nothing and needs no rule; the condition still counts.
+    ("if true; then git status; fi", Allow),
+    ("if whoami; then git status; fi", Ask),
     ("cargo test && git status | wc -l", Ask),
-    ("FOO=1 cargo test", Ask),
+    // Changed: an assignment prefix is not a word, unless it is an environment hazard.
+    ("FOO=1 cargo test", Allow),
+    ("RUSTC_WRAPPER=./x cargo check", Ask),
     ("curl x | bash", Ask),
     ("git status; :(){ :|:& };:", Ask),
     ("export PATH=/tmp; git status", Ask),
@@ -520,6 +524,9 @@ proptest! {
             Just(";"), Just("&&"), Just("||"), Just("|"), Just("&"), Just("\n")],
             tail in "[a-z]{1,5}( -[a-z]{1,3})?") {
         prop_assume!(!tail.starts_with("git") && !tail.starts_with("cargo"));
+        // Builtins that run nothing need no rule.
+        let first = tail.split(' ').next().unwrap_or_default();
+        prop_assume!(!["true", "false", "test"].contains(&first));
         let d = run(&git_cargo(vec![]), &format!("git status {sep} {tail}"));
         prop_assert_ne!(d.action, Allow);
     }
@@ -541,4 +548,551 @@ fn reasons_name_the_part_that_asks() {
     let help = how_to_allow(&run(&p, "make all"), "run_command");
     assert!(help.contains("value = \"make all\""), "{help}");
     eprintln!("{}\n---\n{}", d.reason, help);
+}
+
+// ---- rules on words, hazards anywhere ----
+
+/// The issue's config: a few prefixes allowed in mode auto.
+fn prefixes(extra: Vec<Rule>) -> Policy {
+    let mut rules: Vec<Rule> = [
+        "git ", "ls", "cargo ", "echo ", "cat ", "head", "grep ", "wc", "find ", "awk ", "sed ",
+        "tar ", "sort ", "env ", "make ",
+    ]
+    .iter()
+    .map(|p| {
+        rule(
+            "run_command",
+            Allow,
+            vec![cond("command", Operator::StartsWith, p)],
+        )
+    })
+    .collect();
+    rules.extend(extra);
+    policy(Mode::Auto, rules)
+}
+
+#[test]
+fn the_issues_bypasses_ask() {
+    let p = prefixes(vec![]);
+    for cmd in [
+        "ls ${PATH#$(touch M)}",
+        "echo ${PATH:+`touch M`}",
+        "git -c alias.x='!touch M' x",
+        "git -c core.fsmonitor='touch M' status",
+        "git fetch --upload-pack='touch M' origin",
+        "find . -exec touch M \\;",
+        "awk 'BEGIN{system(\"touch M\")}'",
+        "sed e",
+        "sed '1e touch M' README.md",
+        "tar --checkpoint=1 --checkpoint-action=exec='touch M' -cf a.tar README.md",
+        "cargo --config build.rustc-wrapper=./x check",
+        "EDITOR='touch M' git commit",
+        "RUSTC_WRAPPER=./x cargo check",
+        "lsd94/../../usr/bin/touch M",
+        "echo ${!X}",
+        "echo ${X@P}",
+        "env -S 'touch M'",
+        "env bash -c 'touch M'",
+        "make --eval='x:=$(shell touch M)'",
+        "sort --compress-program=./x f",
+        "ls; test -v 'a[$(touch M)]'",
+        "ls; [ -v 'a[$(touch M)]' ]",
+        "ls; : ${X:=$(touch M)}",
+        "ls; true $(touch M)",
+        "ls; > M",
+        "ls; X=1 > M",
+        "ls && >M",
+        "BASH_CMDS[ls]=./evil; ls",
+        "declare -A BASH_CMDS=([ls]=./evil); ls",
+        "PATH[0]=.; ls",
+        "for PATH in .; do ls; done",
+        "echo ${BASH_CMDS[ls]:=./evil}; ls",
+        "BASH_ALIASES[ls]=x; ls",
+        "ls; printf -v PATH %s .; ls",
+        "read PATH <<< .; ls",
+    ] {
+        let d = run(&p, cmd);
+        assert_ne!(d.action, Allow, "{cmd:?}: {}", d.reason);
+    }
+    let d = decide(
+        &p,
+        "run_command",
+        json!({"command": "echo $((X))", "env": {"X": "a[$(touch M)]"}}),
+    );
+    assert_eq!(d.action, Ask, "{}", d.reason);
+    assert!(d.reason.contains("arithmetic reads `X`"), "{}", d.reason);
+}
+
+#[test]
+fn what_the_policy_reads_is_what_bash_runs() {
+    // dash read this as `ls; touch M`; bash, which runs commands now, reads one `ls`
+    // with one argument — and so does the policy.
+    let p = prefixes(vec![]);
+    let d = run(&p, "ls $'\\'; touch M; #'");
+    assert_eq!(d.action, Allow, "{}", d.reason);
+    assert_eq!(d.parts.len(), 1);
+    assert_eq!(d.parts[0].words, ["ls", "'; touch M; #"]);
+}
+
+#[test]
+fn deny_rules_see_the_same_words() {
+    for c in [
+        cond("command", Operator::Matches, "^rm "),
+        cond("command", Operator::StartsWith, "rm"),
+    ] {
+        let p = prefixes(vec![rule("run_command", Deny, vec![c])]);
+        for cmd in [
+            "'r'm -rf x",
+            "\\rm -rf x",
+            "\"rm\" -rf x",
+            "/bin/rm -rf x",
+            "ls; rm -rf x",
+            "sudo rm -rf x",
+            "env X=1 rm -rf x",
+            "find . -exec rm -rf {} \\;",
+            "echo $(rm -rf x)",
+            "bash -c 'rm -rf x'",
+            "timeout 5 rm -rf x",
+        ] {
+            let d = run(&p, cmd);
+            assert_eq!(d.action, Deny, "{cmd:?}: {}", d.reason);
+        }
+        assert_eq!(run(&p, "ls -la").action, Allow);
+    }
+}
+
+#[test]
+fn path_qualified_programs_need_a_rule_naming_the_path() {
+    let p = prefixes(vec![]);
+    for cmd in ["/bin/ls", "./ls -la", "x/../ls", "/usr/bin/env ls"] {
+        assert_eq!(run(&p, cmd).action, Ask, "{cmd}");
+    }
+    let p = policy(
+        Mode::Auto,
+        vec![rule(
+            "run_command",
+            Allow,
+            vec![cond("command", Operator::StartsWith, "/bin/ls")],
+        )],
+    );
+    assert_eq!(run(&p, "/bin/ls -la").action, Allow);
+    assert_eq!(run(&p, "ls -la").action, Ask);
+}
+
+#[test]
+fn hazards_allow_lifts_argument_hazards_only() {
+    let mut r = rule(
+        "run_command",
+        Allow,
+        vec![cond("command", Operator::StartsWith, "git ")],
+    );
+    r.hazards = crate::config::Hazards::Allow;
+    let p = policy(Mode::Auto, vec![r]);
+    assert_eq!(run(&p, "git -c user.name=x commit").action, Allow);
+    assert_eq!(run(&p, "git status $(touch M)").action, Ask);
+    assert_eq!(run(&p, "git status > f").action, Ask);
+    assert_eq!(
+        run(&p, "EDITOR=vim git commit").action,
+        Ask,
+        "not covered by the prefix"
+    );
+    // The environment a wrapper sets is the wrapped command's too.
+    let mut env_rule = rule(
+        "run_command",
+        Allow,
+        vec![cond("command", Operator::StartsWith, "env ")],
+    );
+    env_rule.hazards = crate::config::Hazards::Allow;
+    let plain_git = rule(
+        "run_command",
+        Allow,
+        vec![cond("command", Operator::StartsWith, "git ")],
+    );
+    let p2 = policy(Mode::Auto, vec![env_rule, plain_git]);
+    assert_eq!(run(&p2, "env LANG=C git status").action, Allow);
+    assert_eq!(run(&p2, "env EDITOR=vim git commit").action, Ask);
+    assert_eq!(run(&p2, "EDITOR=vim env git commit").action, Ask);
+    let toml = "[[policy.rules]]\ntool = \"run_command\"\naction = \"allow\"\nhazards = \"allow\"\n\
+        conditions = [{ param = \"command\", operator = \"equals\", value = \"EDITOR=vim git commit\" }]\n";
+    let cfg = crate::config::Config::parse(toml, "t").unwrap();
+    let p = Policy::new(&cfg.policy, &roots()).unwrap();
+    assert_eq!(run(&p, "EDITOR=vim git commit").action, Allow);
+    assert!(
+        crate::config::Config::parse(
+            &toml.replace("\"allow\"\nconditions", "\"maybe\"\nconditions"),
+            "t"
+        )
+        .is_err()
+    );
+}
+
+#[test]
+fn hazards_are_named_in_the_reason() {
+    let p = prefixes(vec![]);
+    for (cmd, name) in [
+        ("git -c a=b status", "git -c"),
+        ("ls $(whoami)", "command substitution"),
+        ("find . -delete", "find -delete"),
+        ("echo hi > out.txt", "redirection to `out.txt`"),
+        ("f() { ls; }", "function definition"),
+    ] {
+        let d = run(&p, cmd);
+        assert_eq!(d.action, Ask, "{cmd}");
+        assert!(d.reason.contains(name), "{cmd}: {}", d.reason);
+    }
+}
+
+#[test]
+fn undecidable_commands_ask_and_deny_rules_still_apply() {
+    let p = prefixes(vec![rule(
+        "run_command",
+        Deny,
+        vec![cond("command", Operator::Contains, "rm -rf")],
+    )]);
+    let d = run(&p, "ls (");
+    assert_eq!(d.action, Ask, "{}", d.reason);
+    assert!(
+        d.reason.contains("cannot be decided part by part"),
+        "{}",
+        d.reason
+    );
+    assert_eq!(run(&p, "ls; rm -rf ~ (").action, Deny);
+    assert_eq!(run(&p, "ls\r-la").action, Ask);
+}
+
+#[test]
+fn a_denials_hint_matches_the_command_itself() {
+    let p = policy(Mode::Auto, vec![]);
+    let d = run(&p, "ls");
+    let hint = d.suggestion.clone().unwrap_or_default();
+    assert!(hint.contains("value = \"ls\""), "{hint}");
+    assert_eq!(run(&with_suggestion(&[], &hint), "ls").action, Allow);
+    assert_eq!(run(&with_suggestion(&[], &hint), "lsof").action, Ask);
+}
+
+/// `base` plus the suggested rules: a `# before policy.rules[N]` comment puts a rule
+/// before that one, as the hint says; the others go last.
+fn with_suggestion(base: &[Rule], hint: &str) -> Policy {
+    let mut rules: Vec<Rule> = base.to_vec();
+    let mut chunks: Vec<(Option<usize>, String)> = Vec::new();
+    let mut before = None;
+    for line in hint.lines() {
+        if let Some(rest) = line.strip_prefix("# before policy.rules[") {
+            before = rest.split(']').next().and_then(|n| n.parse().ok());
+        } else if line == "[[policy.rules]]" {
+            chunks.push((before.take(), format!("{line}\n")));
+        } else if let Some(c) = chunks.last_mut() {
+            c.1.push_str(line);
+            c.1.push('\n');
+        }
+    }
+    let mut front = Vec::new();
+    for (at, text) in chunks {
+        let cfg =
+            crate::config::Config::parse(&text, "hint").unwrap_or_else(|e| panic!("{e}\n{text}"));
+        let r = cfg.policy.rules[0].clone();
+        match at {
+            Some(i) => front.push((i, r)),
+            None => rules.push(r),
+        }
+    }
+    front.sort_by_key(|(i, _)| std::cmp::Reverse(*i));
+    for (i, r) in front {
+        rules.insert(i.min(rules.len()), r);
+    }
+    policy(Mode::Auto, rules)
+}
+
+fn benign_command() -> impl Strategy<Value = String> {
+    let program = prop_oneof![
+        Just("ls"),
+        Just("cat"),
+        Just("grep"),
+        Just("echo"),
+        Just("git"),
+        Just("cargo"),
+        Just("make"),
+        Just("sort"),
+        Just("wc"),
+        Just("head"),
+        Just("mytool"),
+        Just("./run.sh"),
+        Just("env"),
+        Just("find"),
+        Just("sed"),
+        Just("tar"),
+    ];
+    let arg = prop_oneof![
+        Just("-la"),
+        Just("-n"),
+        Just("5"),
+        Just("src"),
+        Just("README.md"),
+        Just("'a b'"),
+        Just("--flag=v"),
+        Just("x.txt"),
+        Just("-c"),
+        Just("status"),
+        Just("build"),
+        Just("\"q\""),
+        Just("-exec"),
+        Just("-o"),
+        Just("a=b"),
+        Just("'s/a/b/'"),
+    ];
+    let simple = (program, prop::collection::vec(arg, 0..4))
+        .prop_map(|(p, args)| std::iter::once(p).chain(args).collect::<Vec<_>>().join(" "));
+    let sep = prop_oneof![Just(" | "), Just(" && "), Just("; "), Just(" || ")];
+    (simple.clone(), prop::collection::vec((sep, simple), 0..3)).prop_map(|(first, rest)| {
+        let mut out = first;
+        for (s, c) in rest {
+            out.push_str(s);
+            out.push_str(&c);
+        }
+        out
+    })
+}
+
+/// Commands with a substitution nested at any depth in any construct.
+fn with_substitution() -> impl Strategy<Value = String> {
+    let leaf = prop_oneof![
+        Just("$(touch M)".to_string()),
+        Just("`touch M`".to_string()),
+        Just("$(ls)".to_string()),
+        Just("<(touch M)".to_string()),
+    ];
+    let word = leaf.prop_recursive(4, 24, 1, |inner| {
+        inner.prop_flat_map(|i| {
+            prop_oneof![
+                Just(format!("${{X:-{i}}}")),
+                Just(format!("${{X#{i}}}")),
+                Just(format!("${{X%%{i}}}")),
+                Just(format!("${{X/a/{i}}}")),
+                Just(format!("${{X^{i}}}")),
+                Just(format!("${{X,,{i}}}")),
+                Just(format!("${{X:+{i}}}")),
+                Just(format!("\"a{i}b\"")),
+                Just(format!("$(( {i} ))")),
+                Just(format!("${{a[{i}]}}")),
+                Just(format!("x{i}")),
+            ]
+        })
+    });
+    let stmt = word.prop_flat_map(|w| {
+        prop_oneof![
+            Just(format!("ls {w}")),
+            Just(format!("echo {w}")),
+            Just(format!("touch {w}")),
+            Just(format!("cat <<EOF\n{w}\nEOF")),
+            Just(format!("[[ {w} == x ]] && ls")),
+            Just(format!("for i in {w}; do ls; done")),
+            Just(format!("while ls {w}; do ls; done")),
+            Just(format!("case {w} in x) ls;; esac")),
+            Just(format!("f() {{ ls {w}; }}")),
+            Just(format!("if ls {w}; then ls; fi")),
+            Just(format!("{{ ls {w}; }}")),
+            Just(format!("( ls {w} )")),
+            Just(format!("ls {w} | wc -l")),
+            Just(format!("x={w} ls")),
+            Just(format!("a[{w}]=1; ls")),
+            Just(format!("ls > /dev/null {w}")),
+            Just(format!("echo ok && echo {w}")),
+        ]
+    });
+    (stmt, any::<bool>()).prop_map(|(s, prefix)| if prefix { format!("ls; {s}") } else { s })
+}
+
+proptest! {
+    /// A substitution anywhere in a command is never allowed by prefix rules, even
+    /// ones that allow the command it runs.
+    #[test]
+    fn a_substitution_anywhere_is_never_allowed(cmd in with_substitution()) {
+        let touch = rule("run_command", Allow, vec![cond("command", Operator::StartsWith, "touch ")]);
+        let d = run(&prefixes(vec![touch]), &cmd);
+        prop_assert_ne!(d.action, Allow, "{:?}: {}", cmd, d.reason);
+    }
+
+    /// The rules a denial suggests, added as it says, allow that very command.
+    #[test]
+    fn the_suggested_rules_allow_the_command(cmd in benign_command()) {
+        let base = vec![rule("run_command", Allow, vec![cond("command", Operator::StartsWith, "git ")])];
+        let p = policy(Mode::Auto, base.clone());
+        let d = run(&p, &cmd);
+        prop_assume!(d.action == Ask);
+        let Some(hint) = d.suggestion.clone() else {
+            return Err(TestCaseError::fail(format!("{cmd:?}: no hint ({})", d.reason)));
+        };
+        let after = run(&with_suggestion(&base, &hint), &cmd);
+        prop_assert_eq!(after.action, Allow, "{:?}\n{}\n{}", cmd, hint, after.reason);
+    }
+}
+
+// ---- explain ----
+
+fn explain(p: &Policy, tool: &str, args: Value) -> toolvisor_protocol::message::ServerMessage {
+    let v = crate::validate::Validators::new(&catalog()).unwrap();
+    super::explain::explain("e".into(), p, &v, tool, &args)
+}
+
+#[test]
+fn explain_shows_each_part() {
+    use toolvisor_protocol::message::ServerMessage;
+    let p = prefixes(vec![]);
+    let m = explain(
+        &p,
+        "run_command",
+        json!({"command": "git status; rm -rf / && ls $(id)"}),
+    );
+    let ServerMessage::Explanation {
+        decision,
+        risk,
+        rule,
+        parts: Some(parts),
+        error: None,
+        ..
+    } = m
+    else {
+        panic!("{m:?}");
+    };
+    assert_eq!((decision.as_str(), risk.as_str()), ("ask", "high"));
+    assert_eq!(rule, None, "no rule allows rm");
+    let summary: Vec<(String, String, Option<u64>)> = parts
+        .iter()
+        .map(|p| (p.words.join(" "), p.decision.clone(), p.rule))
+        .collect();
+    assert_eq!(
+        summary,
+        [
+            ("git status".into(), "allow".into(), Some(0)),
+            ("rm -rf /".into(), "ask".into(), None),
+            ("ls $(id)".into(), "ask".into(), Some(1)),
+            ("id".into(), "ask".into(), None),
+        ]
+    );
+    assert_eq!(parts[2].hazards, ["command substitution"]);
+    assert_eq!(parts[0].text, "git status");
+    let m = explain(&p, "run_command", json!({"command": "ls -la"}));
+    assert!(
+        matches!(&m, ServerMessage::Explanation { decision, rule: Some(1), .. } if decision == "allow"),
+        "{m:?}"
+    );
+    let text = super::explain::render(&m);
+    assert!(
+        text.contains("decision: allow") && text.contains("policy.rules[1]"),
+        "{text}"
+    );
+}
+
+#[test]
+fn explain_reports_validation_errors() {
+    use toolvisor_protocol::ErrorType;
+    use toolvisor_protocol::message::ServerMessage;
+    let p = prefixes(vec![]);
+    for (tool, args, kind) in [
+        ("run_command", json!({}), ErrorType::InvalidParams),
+        (
+            "run_command",
+            json!({"command": 3}),
+            ErrorType::InvalidParams,
+        ),
+        ("no_such_tool", json!({}), ErrorType::ToolNotFound),
+    ] {
+        let m = explain(&p, tool, args);
+        let ServerMessage::Explanation {
+            decision,
+            error: Some(e),
+            parts: None,
+            ..
+        } = &m
+        else {
+            panic!("{m:?}");
+        };
+        assert_eq!(decision, "error");
+        assert_eq!(e.kind, kind, "{m:?}");
+    }
+    let m = explain(&p, "read_file", json!({"path": "a"}));
+    assert!(
+        matches!(&m, ServerMessage::Explanation { decision, parts: None, .. } if decision == "allow"),
+        "{m:?}"
+    );
+    let m = explain(&p, "read_file", json!({"path": "/etc/passwd"}));
+    assert!(
+        matches!(&m, ServerMessage::Explanation { decision, .. } if decision == "deny"),
+        "{m:?}"
+    );
+}
+
+/// Token soup: shell syntax in random order around a payload.
+fn soup() -> impl Strategy<Value = String> {
+    const TOKENS: &[&str] = &[
+        " ", " ", " ", ";", "&", "|", "\n", "\\", "'", "\"", "$", "(", ")", "{", "}", "`", "<",
+        ">", "#", "=", "x", "[", "]", "!", "*", "\t", "$(", "${", "$'", "$((", "<<", "EOF", "-c",
+        "bash", ":", "%", "/", "@", "P", "~", ",", "touch M", "touch M", "X", "a[", "0", "\\n",
+        "-exec", "-e", "e", "w M", "+", "&&", "||", "\\'", "<(", ">(", "-v", "declare", "-i",
+    ];
+    let start = prop_oneof![
+        Just("ls "),
+        Just("echo "),
+        Just("cat "),
+        Just("wc "),
+        Just("sed ")
+    ];
+    (
+        start,
+        prop::collection::vec(prop::sample::select(TOKENS), 1..14),
+    )
+        .prop_map(|(s, t)| format!("{s}{}", t.concat()))
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(200))]
+
+    /// What the policy allows, bash runs without creating anything: a command built
+    /// of random shell syntax around `touch M` is either refused or harmless.
+    #[test]
+    fn allowed_token_soup_creates_nothing(cmd in soup()) {
+        let env = json!({"X": "a[$(touch M)]"});
+        let d = decide(&prefixes(vec![]), "run_command", json!({"command": cmd, "env": env}));
+        if d.action != Allow {
+            return Ok(());
+        }
+        let dir = tempfile::tempdir().unwrap();
+        let _ = std::process::Command::new("bash")
+            .args(["--noprofile", "--norc", "-c", &cmd])
+            .current_dir(dir.path())
+            .env("X", "a[$(touch M)]")
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .status();
+        let made: Vec<_> = std::fs::read_dir(dir.path()).unwrap().flatten().map(|e| e.file_name()).collect();
+        prop_assert!(made.is_empty(), "{:?} was allowed and created {:?}", cmd, made);
+    }
+}
+
+/// A client cannot crash or stall the supervisor with a command: deep nesting and
+/// great length ask, on a thread with a runtime worker's 2 MiB stack.
+#[test]
+fn deep_and_long_commands_ask_without_exhausting_the_stack() {
+    let deep = |open: &str, mid: &str, close: &str| {
+        format!("echo {}{mid}{}", open.repeat(20_000), close.repeat(20_000))
+    };
+    let cases = [
+        deep("$(", "ls", ")"),
+        deep("$((", "1", "))"),
+        deep("(", "ls", ")"),
+        deep("${x:-", "y", "}"),
+        deep("\"$(", "ls", ")\""),
+        deep("if true; then ", "ls", "; fi"),
+        format!("echo {}", "word ".repeat(60_000)),
+    ];
+    let t = std::thread::Builder::new()
+        .stack_size(2 << 20)
+        .spawn(move || {
+            let p = prefixes(vec![]);
+            cases.iter().map(|c| run(&p, c).action).collect::<Vec<_>>()
+        })
+        .unwrap();
+    let actions = t.join().expect("no stack overflow");
+    assert!(actions.iter().all(|a| *a == Ask), "{actions:?}");
 }

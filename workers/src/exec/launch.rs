@@ -16,7 +16,7 @@ use tokio::time::Instant;
 use super::output::{Coalescer, Pipes, Record, pump};
 use crate::{CancelFlag, ToolError};
 
-/// SIGTERM → SIGKILL grace (DESIGN §4).
+/// SIGTERM → SIGKILL grace (docs/PROTOCOL.md, deadlines and cancel).
 pub(crate) const GRACE: Duration = Duration::from_secs(2);
 /// How long the worker waits past the grace before it SIGKILLs the shim itself (the
 /// shim needs a moment after its own SIGKILL round to reap and exit).
@@ -26,10 +26,14 @@ const SHIM_BACKSTOP: Duration = Duration::from_secs(6);
 const STREAM_DRAIN: Duration = Duration::from_secs(2);
 const LAST_DRAIN: Duration = Duration::from_secs(1);
 
+/// The shell a command runs in: bash, the language the policy parses, without any
+/// start-up file (non-login, non-interactive, so no aliases and no history expansion).
+pub(crate) const SHELL: [&str; 4] = ["bash", "--noprofile", "--norc", "-c"];
+
 /// How commands are started.
 #[derive(Clone, Debug)]
 pub(crate) enum Launcher {
-    /// `program prefix... [shim args] -- sh -c CMD`: the subreaper shim.
+    /// `program prefix... [shim args] -- bash … -c CMD`: the subreaper shim.
     Shim {
         program: PathBuf,
         prefix: Vec<OsString>,
@@ -39,7 +43,7 @@ pub(crate) enum Launcher {
         /// Landlock allow-list the shim applies to the command (`--confine`).
         writable: Vec<PathBuf>,
     },
-    /// `sh -c CMD` in its own process group: no subreaper, so `setsid` or double-forked
+    /// `bash … -c CMD` in its own process group: no subreaper, so `setsid` or double-forked
     /// processes can escape. Only when no shim binary is known.
     Direct,
 }
@@ -112,11 +116,14 @@ impl Launcher {
     }
 
     fn command(&self, spec: &Spec<'_>) -> Result<Command, ToolError> {
-        let sh = ["sh", "-c", spec.command];
+        let sh = SHELL.iter().copied().chain([spec.command]);
         match self {
             Launcher::Direct => {
-                let mut c = Command::new("/bin/sh");
-                c.arg("-c").arg(spec.command).env_clear().envs(spec.env);
+                let mut c = Command::new(SHELL[0]);
+                c.args(&SHELL[1..])
+                    .arg(spec.command)
+                    .env_clear()
+                    .envs(spec.env);
                 Ok(c)
             }
             Launcher::Shim {
@@ -139,7 +146,7 @@ impl Launcher {
                     args.extend(["--write".to_owned(), w.to_string_lossy().into_owned()]);
                 }
                 args.push("--".to_owned());
-                args.extend(sh.iter().map(|s| (*s).to_owned()));
+                args.extend(sh.map(str::to_owned));
                 let mut c = Command::new(program);
                 c.args(prefix).env_clear().envs(spec.env);
                 match args_env {

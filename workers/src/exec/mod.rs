@@ -1,6 +1,6 @@
 //! The `exec` group's tools. OWNER: exec helper.
 //!
-//! - [`run_command`]: `sh -c` under the `toolvisor reap` shim, bounded output capture,
+//! - [`run_command`]: `bash --noprofile --norc -c` under the `toolvisor reap` shim, bounded output capture,
 //!   streaming, deadline and cancel;
 //! - [`jobs`]: background processes (`background: true`, `list_processes`,
 //!   `read_output`, `kill_process`);

@@ -1,0 +1,90 @@
+//! `toolvisor policy explain [--config FILE] [--json] TOOL [ARGS]`: what the policy
+//! would do with a call. With `--config` it decides locally under that file (no
+//! daemon); otherwise it asks the running daemon with an `explain` message. Exit 0
+//! whatever the decision, 2 for a usage error, 1 when the daemon cannot be reached.
+
+use toolvisor_protocol::client::Client;
+use toolvisor_protocol::message::{ClientMessage, ServerMessage};
+use toolvisor_protocol::tools::catalog;
+
+use crate::cli::{PolicyCommand, Resolved};
+use crate::policy::Policy;
+use crate::policy::explain::{explain, render};
+use crate::validate::Validators;
+
+pub fn run(cmd: &PolicyCommand, r: &Resolved, local: bool) -> i32 {
+    let PolicyCommand::Explain { tool, args, json } = cmd;
+    let args = match crate::commands::parse_args(args.as_deref()) {
+        Ok(a) => a,
+        Err(e) => {
+            eprintln!("toolvisor: {e}");
+            return 2;
+        }
+    };
+    let answer = if local {
+        explain_locally(r, tool, &args)
+    } else {
+        ask_daemon(r, tool, args)
+    };
+    match answer {
+        Ok(m) => {
+            print(&m, *json);
+            0
+        }
+        Err((code, why)) => {
+            eprintln!("toolvisor: {why}");
+            code
+        }
+    }
+}
+
+fn print(m: &ServerMessage, json: bool) {
+    if json {
+        match serde_json::to_string_pretty(m) {
+            Ok(s) => println!("{s}"),
+            Err(e) => eprintln!("toolvisor: {e}"),
+        }
+    } else {
+        print!("{}", render(m));
+    }
+}
+
+fn explain_locally(
+    r: &Resolved,
+    tool: &str,
+    args: &serde_json::Value,
+) -> Result<ServerMessage, (i32, String)> {
+    let roots = crate::service::workspace_roots(&r.workspace, &r.config).map_err(|e| (2, e))?;
+    let policy =
+        Policy::new(&r.config.policy, &roots).map_err(|e| (2, format!("bad [policy]: {e}")))?;
+    let validators = Validators::new(&catalog()).map_err(|e| (70, e.to_string()))?;
+    Ok(explain("cli".into(), &policy, &validators, tool, args))
+}
+
+fn ask_daemon(
+    r: &Resolved,
+    tool: &str,
+    args: serde_json::Value,
+) -> Result<ServerMessage, (i32, String)> {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| (70, e.to_string()))?;
+    rt.block_on(async {
+        let mut c = Client::connect(&r.socket, "toolvisor-cli", false)
+            .await
+            .map_err(|e| {
+                (
+                    1,
+                    format!("{e}; is `toolvisor serve` running? (or pass --config FILE)"),
+                )
+            })?;
+        let id = "explain".into();
+        let msg = ClientMessage::Explain {
+            id: "explain".into(),
+            tool: tool.to_owned(),
+            args,
+        };
+        c.request(&msg, &id).await.map_err(|e| (1, e.to_string()))
+    })
+}
