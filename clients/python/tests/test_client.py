@@ -370,12 +370,7 @@ def test_grant_token_lets_a_call_pass_once(tv: Client) -> None:
 
 
 def test_explain_decides_without_running(tv: Client, daemon: Daemon) -> None:
-    try:
-        ex = tv.explain("run_command", {"command": "echo confirm-me > explained.txt"})
-    except toolvisor.UnknownMessage as e:
-        # lead: remove the skip once explain lands
-        assert e.id is not None  # the daemon echoes the id of an unknown message
-        pytest.skip("this daemon does not know `explain` yet")
+    ex = tv.explain("run_command", {"command": "echo confirm-me > explained.txt"})
     assert ex.decision == "ask" and ex.risk == "high" and ex.rule == 0
     assert not (daemon.workspace / "explained.txt").exists()
     assert tv.explain("ls", {"path": "."}).decision == "allow"
