@@ -28,6 +28,8 @@ pub enum ErrorType {
     WorkerUnavailable,
     Overloaded,
     InternalError,
+    /// A command was stopped by one of `[workers.exec.limits]` (the message names it).
+    ResourceLimit,
     // Connection level.
     BadMessage,
     UnknownMessage,
@@ -64,6 +66,7 @@ impl ErrorType {
             ErrorType::WorkerUnavailable => "WorkerUnavailable",
             ErrorType::Overloaded => "Overloaded",
             ErrorType::InternalError => "InternalError",
+            ErrorType::ResourceLimit => "ResourceLimit",
             ErrorType::BadMessage => "BadMessage",
             ErrorType::UnknownMessage => "UnknownMessage",
             ErrorType::FrameTooLarge => "FrameTooLarge",

@@ -140,6 +140,9 @@ pub struct Rule {
     pub message: Option<String>,
     #[serde(default)]
     pub conditions: Vec<Condition>,
+    /// An `allow` of `run_command` by this rule gives the command the host's network.
+    #[serde(default)]
+    pub network: Option<bool>,
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -175,6 +178,26 @@ pub struct GroupConfig {
     pub env: BTreeMap<String, String>,
     pub writable: Vec<PathBuf>,
     pub max_jobs: usize,
+    /// `exec` only: how commands are confined (`auto`, `required`, `off`).
+    pub sandbox: SandboxMode,
+    /// `exec` only: commands share the host's network.
+    pub network: bool,
+    /// `exec` only: more workspace-relative paths commands and edit tools may not change.
+    pub protected: Vec<PathBuf>,
+    /// `exec` only: `[workers.exec.limits]`.
+    pub limits: toolvisor_protocol::worker::ExecLimits,
+}
+
+/// `workers.exec.sandbox`: namespaces for each command where the host allows them
+/// (`auto`), or refuse to start without them (`required`), or never (`off`: Landlock
+/// and the reap shim only).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum SandboxMode {
+    #[default]
+    Auto,
+    Required,
+    Off,
 }
 
 impl Default for GroupConfig {
@@ -190,6 +213,10 @@ impl Default for GroupConfig {
             env: BTreeMap::new(),
             writable: Vec::new(),
             max_jobs: 64,
+            sandbox: SandboxMode::Auto,
+            network: false,
+            protected: Vec::new(),
+            limits: Default::default(),
         }
     }
 }
@@ -329,6 +356,7 @@ impl Config {
                 return Err(format!("workers.{name}: timeouts must be at least 1 ms"));
             }
         }
+        self.validate_exec_only()?;
         let l = &self.limits;
         for (key, keep, max) in [
             ("file_keep", l.file_keep, l.file_max),
@@ -349,6 +377,11 @@ impl Config {
         if l.max_frame_bytes < 1024 {
             return Err("limits.max_frame_bytes must be at least 1024".into());
         }
+        for (key, v) in [("many_max", l.many_max), ("line_max", l.line_max)] {
+            if v < 1024 {
+                return Err(format!("limits.{key} must be at least 1024, not {v}"));
+            }
+        }
         if self.server.max_open_calls == 0 {
             return Err("server.max_open_calls must be at least 1".into());
         }
@@ -362,6 +395,43 @@ impl Config {
                         )
                     })?;
                 }
+            }
+        }
+        Ok(())
+    }
+}
+
+impl Config {
+    /// The sandbox keys belong to `[workers.exec]`; protected paths must stay inside
+    /// the workspace.
+    fn validate_exec_only(&self) -> Result<(), String> {
+        let base = GroupConfig::default();
+        for (name, g) in [
+            ("search", &self.workers.search),
+            ("edit", &self.workers.edit),
+        ] {
+            let set = g.sandbox != base.sandbox
+                || g.network != base.network
+                || !g.protected.is_empty()
+                || g.limits != base.limits;
+            if set {
+                return Err(format!(
+                    "workers.{name}: sandbox, network, protected and limits belong to [workers.exec]"
+                ));
+            }
+        }
+        for p in &self.workers.exec.protected {
+            let inside = p.components().all(|c| {
+                matches!(
+                    c,
+                    std::path::Component::Normal(_) | std::path::Component::CurDir
+                )
+            });
+            if !inside || p.as_os_str().is_empty() {
+                return Err(format!(
+                    "workers.exec.protected: `{}` must be a relative path inside the workspace",
+                    p.display()
+                ));
             }
         }
         Ok(())

@@ -36,6 +36,8 @@ pub struct SessionArgs {
     pub stream: UnixStream,
     pub uid: u32,
     pub pid: Option<i32>,
+    /// A person, or a command toolvisor runs (privileged messages refused).
+    pub peer: crate::peer::Peer,
 }
 
 pub struct SessionActor;
@@ -46,6 +48,7 @@ pub struct SessionState {
     info: Option<Arc<SessionInfo>>,
     id: String,
     uid: u32,
+    peer: crate::peer::Peer,
     /// Open calls (single or in a batch); each counts against `max_open_calls`.
     open: HashMap<Id, CancellationToken>,
     /// Open batches; each token is the parent of its calls' tokens.
@@ -89,6 +92,7 @@ impl Actor for SessionActor {
             info: None,
             id,
             uid: args.uid,
+            peer: args.peer,
             open: HashMap::new(),
             batches: HashMap::new(),
             reader,
@@ -175,6 +179,14 @@ impl SessionState {
             (Some(info), m) => (info.clone(), m),
         };
         let (info, m) = info;
+        if let Some(id) = self.refused_privileged(&m) {
+            self.out.send(&ServerMessage::error(
+                id,
+                ErrorType::PermissionError,
+                self.privileged_refusal(&m),
+            ));
+            return;
+        }
         match m {
             ClientMessage::Hello { .. } => self.out.send(&ServerMessage::error(
                 None,
@@ -234,6 +246,35 @@ impl SessionState {
                 });
             }
         }
+    }
+
+    /// `Some(id to echo)` when `m` is `grant`, `confirm` or `restart` and the peer is a
+    /// command (or one of its processes): those come from people only.
+    fn refused_privileged(&self, m: &ClientMessage) -> Option<Option<Id>> {
+        if !self.peer.is_command() {
+            return None;
+        }
+        match m {
+            ClientMessage::Grant { id, .. } | ClientMessage::Restart { id, .. } => {
+                Some(Some(id.clone()))
+            }
+            ClientMessage::Confirm { .. } => Some(None),
+            _ => None,
+        }
+    }
+
+    fn privileged_refusal(&self, m: &ClientMessage) -> String {
+        let what = match m {
+            ClientMessage::Grant { .. } => "grant",
+            ClientMessage::Confirm { .. } => "confirm",
+            _ => "restart",
+        };
+        let why = match &self.peer {
+            crate::peer::Peer::Command(why) => why.as_str(),
+            crate::peer::Peer::Person => "",
+        };
+        tracing::warn!(session = %self.id, why, "refused `{what}` from a command");
+        format!("`{what}` comes from people, not from commands toolvisor runs ({why})")
     }
 
     fn hello(

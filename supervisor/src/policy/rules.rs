@@ -164,6 +164,7 @@ mod tests {
             risk: None,
             message: None,
             conditions: vec![],
+            network: None,
         }
     }
 

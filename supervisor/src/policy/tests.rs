@@ -29,6 +29,7 @@ fn rule(tool: &str, action: Action, conditions: Vec<Condition>) -> Rule {
         risk: None,
         message: None,
         conditions,
+        network: None,
     }
 }
 

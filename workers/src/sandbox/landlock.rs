@@ -1,4 +1,5 @@
-//! Self-confinement of a worker process at start (Landlock). OWNER: exec helper.
+//! Landlock: self-confinement of a worker process at start, and the stricter domain
+//! the reap shim stacks for the commands it runs.
 //!
 //! Only writes are handled (reads stay allowed everywhere, so `search` can still read
 //! anything the resolver lets it). Per group:
@@ -12,7 +13,7 @@
 //! second, stricter domain ([`command_writable`], passed as `--confine --write P...`)
 //! before it starts the command. Landlock domains only ever narrow, so the command
 //! ends with the intersection: everything but the state directory (unless the state
-//! directory sits inside a root, where Landlock cannot carve it out; DESIGN §2).
+//! directory sits inside a root, where Landlock cannot carve it out).
 //!
 //! `ABI::V5` on purpose: V9 would also block connecting to unix sockets.
 
@@ -31,7 +32,14 @@ const TARGET_ABI: ABI = ABI::V5;
 ///
 /// Call it at the start of the worker process, before building the tokio runtime:
 /// before ABI V8 a domain only applies to the calling thread (and what it spawns).
+///
+/// An exec worker whose commands get namespaces stays out of Landlock: a Landlock
+/// domain forbids `mount` and `pivot_root`, which the shims it starts need to build
+/// each command's root (the commands themselves get a domain inside it).
 pub fn confine(init: &WorkerInit) -> Option<u32> {
+    if init.group == "exec" && init.exec.sandbox.namespaces {
+        return None;
+    }
     let paths = match init.group.as_str() {
         "edit" => {
             let mut p = roots(init);
@@ -73,7 +81,7 @@ fn roots(init: &WorkerInit) -> Vec<PathBuf> {
 }
 
 /// `~/x` → `$HOME/x`; `~` alone → `$HOME`; None when HOME is needed but unset.
-fn expand_home(p: &Path, home: Option<&Path>) -> Option<PathBuf> {
+pub(crate) fn expand_home(p: &Path, home: Option<&Path>) -> Option<PathBuf> {
     match p.strip_prefix("~") {
         Ok(rest) => home.map(|h| h.join(rest)),
         Err(_) => Some(p.to_path_buf()),
