@@ -80,7 +80,7 @@ pub(crate) fn error(limit: Limit, l: &ExecLimits) -> ErrorBody {
     ErrorBody::new(
         ErrorType::ResourceLimit,
         format!(
-            "the command was stopped by its {} limit (workers.exec.limits.{} = {value}: {value}{unit})",
+            "the command was stopped by its {} limit of {value}{unit} (workers.exec.limits.{})",
             limit_name(limit),
             limit.key()
         ),
@@ -165,6 +165,11 @@ mod tests {
         );
         let e = error(Limit::Memory, &ExecLimits::default());
         assert_eq!(e.kind, ErrorType::ResourceLimit);
-        assert!(e.message.contains("memory_mb = 4096"), "{}", e.message);
+        assert!(
+            e.message
+                .contains("memory limit of 4096 MiB (workers.exec.limits.memory_mb)"),
+            "{}",
+            e.message
+        );
     }
 }
