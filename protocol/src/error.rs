@@ -1,4 +1,4 @@
-//! The error types of the contract (DESIGN §5): the `error.type` of a result and of a
+//! The error types of the contract (docs/PROTOCOL.md §8, §10): the `error.type` of a result and of a
 //! connection-level `error` message.
 
 use serde::{Deserialize, Serialize};

@@ -1,4 +1,4 @@
-//! Every message of the client protocol (DESIGN §3), as serde types.
+//! Every message of the client protocol (docs/PROTOCOL.md), as serde types.
 //!
 //! Messages are internally tagged by `type`, serialized as maps (`to_vec_named`), and
 //! unknown keys are ignored on the way in.

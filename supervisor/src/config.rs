@@ -1,4 +1,4 @@
-//! `toolvisor.toml` (DESIGN §9): every table and key optional, unknown keys refused
+//! `toolvisor.toml` (docs/PROTOCOL.md, docs/SANDBOX.md): every table and key optional, unknown keys refused
 //! with their name and line.
 
 use serde::{Deserialize, Serialize};
@@ -592,6 +592,48 @@ max_bytes = 67108864
         );
         let err = Config::parse("[workers.exec]\nenv = { A = 1 }\n", "t").unwrap_err();
         assert!(err.to_string().contains("`workers.exec.env.A`"), "{err}");
+    }
+
+    #[test]
+    fn sandbox_keys_parse_and_belong_to_exec() {
+        let cfg = Config::parse(
+            "[workers.exec]\nsandbox = \"required\"\nnetwork = true\nprotected = [\"secrets\", \"./a/b\"]\n\
+             [workers.exec.limits]\nmemory_mb = 512\ncpu_s = 10\n\
+             [[policy.rules]]\ntool = \"run_command\"\naction = \"allow\"\nnetwork = true\n\
+             [limits]\nmany_max = 4096\nline_max = 2048\n",
+            "t",
+        )
+        .unwrap();
+        let e = &cfg.workers.exec;
+        assert_eq!(e.sandbox, SandboxMode::Required);
+        assert!(e.network);
+        assert_eq!(
+            (e.limits.memory_mb, e.limits.pids, e.limits.cpu_s),
+            (512, 1024, 10)
+        );
+        assert_eq!(cfg.policy.rules[0].network, Some(true));
+        assert_eq!((cfg.limits.many_max, cfg.limits.line_max), (4096, 2048));
+        assert_eq!(Config::default().workers.exec.sandbox, SandboxMode::Auto);
+        for (bad, key) in [
+            (
+                "[workers.exec]\nsandbox = \"maybe\"\n",
+                "workers.exec.sandbox",
+            ),
+            ("[workers.search]\nnetwork = true\n", "workers.search"),
+            (
+                "[workers.exec]\nprotected = [\"/etc\"]\n",
+                "workers.exec.protected",
+            ),
+            (
+                "[workers.exec]\nprotected = [\"../up\"]\n",
+                "workers.exec.protected",
+            ),
+            ("[workers.exec.limits]\nmemory = 5\n", "memory"),
+            ("[limits]\nline_max = 10\n", "limits.line_max"),
+        ] {
+            let err = Config::parse(bad, "t").unwrap_err().to_string();
+            assert!(err.contains(key), "{bad}: {err}");
+        }
     }
 
     #[test]

@@ -32,7 +32,7 @@ pub struct SessionInfo {
 /// Streamed chunks buffered per call before the worker's reader waits.
 const OUTPUT_CHUNKS: usize = 16;
 
-/// How often a running call says it is still running (`call_heartbeat`, DESIGN §3).
+/// How often a running call says it is still running (`call_heartbeat`, docs/PROTOCOL.md §7).
 const HEARTBEAT: Duration = Duration::from_secs(5);
 
 /// The fields every `calls` event carries.

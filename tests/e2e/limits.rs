@@ -348,3 +348,82 @@ fn artifacts_stay_under_their_total_at_every_moment() {
     );
     assert!(worst > 1 << 20, "the sampler saw nothing ({worst})");
 }
+
+/// Command cgroups of the worker `pid` still on the host (`toolvisor-<pid>-<n>`
+/// anywhere under /sys/fs/cgroup, a few levels deep).
+fn cgroups_of(pid: u32) -> Vec<std::path::PathBuf> {
+    fn walk(dir: &std::path::Path, prefix: &str, depth: usize, out: &mut Vec<std::path::PathBuf>) {
+        let Ok(rd) = std::fs::read_dir(dir) else {
+            return;
+        };
+        for e in rd.flatten() {
+            if !e.file_type().is_ok_and(|t| t.is_dir()) {
+                continue;
+            }
+            let p = e.path();
+            if e.file_name().to_string_lossy().starts_with(prefix) {
+                out.push(p);
+            } else if depth > 0 {
+                walk(&p, prefix, depth - 1, out);
+            }
+        }
+    }
+    let mut out = Vec::new();
+    walk(
+        std::path::Path::new("/sys/fs/cgroup"),
+        &format!("toolvisor-{pid}-"),
+        5,
+        &mut out,
+    );
+    out
+}
+
+#[test]
+fn command_cgroups_leave_nothing_behind_even_after_a_worker_kill_9() {
+    let s = Server::start(&format!("{ALLOW_ALL}\n[workers.exec]\ncount = 1\n"));
+    block(Duration::from_secs(180), async {
+        if s.guards().await.limits.as_deref() == Some("rlimit") {
+            eprintln!("no writable cgroups here: skipping");
+            return;
+        }
+        let worker = s.worker_pids("exec").await[0];
+        let mut c = s.client().await;
+        for i in 0..300 {
+            let r = call_on(&mut c, &format!("t{i}"), "run_command", run("true")).await;
+            assert_eq!(r.status, Status::Ok, "{r:?}");
+        }
+        assert!(cgroups_of(worker).is_empty(), "{:?}", cgroups_of(worker));
+        // A command in flight when its worker is killed: the next worker removes its group.
+        let mark = unique_marker("cg-kill");
+        send(
+            &mut c,
+            "long",
+            "run_command",
+            json!({"command": "sleep 300", "env": {"E2E_MARK": mark}}),
+        )
+        .await;
+        wait_procs_with_env(&mark, "sleep", 1, Duration::from_secs(20)).await;
+        assert!(
+            !cgroups_of(worker).is_empty(),
+            "no group for the running command"
+        );
+        nix::sys::signal::kill(
+            nix::unistd::Pid::from_raw(worker as i32),
+            nix::sys::signal::Signal::SIGKILL,
+        )
+        .unwrap();
+        let r = result_of(&mut c, "long").await;
+        assert_eq!(r.status, Status::Crashed, "{r:?}");
+        s.wait_group_back("exec", &[worker], Duration::from_secs(30))
+            .await;
+        if let Err(left) = wait_no_procs_with_env(&mark, Duration::from_secs(15)).await {
+            panic!("the command outlived its worker: {left:?}");
+        }
+        // The new worker removed the dead one's groups before it said `ready`.
+        assert!(
+            cgroups_of(worker).is_empty(),
+            "left behind: {:?}",
+            cgroups_of(worker)
+        );
+    });
+}

@@ -1,4 +1,4 @@
-//! Output truncation (DESIGN §4): cuts on UTF-8 boundaries, one marker line, counts.
+//! Output truncation (docs/PROTOCOL.md §11.3): cuts on UTF-8 boundaries, one marker line, counts.
 //!
 //! OWNER: search helper.
 //!

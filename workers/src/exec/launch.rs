@@ -22,7 +22,7 @@ use crate::reap::report::Report;
 use crate::sandbox::spec::{Rlimits, SandboxSpec};
 use crate::{CancelFlag, ToolError};
 
-/// SIGTERM → SIGKILL grace (DESIGN §4).
+/// SIGTERM → SIGKILL grace (docs/PROTOCOL.md §9).
 pub(crate) const GRACE: Duration = Duration::from_secs(2);
 /// How long the worker waits past the grace before it SIGKILLs the shim itself (the
 /// shim needs a moment after its own SIGKILL round to reap and exit).

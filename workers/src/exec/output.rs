@@ -24,7 +24,7 @@ use toolvisor_protocol::worker::Limits;
 use crate::OutputSink;
 use crate::truncate;
 
-/// Largest `data` of one `output` frame (DESIGN §3).
+/// Largest `data` of one `output` frame (docs/PROTOCOL.md §5.1).
 pub(crate) const CHUNK: usize = 16 * 1024;
 /// Pending stream data is flushed at least this often.
 pub(crate) const FLUSH_EVERY: Duration = Duration::from_millis(50);
@@ -385,7 +385,7 @@ impl Record for Capture {
 }
 
 /// How `truncated.full_output` names an artifact so that `read_file` reads it: relative
-/// to the workspace when the state directory is inside it (DESIGN's
+/// to the workspace when the state directory is inside it (the documented
 /// `<state_dir>/artifacts/<call>.log`), else `artifacts:/<file>`, because an absolute
 /// path outside every root is refused (`PathOutsideWorkspace`) before a worker sees it.
 pub(crate) fn full_output_name(path: &Path, workspace: &Path) -> String {
@@ -760,7 +760,7 @@ mod tests {
         for (i, p) in paths.iter().enumerate() {
             assert_eq!(std::fs::read_to_string(p).unwrap(), format!("output {i}"));
         }
-        // A name freed (pruned, removed) is the DESIGN name again.
+        // A name freed (pruned, removed) is the documented name again.
         std::fs::remove_file(&paths[0]).unwrap();
         assert_eq!(arts.create("c1").unwrap().path, paths[0]);
     }

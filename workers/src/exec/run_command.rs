@@ -16,7 +16,7 @@ use super::output::{Capture, Coalescer, sanitize_name};
 use crate::reap::report::Report;
 use crate::{ToolContext, ToolError};
 
-/// `timeout` when the call gives none (DESIGN §4).
+/// `timeout` when the call gives none (docs/PROTOCOL.md §9).
 pub(crate) const DEFAULT_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// `run_command`'s arguments (schema-validated upstream).

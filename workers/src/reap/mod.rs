@@ -1,5 +1,5 @@
 //! `toolvisor reap [OPTIONS] -- CMD...`: the single-threaded shim every command runs
-//! under (see docs/SANDBOX.md and docs/ARCHITECTURE.md).
+//! under (see docs/SANDBOX.md).
 //!
 //! Why a separate process: a child subreaper must reap whatever it adopts, and
 //! `waitpid(-1)` inside the tokio worker would steal the exit statuses tokio waits for;
@@ -46,7 +46,7 @@ const EX_NOEXEC: i32 = 127;
 pub const EX_SETUP: i32 = 125;
 /// The environment marker the supervisor looks for at start to kill leftovers.
 pub const MARKER_VAR: &str = "TOOLVISOR_INSTANCE";
-/// Default grace between SIGTERM and SIGKILL (DESIGN §4).
+/// Default grace between SIGTERM and SIGKILL (docs/PROTOCOL.md §9).
 pub const DEFAULT_GRACE: Duration = Duration::from_secs(2);
 
 /// Parsed `toolvisor reap` arguments.
