@@ -49,7 +49,14 @@ impl ExecState {
         let exe = &init.exec.exe;
         let settings = &init.exec.sandbox;
         let launcher_ok = !exe.as_os_str().is_empty() && exe.is_file();
-        let cgroups = if launcher_ok && init.group == "exec" {
+        let any_limit = settings.limits
+            != toolvisor_protocol::worker::ExecLimits {
+                memory_mb: 0,
+                pids: 0,
+                cpu_s: 0,
+                file_mb: 0,
+            };
+        let cgroups = if launcher_ok && init.group == "exec" && any_limit {
             Cgroups::detect(&settings.limits)
         } else {
             Cgroups::none(&settings.limits)

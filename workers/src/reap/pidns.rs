@@ -174,7 +174,7 @@ fn prepare(a: &ShimArgs, spec: &SandboxSpec) -> Result<(), String> {
     if a.confine {
         let mut write = a.write.clone();
         write.push(crate::sandbox::plan::PRIVATE_SHM.into());
-        crate::sandbox::restrict_writes(&write);
+        crate::sandbox::landlock::restrict_command(&write);
     }
     a.rlimits.apply()?;
     nix::unistd::setsid().map_err(|e| format!("cannot start a session: {e}"))?;

@@ -91,7 +91,19 @@ pub(crate) fn expand_home(p: &Path, home: Option<&Path>) -> Option<PathBuf> {
 /// Allow writes only beneath `paths` (missing ones ignored) for this thread and what
 /// it starts from now on. Returns the ABI enforced, None when Landlock is unavailable.
 pub fn restrict_writes(paths: &[PathBuf]) -> Option<u32> {
-    let write = AccessFs::from_write(TARGET_ABI);
+    restrict(paths, TARGET_ABI)
+}
+
+/// [`restrict_writes`] for a command inside its namespace sandbox, where it also may
+/// connect only to Unix sockets beneath `paths` (Landlock ABI 9, on kernels that have
+/// it): a daemon's socket elsewhere on the read-only host (`/run/docker.sock`) is then
+/// out of reach too. Older kernels apply what they support.
+pub fn restrict_command(paths: &[PathBuf]) -> Option<u32> {
+    restrict(paths, ABI::V9)
+}
+
+fn restrict(paths: &[PathBuf], abi: ABI) -> Option<u32> {
+    let write = AccessFs::from_write(abi);
     let result = Ruleset::default()
         .set_compatibility(CompatLevel::BestEffort)
         .handle_access(write)
@@ -100,7 +112,7 @@ pub fn restrict_writes(paths: &[PathBuf]) -> Option<u32> {
         .and_then(|r| r.restrict_self());
     match result {
         Ok(status) if status.ruleset != RulesetStatus::NotEnforced => {
-            Some(abi_number(status.landlock))
+            Some(abi_number(status.landlock, abi))
         }
         Ok(_) => {
             tracing::warn!("Landlock is not available on this kernel: writes are not confined");
@@ -114,12 +126,22 @@ pub fn restrict_writes(paths: &[PathBuf]) -> Option<u32> {
 }
 
 /// The ABI actually in force: the kernel's, capped at the one we target.
-fn abi_number(status: LandlockStatus) -> u32 {
-    let abi = ABI::from(status).min(TARGET_ABI);
-    [ABI::V1, ABI::V2, ABI::V3, ABI::V4, ABI::V5]
-        .iter()
-        .position(|a| *a == abi)
-        .map_or(0, |i| i as u32 + 1)
+fn abi_number(status: LandlockStatus, target: ABI) -> u32 {
+    let abi = ABI::from(status).min(target);
+    [
+        ABI::V1,
+        ABI::V2,
+        ABI::V3,
+        ABI::V4,
+        ABI::V5,
+        ABI::V6,
+        ABI::V7,
+        ABI::V8,
+        ABI::V9,
+    ]
+    .iter()
+    .position(|a| *a == abi)
+    .map_or(0, |i| i as u32 + 1)
 }
 
 #[cfg(test)]
