@@ -60,24 +60,26 @@ pub fn classify(
     verdict
 }
 
-/// The checks, on a live pid.
+/// The checks, on a live pid. Its environment may be unreadable (a non-dumpable
+/// process): then the parent chain and the cgroup decide.
 fn inspect(pid: i32, exec_workers: &[u32], instance: &str) -> Peer {
+    if toolvisor_workers::reap::read_ppid(pid).is_none() {
+        return Peer::Command(format!("process {pid} cannot be inspected"));
+    }
     if let Some(w) = ancestor_in(pid, exec_workers) {
         return Peer::Command(format!("process {pid} runs under exec worker {w}"));
     }
     let marker = format!("{}={instance}", toolvisor_workers::reap::MARKER_VAR);
-    match std::fs::read(format!("/proc/{pid}/environ")) {
-        Ok(env) if env.split(|&b| b == 0).any(|v| v == marker.as_bytes()) => {
-            return Peer::Command(format!("process {pid} carries a command's marker"));
-        }
-        Ok(_) => {}
-        Err(_) => return Peer::Command(format!("process {pid} cannot be inspected")),
+    let env = std::fs::read(format!("/proc/{pid}/environ")).unwrap_or_default();
+    if env.split(|&b| b == 0).any(|v| v == marker.as_bytes()) {
+        return Peer::Command(format!("process {pid} carries a command's marker"));
     }
+    let own = format!("/{}", toolvisor_workers::exec::cgroup::PREFIX);
     let cgroup = std::fs::read_to_string(format!("/proc/{pid}/cgroup")).unwrap_or_default();
-    if cgroup.lines().any(|l| {
-        l.contains(&format!("/{}", toolvisor_workers::exec::cgroup::PREFIX))
-            && !l.ends_with("daemon")
-    }) {
+    if cgroup
+        .lines()
+        .any(|l| l.contains(&own) && !l.ends_with("daemon"))
+    {
         return Peer::Command(format!("process {pid} is in a command's cgroup"));
     }
     Peer::Person
@@ -152,6 +154,15 @@ mod tests {
             .spawn()
             .unwrap();
         let pid = child.id() as i32;
+        // Until it has exec'd, the child still has this process's environment: wait for
+        // the exec (no event to wait on but /proc; bounded).
+        let end = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        while std::fs::read_to_string(format!("/proc/{pid}/comm"))
+            .map_or(true, |c| c.trim() != "sleep")
+        {
+            assert!(std::time::Instant::now() < end, "sleep never started");
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        }
         assert!(inspect(pid, &[], "inst-7").is_command());
         assert_eq!(inspect(pid, &[], "inst-8"), Peer::Person);
         let _ = child.kill();

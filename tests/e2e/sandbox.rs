@@ -203,6 +203,9 @@ fn edit_tools_refuse_git_and_the_protected_paths() {
     block(T, async {
         let paths = [
             "toolvisor.toml",
+            ".toolvisor/toolvisor.pid",
+            ".toolvisor/audit.jsonl",
+            ".toolvisor/new-file",
             ".git/config",
             ".git/hooks/pre-commit",
             ".git/objects/x",
