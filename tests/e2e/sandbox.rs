@@ -120,11 +120,26 @@ fn the_state_directory_socket_and_daemon_are_out_of_reach() {
             "grep -q toolvisor.sock /proc/net/unix".to_owned(),
             format!("kill -HUP {daemon}"),
             format!("kill -0 {daemon}"),
+            // No disk to read the state directory (or anything) from below the mounts.
+            "ls /dev/sd* /dev/vd* /dev/nvme* /dev/xvd* /dev/mem /dev/kmem 2>/dev/null | grep ."
+                .to_owned(),
+            "echo 1 > /proc/sysrq-trigger".to_owned(),
+            "echo x > /proc/sys/kernel/hostname".to_owned(),
         ];
         for p in &probes {
             let r = s.call("run_command", run(p)).await;
             assert_ne!(r.status, Status::Ok, "`{p}` succeeded: {r:?}");
         }
+        // Its own /dev works: the harmless devices, a terminal, shared memory.
+        let r = s
+            .call(
+                "run_command",
+                run("echo x > /dev/null && head -c 4 /dev/urandom | wc -c && \
+                     echo s > /dev/shm/x && script -qc 'echo in-pty' /dev/null"),
+            )
+            .await;
+        assert_eq!(r.status, Status::Ok, "{r:?}");
+        assert!(r.content.contains("in-pty"), "{}", r.content);
         // Every pid a command sees is its own namespace's.
         let r = s
             .call("run_command", run("echo $$; ls /proc | grep -c '^[0-9]'"))

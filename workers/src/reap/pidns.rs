@@ -173,7 +173,18 @@ fn prepare(a: &ShimArgs, spec: &SandboxSpec) -> Result<(), String> {
     ns::setup(spec)?;
     if a.confine {
         let mut write = a.write.clone();
-        write.push(crate::sandbox::plan::PRIVATE_SHM.into());
+        // The command's own /dev: its shm, its terminals, harmless devices.
+        write.extend(
+            [
+                "/dev/shm",
+                "/dev/pts",
+                "/dev/ptmx",
+                "/dev/tty",
+                "/dev/zero",
+                "/dev/full",
+            ]
+            .map(std::path::PathBuf::from),
+        );
         crate::sandbox::landlock::restrict_command(&write);
     }
     a.rlimits.apply()?;

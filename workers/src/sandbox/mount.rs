@@ -5,8 +5,8 @@
 //! tree is cloned (`open_tree`), made read-only and nosuid as a whole (`mount_setattr`
 //! with `AT_RECURSIVE`), and the writable paths are cloned from the host view *before*
 //! the copy is attached (at `/tmp`, which hides the host `/tmp` from this namespace
-//! while the copy is built). Then the plan's steps, a fresh `/proc`, and
-//! `pivot_root(".", ".")` into the copy with the old root detached.
+//! while the copy is built). Then the plan's steps, a minimal `/dev`, a fresh read-only
+//! `/proc`, and `pivot_root(".", ".")` into the copy with the old root detached.
 //!
 //! Mounts copied from the host into a namespace owned by a new user namespace are
 //! locked by the kernel (they cannot be unmounted one by one nor made writable again),
@@ -22,7 +22,7 @@ use rustix::mount::{
     MountFlags, MountPropagationFlags, MoveMountFlags, OpenTreeFlags, UnmountFlags,
 };
 
-use super::plan::Step;
+use super::plan::{DEV, Step};
 
 /// Where the new root is attached while it is built (hidden from the command).
 const ATTACH_AT: [&str; 3] = ["/tmp", "/mnt", "/var/tmp"];
@@ -127,12 +127,72 @@ fn run_step(
                 .map_err(|e| failed("cannot hide", path, e))?;
             set_attr_path(&t, MOUNT_ATTR_RDONLY)?;
         }
+        Step::Dev => minimal_dev(&at(Path::new(DEV)))?,
         Step::Proc => {
-            let flags = MountFlags::NOSUID | MountFlags::NODEV | MountFlags::NOEXEC;
+            // Read-only: no write to `/proc/sys` or `/proc/sysrq-trigger`, whoever the
+            // command's uid maps to.
+            let flags =
+                MountFlags::RDONLY | MountFlags::NOSUID | MountFlags::NODEV | MountFlags::NOEXEC;
             mount_fs("proc", &at(Path::new("/proc")), "proc", flags, "")?;
         }
     }
     Ok(())
+}
+
+/// The host devices a command may use (bound from the host's `/dev`).
+const DEVICES: [&str; 6] = ["null", "zero", "full", "random", "urandom", "tty"];
+/// `/dev` links, as a system sets them up.
+const DEV_LINKS: [(&str, &str); 5] = [
+    ("fd", "/proc/self/fd"),
+    ("stdin", "/proc/self/fd/0"),
+    ("stdout", "/proc/self/fd/1"),
+    ("stderr", "/proc/self/fd/2"),
+    ("ptmx", "pts/ptmx"),
+];
+
+/// Build the minimal `/dev` at `dev` (see [`Step::Dev`]): a tmpfs with the devices
+/// bound in and the links made, read-only, then a new `pts` instance (best effort: a
+/// kernel may refuse it, and only terminals need it) and a private `shm` on top.
+fn minimal_dev(dev: &Path) -> Result<(), String> {
+    if !dev.is_dir() {
+        return Ok(());
+    }
+    let flags = MountFlags::NOSUID | MountFlags::NOEXEC;
+    mount_fs("tmpfs", dev, "tmpfs", flags, "mode=0755,size=64k")?;
+    for name in DEVICES {
+        let host = Path::new(DEV).join(name);
+        if !host.exists() {
+            continue;
+        }
+        let t = dev.join(name);
+        std::fs::write(&t, b"").map_err(|e| failed("cannot make", &t, e))?;
+        rustix::mount::mount_bind(&host, &t).map_err(|e| failed("cannot bind", &host, e))?;
+    }
+    for (name, to) in DEV_LINKS {
+        let t = dev.join(name);
+        std::os::unix::fs::symlink(to, &t).map_err(|e| failed("cannot make", &t, e))?;
+    }
+    for d in ["pts", "shm"] {
+        let t = dev.join(d);
+        std::fs::create_dir(&t).map_err(|e| failed("cannot make", &t, e))?;
+    }
+    set_attr_path(dev, MOUNT_ATTR_RDONLY)?;
+    let pts = dev.join("pts");
+    let _ = mount_fs(
+        "devpts",
+        &pts,
+        "devpts",
+        flags,
+        "newinstance,ptmxmode=0666,mode=0620",
+    );
+    let shm = dev.join("shm");
+    mount_fs(
+        "tmpfs",
+        &shm,
+        "tmpfs",
+        MountFlags::NOSUID | MountFlags::NODEV,
+        "mode=1777",
+    )
 }
 
 /// `pivot_root(".", ".")` into `base`, then detach the old root stacked on it.

@@ -13,8 +13,10 @@ use std::path::{Path, PathBuf};
 
 /// Where commands get their private, empty temp directory.
 pub const PRIVATE_TMP: &str = "/tmp";
-/// Also private (POSIX shared memory).
+/// Also private (POSIX shared memory), inside the minimal `/dev`.
 pub const PRIVATE_SHM: &str = "/dev/shm";
+/// The command's own `/dev`.
+pub const DEV: &str = "/dev";
 /// How deep `.git/modules` is searched for submodule repositories.
 const MODULES_DEPTH: usize = 4;
 
@@ -65,8 +67,12 @@ impl View for HostView {
 /// root it builds.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Step {
-    /// A fresh tmpfs (the private `/tmp`, `/dev/shm`).
+    /// A fresh tmpfs (the private `/tmp`).
     Tmpfs(PathBuf),
+    /// A minimal `/dev` of its own: `null`, `zero`, `full`, `random`, `urandom` and
+    /// `tty` from the host, a new `pts` instance, a private `shm`. No disk, no other
+    /// device: a read-only mount does not stop writing (or reading) a device node.
+    Dev,
     /// The host tree at this path, writable.
     Writable(PathBuf),
     /// Create this directory (git's own `hooks`, so a missing one cannot be planted),
@@ -91,7 +97,7 @@ impl Step {
             | Step::Pin(p)
             | Step::ReadOnly(p)
             | Step::Hide { path: p, .. } => Some(p),
-            Step::Proc => None,
+            Step::Dev | Step::Proc => None,
         }
     }
 }
@@ -110,8 +116,8 @@ pub struct Inputs<'a> {
 pub fn plan(inputs: &Inputs<'_>, view: &dyn View) -> Vec<Step> {
     let writable = writable_paths(inputs, view);
     let mut steps = vec![Step::Tmpfs(PRIVATE_TMP.into())];
-    if view.kind(Path::new(PRIVATE_SHM)) == Kind::Dir {
-        steps.push(Step::Tmpfs(PRIVATE_SHM.into()));
+    if view.kind(Path::new(DEV)) == Kind::Dir {
+        steps.push(Step::Dev);
     }
     steps.extend(writable.iter().cloned().map(Step::Writable));
     let mut guards = Vec::new();
