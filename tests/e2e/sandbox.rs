@@ -124,6 +124,8 @@ fn the_state_directory_socket_and_daemon_are_out_of_reach() {
             "ls /dev/sd* /dev/vd* /dev/nvme* /dev/xvd* /dev/mem /dev/kmem 2>/dev/null | grep ."
                 .to_owned(),
             "echo 1 > /proc/sysrq-trigger".to_owned(),
+            // Nor the host daemons' sockets (docker.sock, D-Bus, …) in /run.
+            "ls -A /run | grep .".to_owned(),
             "echo x > /proc/sys/kernel/hostname".to_owned(),
         ];
         for p in &probes {

@@ -56,8 +56,14 @@ pub fn build(steps: &[Step]) -> Result<(), String> {
     set_attr_fd(&tree, MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID)?;
     let mut sources = Vec::new();
     for s in steps {
-        if let Step::Writable(p) = s {
-            sources.push((p.clone(), clone_tree(p)?));
+        match s {
+            Step::Writable(p) => sources.push((p.clone(), clone_tree(p)?)),
+            Step::Shown(p) => {
+                let tree = clone_tree(p)?;
+                set_attr_fd(&tree, MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID)?;
+                sources.push((p.clone(), tree));
+            }
+            _ => {}
         }
     }
     let base = attach_point()?;
@@ -90,7 +96,7 @@ fn run_step(
                 mount_fs("tmpfs", &t, "tmpfs", flags, "mode=1777")?;
             }
         }
-        Step::Writable(p) => {
+        Step::Writable(p) | Step::Shown(p) => {
             let i = sources.iter().position(|(s, _)| s == p);
             let Some((_, fd)) = i.map(|i| sources.swap_remove(i)) else {
                 return Err(failed("no source opened for", p, "internal error"));
@@ -98,7 +104,7 @@ fn run_step(
             let t = at(p);
             mount_point(&t, is_dir(&fd))?;
             rustix::mount::move_mount(&fd, "", CWD, &t, MoveMountFlags::MOVE_MOUNT_F_EMPTY_PATH)
-                .map_err(|e| failed("cannot mount writable", p, e))?;
+                .map_err(|e| failed("cannot mount", p, e))?;
         }
         Step::MakeDir(p) => match std::fs::create_dir(at(p)) {
             Ok(()) => {}

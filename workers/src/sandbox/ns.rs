@@ -59,6 +59,7 @@ pub fn setup(spec: &SandboxSpec) -> Result<(), String> {
         protected: &spec.protected,
         read_only: &spec.read_only,
         hidden: &spec.hidden,
+        network: spec.network,
     };
     let steps = plan::plan(&inputs, &HostView);
     super::mount::build(&steps)?;

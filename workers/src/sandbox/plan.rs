@@ -13,6 +13,12 @@ use std::path::{Path, PathBuf};
 
 /// Where commands get their private, empty temp directory.
 pub const PRIVATE_TMP: &str = "/tmp";
+/// Also empty and private: the host's daemons keep their sockets here (`docker.sock`,
+/// the D-Bus system bus, databases), and a read-only mount does not stop `connect()`.
+pub const PRIVATE_RUN: &str = "/run";
+/// What of the host's `/run` a command with the network still sees: the stub resolver's
+/// files (`/etc/resolv.conf` often points there).
+pub const RESOLVER: &str = "/run/systemd/resolve";
 /// Also private (POSIX shared memory), inside the minimal `/dev`.
 pub const PRIVATE_SHM: &str = "/dev/shm";
 /// The command's own `/dev`.
@@ -67,8 +73,10 @@ impl View for HostView {
 /// root it builds.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Step {
-    /// A fresh tmpfs (the private `/tmp`).
+    /// A fresh tmpfs (the private `/tmp` and `/run`).
     Tmpfs(PathBuf),
+    /// The host tree at this path, read-only (inside a private directory).
+    Shown(PathBuf),
     /// A minimal `/dev` of its own: `null`, `zero`, `full`, `random`, `urandom` and
     /// `tty` from the host, a new `pts` instance, a private `shm`. No disk, no other
     /// device: a read-only mount does not stop writing (or reading) a device node.
@@ -92,6 +100,7 @@ impl Step {
     fn path(&self) -> Option<&Path> {
         match self {
             Step::Tmpfs(p)
+            | Step::Shown(p)
             | Step::Writable(p)
             | Step::MakeDir(p)
             | Step::Pin(p)
@@ -110,12 +119,20 @@ pub struct Inputs<'a> {
     pub protected: &'a [PathBuf],
     pub read_only: &'a [PathBuf],
     pub hidden: &'a [PathBuf],
+    /// The command has the host's network (then it keeps the host's resolver files).
+    pub network: bool,
 }
 
 /// The steps for `inputs` over `view`, in the order they must run.
 pub fn plan(inputs: &Inputs<'_>, view: &dyn View) -> Vec<Step> {
     let writable = writable_paths(inputs, view);
     let mut steps = vec![Step::Tmpfs(PRIVATE_TMP.into())];
+    if view.kind(Path::new(PRIVATE_RUN)) == Kind::Dir {
+        steps.push(Step::Tmpfs(PRIVATE_RUN.into()));
+        if inputs.network && view.kind(Path::new(RESOLVER)) == Kind::Dir {
+            steps.push(Step::Shown(RESOLVER.into()));
+        }
+    }
     if view.kind(Path::new(DEV)) == Kind::Dir {
         steps.push(Step::Dev);
     }
@@ -214,7 +231,8 @@ fn order(guards: Vec<Step>, writable: &[PathBuf], view: &dyn View) -> Vec<Step> 
             continue;
         };
         let home = innermost(writable, &p);
-        let invisible = p.starts_with(PRIVATE_TMP) && home.is_none();
+        let private = p.starts_with(PRIVATE_TMP) || p.starts_with(PRIVATE_RUN);
+        let invisible = private && home.is_none();
         let needed = match &g {
             Step::ReadOnly(_) | Step::MakeDir(_) => home.is_some_and(|w| *w != p),
             _ => !invisible,
@@ -319,6 +337,7 @@ mod tests {
             protected: &protected,
             read_only,
             hidden,
+            network: false,
         };
         plan(&inputs, &HostView)
     }
@@ -410,6 +429,7 @@ mod tests {
             r.join(".toolvisor/toolvisor.sock"),
             outside.root().join("state/toolvisor.sock"),
             PathBuf::from("/tmp/toolvisor-abc.sock"),
+            PathBuf::from("/run/user/0/toolvisor-abc.sock"),
         ];
         let ro = [
             r.join("conf/toolvisor.toml"),
@@ -428,6 +448,11 @@ mod tests {
             path: outside.root().join("state/toolvisor.sock"),
             dir: false
         }));
+        assert!(
+            !steps.iter().any(|s| matches!(s, Step::Hide { path, .. }
+                if path.starts_with(PRIVATE_TMP) || path.starts_with(PRIVATE_RUN))),
+            "private directories hide their content already: {steps:?}"
+        );
         assert!(steps.contains(&Step::Pin(r.join("conf"))));
         assert!(steps.contains(&Step::ReadOnly(r.join("conf/toolvisor.toml"))));
         assert!(
@@ -450,6 +475,7 @@ mod tests {
             protected: &protected,
             read_only: &[],
             hidden: &[],
+            network: false,
         };
         let steps = plan(&inputs, &HostView);
         assert!(steps.contains(&Step::ReadOnly(r.join(".git"))), "{steps:?}");
