@@ -79,6 +79,31 @@ fn limits_stop_commands_and_every_result_says_what_it_used() {
 
         let r = s.call("run_command", run("while :; do :; done")).await;
         stopped_by(&r, "cpu_s");
+        // A background job too: its row says why it ended, and what it used.
+        let r = s
+            .call(
+                "run_command",
+                json!({"command": "while :; do :; done", "background": true}),
+            )
+            .await;
+        assert_eq!(r.meta["resources"]["cpu_ms"], json!(0), "{r:?}");
+        let handle = r.meta["process"].as_str().expect("handle").to_owned();
+        let end = Instant::now() + Duration::from_secs(30);
+        let row = loop {
+            let r = s.call("read_output", json!({"process": handle})).await;
+            if r.meta["running"] == json!(false) {
+                break r.meta;
+            }
+            assert!(Instant::now() < end, "the job was never stopped");
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        };
+        assert_eq!(row["error"]["type"], json!("ResourceLimit"), "{row}");
+        assert!(
+            row["resources"]["cpu_ms"]
+                .as_u64()
+                .is_some_and(|ms| ms >= 900),
+            "{row}"
+        );
 
         if mechanism == "rlimit" {
             eprintln!("no writable cgroups here: memory and process limits are rlimits");

@@ -582,6 +582,7 @@ fn a_sandbox_that_cannot_be_set_up_fails_the_call_and_runs_nothing() {
             let r = s.call("read_output", json!({"process": handle})).await;
             if r.meta["running"] == json!(false) {
                 assert_eq!(r.meta["exit_code"], json!(125), "{r:?}");
+                assert_eq!(r.meta["error"]["type"], json!("InternalError"), "{r:?}");
                 break;
             }
             assert!(std::time::Instant::now() < end, "the job never ended");

@@ -19,7 +19,7 @@ use std::time::{Duration, SystemTime};
 use serde_json::{Map, Value, json};
 use tokio::sync::watch;
 use toolvisor_protocol::ErrorType;
-use toolvisor_protocol::worker::{Outcome, WorkerInit};
+use toolvisor_protocol::worker::{ExecLimits, Outcome, WorkerInit};
 
 use super::ExecState;
 use super::cgroup::CommandCgroup;
@@ -75,6 +75,11 @@ struct Job {
 #[derive(Debug, Default)]
 struct JobState {
     exit: (Option<i32>, Option<i32>),
+    /// `meta.resources` once the job ended: (peak RSS bytes, CPU ms).
+    resources: (u64, u64),
+    /// Why the job was stopped, when not by itself or `kill_process`: a limit, or a
+    /// sandbox that could not be set up.
+    error: Option<toolvisor_protocol::ErrorBody>,
     /// Where the next `read_output` without `since` starts.
     cursor: u64,
     read_to_end: bool,
@@ -109,6 +114,17 @@ impl Job {
         m.insert("exit_code".into(), json!(st.exit.0));
         if let Some(s) = st.exit.1 {
             m.insert("signal".into(), json!(s));
+        }
+        let (rss, cpu) = st.resources;
+        m.insert(
+            "resources".into(),
+            json!({"peak_rss_bytes": rss, "cpu_ms": cpu}),
+        );
+        if let Some(e) = &st.error {
+            m.insert(
+                "error".into(),
+                json!({"type": e.kind, "message": e.message}),
+            );
         }
         m
     }
@@ -237,13 +253,13 @@ impl Jobs {
         t.jobs.push(Arc::clone(&job));
         drop(t);
         let deadline = a.timeout.map(|d| tokio::time::Instant::now() + d);
-        let cpu_s = ctx.init.exec.sandbox.limits.cpu_s;
+        let limits = ctx.init.exec.sandbox.limits.clone();
         tokio::spawn(run_job(
             Arc::clone(&job),
             proc,
             file,
             deadline,
-            (cgroup, cpu_s),
+            (cgroup, limits),
         ));
         let mut out = Outcome::ok(format!(
             "Started background process {handle} (pid {})",
@@ -403,20 +419,32 @@ async fn run_job(
     mut proc: Running,
     file: ArtifactFile,
     deadline: Option<tokio::time::Instant>,
-    (cgroup, cpu_s): (Option<CommandCgroup>, u64),
+    (cgroup, limits): (Option<CommandCgroup>, ExecLimits),
 ) {
     let mut log = JobLog {
         file,
         job: Arc::clone(&job),
     };
-    let cpu = super::run_command::cpu_watch(cgroup.as_ref(), cpu_s);
+    let cpu = super::run_command::cpu_watch(cgroup.as_ref(), limits.cpu_s);
     let ended = supervise(&mut proc, &mut log, None, deadline, &job.kill, cpu).await;
+    let report = proc.report();
+    let limit = super::limits::stopped_by(&ended, cgroup.as_ref(), &limits);
     // The group goes (killed and removed) with the job's last process.
     drop(cgroup);
     log.file.seal();
     {
         let mut st = job.lock();
         st.exit = exit_parts(ended.status);
+        if let Some(r) = &report {
+            st.resources = (r.peak_rss_bytes, r.cpu_ms);
+        }
+        st.error = match report.and_then(|r| r.setup_error) {
+            Some(why) => Some(toolvisor_protocol::ErrorBody::new(
+                ErrorType::InternalError,
+                format!("the job's sandbox could not be set up, so it did not run: {why}"),
+            )),
+            None => limit.map(|l| super::limits::error(l, &limits)),
+        };
         // Keep the log registered (spared by pruning) while the job stays listed.
         st.log = Some(log.file);
     }
