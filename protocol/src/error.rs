@@ -1,5 +1,5 @@
-//! The error types of the contract (docs/PROTOCOL.md §8, §10): the `error.type` of a result and of a
-//! connection-level `error` message.
+//! The error types of the contract (docs/PROTOCOL.md §8, §10): the `error.type` of a
+//! result and of a connection-level `error` message.
 
 use serde::{Deserialize, Serialize};
 use std::fmt;

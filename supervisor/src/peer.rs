@@ -15,6 +15,9 @@
 
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 
+use toolvisor_protocol::ErrorType;
+use toolvisor_protocol::message::{ClientMessage, ServerMessage};
+
 /// `SO_PEERPIDFD` (Linux 6.5): a pidfd of the peer that connected.
 const SO_PEERPIDFD: libc::c_int = 77;
 /// How far up a parent chain is followed.
@@ -32,6 +35,26 @@ impl Peer {
     pub fn is_command(&self) -> bool {
         matches!(self, Peer::Command(_))
     }
+}
+
+/// The connection-level `PermissionError` for `m` when it is `grant`, `confirm` or
+/// `restart` and `peer` is a command (None: let it through). `session` is for the log.
+pub fn refusal(peer: &Peer, m: &ClientMessage, session: &str) -> Option<ServerMessage> {
+    let Peer::Command(why) = peer else {
+        return None;
+    };
+    let (what, id) = match m {
+        ClientMessage::Grant { id, .. } => ("grant", Some(id.clone())),
+        ClientMessage::Restart { id, .. } => ("restart", Some(id.clone())),
+        ClientMessage::Confirm { .. } => ("confirm", None),
+        _ => return None,
+    };
+    tracing::warn!(session, why = %why, "refused `{what}` from a command");
+    Some(ServerMessage::error(
+        id,
+        ErrorType::PermissionError,
+        format!("`{what}` comes from people, not from commands toolvisor runs ({why})"),
+    ))
 }
 
 /// Classify the peer of `stream` (`pid` from `SO_PEERCRED`); `exec_workers` are the
@@ -144,6 +167,39 @@ mod tests {
         let parent = nix::unistd::getppid().as_raw() as u32;
         assert!(classify(&a, Some(me), &[parent], "nobody-1").is_command());
         assert!(classify(&a, Some(-1), &[], "nobody-1").is_command() || peer_pidfd(&a).is_some());
+    }
+
+    #[test]
+    fn commands_get_a_permission_error_for_privileged_messages_only() {
+        let cmd = Peer::Command("test".into());
+        let grant = ClientMessage::Grant {
+            id: "g".into(),
+            tools: vec!["run_command".into()],
+            trace_id: None,
+            paths: None,
+            ttl_ms: 1000,
+            reusable: None,
+        };
+        let restart = ClientMessage::Restart {
+            id: "r".into(),
+            group: None,
+        };
+        let confirm = ClientMessage::Confirm {
+            interaction: "i".into(),
+            approve: true,
+            remember: None,
+        };
+        for (m, id) in [(&grant, Some("g")), (&restart, Some("r")), (&confirm, None)] {
+            match refusal(&cmd, m, "s1") {
+                Some(ServerMessage::Error { id: got, error }) => {
+                    assert_eq!(error.kind, ErrorType::PermissionError);
+                    assert_eq!(got, id.map(Into::into));
+                }
+                other => panic!("{other:?}"),
+            }
+            assert!(refusal(&Peer::Person, m, "s1").is_none());
+        }
+        assert!(refusal(&cmd, &ClientMessage::Ping { id: "p".into() }, "s1").is_none());
     }
 
     #[test]

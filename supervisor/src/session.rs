@@ -179,12 +179,8 @@ impl SessionState {
             (Some(info), m) => (info.clone(), m),
         };
         let (info, m) = info;
-        if let Some(id) = self.refused_privileged(&m) {
-            self.out.send(&ServerMessage::error(
-                id,
-                ErrorType::PermissionError,
-                self.privileged_refusal(&m),
-            ));
+        if let Some(refusal) = crate::peer::refusal(&self.peer, &m, &self.id) {
+            self.out.send(&refusal);
             return;
         }
         match m {
@@ -246,35 +242,6 @@ impl SessionState {
                 });
             }
         }
-    }
-
-    /// `Some(id to echo)` when `m` is `grant`, `confirm` or `restart` and the peer is a
-    /// command (or one of its processes): those come from people only.
-    fn refused_privileged(&self, m: &ClientMessage) -> Option<Option<Id>> {
-        if !self.peer.is_command() {
-            return None;
-        }
-        match m {
-            ClientMessage::Grant { id, .. } | ClientMessage::Restart { id, .. } => {
-                Some(Some(id.clone()))
-            }
-            ClientMessage::Confirm { .. } => Some(None),
-            _ => None,
-        }
-    }
-
-    fn privileged_refusal(&self, m: &ClientMessage) -> String {
-        let what = match m {
-            ClientMessage::Grant { .. } => "grant",
-            ClientMessage::Confirm { .. } => "confirm",
-            _ => "restart",
-        };
-        let why = match &self.peer {
-            crate::peer::Peer::Command(why) => why.as_str(),
-            crate::peer::Peer::Person => "",
-        };
-        tracing::warn!(session = %self.id, why, "refused `{what}` from a command");
-        format!("`{what}` comes from people, not from commands toolvisor runs ({why})")
     }
 
     fn hello(

@@ -10,9 +10,10 @@
 //! A planned replacement (operator `restart`, SIGHUP, the memory watchdog) never blocks
 //! the mailbox: the worker stops taking calls, a task reports when the last one ended,
 //! then the process gets `Shutdown` (the exec worker kills and logs its background
-//! jobs) and `SIGKILL` only if it is still there after [`CANCEL_GRACE`]. Every start is
-//! tagged with a generation, so a start scheduled by a backoff or cool-down that an
-//! operator restart overtook is dropped, and one worker never runs two processes.
+//! jobs) and `SIGKILL` only if it is still there after its group's [`patience`]. Every
+//! start is tagged with a generation, so a start scheduled by a backoff or cool-down
+//! that an operator restart overtook is dropped, and one worker never runs two
+//! processes.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU8, AtomicU32, Ordering};
@@ -389,7 +390,7 @@ pub enum WorkerMsg {
     Idle {
         generation: u64,
     },
-    /// A process asked to shut down did not exit within [`CANCEL_GRACE`].
+    /// A process asked to shut down did not exit within its group's [`patience`].
     ShutdownOverdue {
         generation: u64,
     },
@@ -513,7 +514,7 @@ impl Actor for WorkerActor {
             WorkerMsg::Idle { generation } if generation == st.generation => st.idle(&myself),
             WorkerMsg::ShutdownOverdue { generation } if generation == st.generation => {
                 if let Some(pid) = st.child_pid {
-                    tracing::warn!(group = %st.args.shared.group, pid, "worker did not shut down within {CANCEL_GRACE:?}; killing it");
+                    tracing::warn!(group = %st.args.shared.group, pid, "worker did not shut down within {:?}; killing it", patience(&st.args.shared.group));
                     kill_group(pid);
                 }
             }
@@ -778,7 +779,8 @@ impl WorkerActorState {
     }
 
     /// The process being replaced is idle: ask it to shut down, and kill it if it has
-    /// not exited within [`CANCEL_GRACE`].
+    /// not exited within its group's [`patience`] (an exec worker first stops its
+    /// background jobs, each of which may take the 2 s grace).
     fn idle(&mut self, myself: &ActorRef<WorkerMsg>) {
         let generation = self.generation;
         let Some(link) = self.args.shared.link() else {
@@ -801,9 +803,8 @@ impl WorkerActorState {
         {
             kill_group(pid);
         }
-        myself.send_after(CANCEL_GRACE, move || WorkerMsg::ShutdownOverdue {
-            generation,
-        });
+        let wait = patience(&self.args.shared.group);
+        myself.send_after(wait, move || WorkerMsg::ShutdownOverdue { generation });
     }
 
     /// Retirement: `stopping` at once (no new process, no `ready`, no restart), the
