@@ -323,6 +323,20 @@ fn a_file_with_one_64_mib_line_is_cut_and_memory_stays_bounded() {
     });
 }
 
+/// The sizes of the files in `dir` added up while holding its `flock` (shared).
+fn locked_total(dir: &std::path::Path) -> Option<u64> {
+    let lock = std::fs::File::open(dir).ok()?;
+    let held = nix::fcntl::Flock::lock(lock, nix::fcntl::FlockArg::LockShared).ok()?;
+    let total = std::fs::read_dir(dir)
+        .ok()?
+        .flatten()
+        .filter_map(|e| e.metadata().ok())
+        .map(|m| m.len())
+        .sum();
+    drop(held);
+    Some(total)
+}
+
 #[test]
 fn artifacts_stay_under_their_total_at_every_moment() {
     let config = format!(
@@ -336,15 +350,11 @@ fn artifacts_stay_under_their_total_at_every_moment() {
         let (stop, worst, dir) = (Arc::clone(&stop), Arc::clone(&worst), dir.clone());
         std::thread::spawn(move || {
             while !stop.load(Ordering::Relaxed) {
-                let total: u64 = std::fs::read_dir(&dir)
-                    .map(|rd| {
-                        rd.flatten()
-                            .filter_map(|e| e.metadata().ok())
-                            .map(|m| m.len())
-                            .sum()
-                    })
-                    .unwrap_or(0);
-                worst.fetch_max(total, Ordering::Relaxed);
+                // A snapshot under the directory's lock (shared), which every writer takes
+                // (exclusively) to reserve room or prune: sizes only shrink meanwhile.
+                if let Some(total) = locked_total(&dir) {
+                    worst.fetch_max(total, Ordering::Relaxed);
+                }
                 std::thread::sleep(Duration::from_millis(2));
             }
         })

@@ -372,9 +372,12 @@ action = "allow"
         if !namespaces(&s).await {
             return;
         }
+        let g = s.guards().await;
+        assert!(!g.network, "commands have no network by default");
+        assert!(g.protected.iter().any(|p| p == ".git/config"), "{g:?}");
         assert!(
-            !s.guards().await.network,
-            "commands have no network by default"
+            g.protected.iter().any(|p| p.ends_with("toolvisor.toml")),
+            "{g:?}"
         );
         let r = s.call("run_command", run(&host.dial("denied"))).await;
         assert_eq!(r.status, Status::Error, "{r:?}");
@@ -449,7 +452,12 @@ fn the_fallback_still_serves_says_so_and_commands_cannot_grant_confirm_or_restar
         let g = s.guards().await;
         assert!(!g.namespaces && g.network, "{g:?}");
         assert!(g.subreaper && g.landlock.is_some(), "{g:?}");
-        assert!(g.protected.iter().any(|p| p == ".git/config"), "{g:?}");
+        assert!(
+            g.protected.is_empty(),
+            "nothing is read-only for commands: {g:?}"
+        );
+        // Cgroups (where the host has them) work without namespaces too.
+        assert_eq!(g.cgroup, g.limits.as_deref() != Some("rlimit"), "{g:?}");
         let exec = s.worker_pids("exec").await;
         let direct = format!(
             "python3 priv.py {} {}",

@@ -57,7 +57,8 @@ pub fn main(group: &str) -> i32 {
         }
     };
     let journals = (group == "edit").then(|| crate::edit::temps::prepare(&init.state_dir));
-    let landlock = crate::sandbox::confine(&init);
+    let cgroups = ExecState::cgroups(&init);
+    let landlock = crate::sandbox::confine(&init, &cgroups.bases());
     let resolver = match Resolver::new(&init.roots, &init.protected) {
         Ok(r) => Arc::new(
             r.with_artifacts(&init.state_dir)
@@ -83,7 +84,7 @@ pub fn main(group: &str) -> i32 {
             return EXIT_SOFTWARE;
         }
     };
-    runtime.block_on(serve(control, Arc::new(init), resolver, landlock))
+    runtime.block_on(serve(control, Arc::new(init), resolver, landlock, cgroups))
 }
 
 /// Remove the temp files dead edit workers left, before answering `ready`; without a
@@ -138,8 +139,9 @@ async fn serve(
     init: Arc<WorkerInit>,
     resolver: Arc<Resolver>,
     landlock: Option<u32>,
+    cgroups: crate::exec::cgroup::Cgroups,
 ) -> i32 {
-    let exec = Arc::new(ExecState::new(&init));
+    let exec = Arc::new(ExecState::new(&init, cgroups));
     let guards = guards(&init, &exec, landlock);
     let stream = match control
         .set_nonblocking(true)
@@ -250,7 +252,8 @@ fn guards(init: &WorkerInit, exec: &ExecState, landlock: Option<u32>) -> Guards 
         cgroup: is_exec && exec.cgroup(),
         namespaces: is_exec && exec.namespaces(),
         network: is_exec && (!exec.namespaces() || s.network),
-        protected: if is_exec || init.group == "edit" {
+        // Read-only for commands only inside their namespaces (Landlock can only allow).
+        protected: if is_exec && exec.namespaces() {
             protected
         } else {
             Vec::new()

@@ -100,7 +100,8 @@ impl Cgroups {
         }
     }
 
-    fn bases(&self) -> Vec<PathBuf> {
+    /// The directories command groups are made in.
+    pub fn bases(&self) -> Vec<PathBuf> {
         match &self.mech {
             Mechanism::V2 { base } => vec![base.clone()],
             Mechanism::V1 {

@@ -45,22 +45,10 @@ impl ExecState {
     /// Commands run under `init.exec.exe reap` when that binary exists, in their own
     /// namespaces when the supervisor found the host allows them; otherwise directly
     /// in their own process group (logged: no orphan protection).
-    pub fn new(init: &WorkerInit) -> Self {
+    pub fn new(init: &WorkerInit, cgroups: Cgroups) -> Self {
         let exe = &init.exec.exe;
         let settings = &init.exec.sandbox;
-        let launcher_ok = !exe.as_os_str().is_empty() && exe.is_file();
-        let any_limit = settings.limits
-            != toolvisor_protocol::worker::ExecLimits {
-                memory_mb: 0,
-                pids: 0,
-                cpu_s: 0,
-                file_mb: 0,
-            };
-        let cgroups = if launcher_ok && init.group == "exec" && any_limit {
-            Cgroups::detect(&settings.limits)
-        } else {
-            Cgroups::none(&settings.limits)
-        };
+        let launcher_ok = launcher_exists(init);
         let launcher = if launcher_ok {
             Launcher::Shim(Box::new(ShimLauncher {
                 program: exe.clone(),
@@ -82,6 +70,24 @@ impl ExecState {
             Launcher::Direct
         };
         Self::with_launcher(init, launcher, cgroups)
+    }
+
+    /// The cgroups commands of this worker get (none without a limit, or outside the
+    /// exec group). Found before the worker confines itself: Landlock would then keep
+    /// it from making groups, so their directories join its writable paths.
+    pub fn cgroups(init: &WorkerInit) -> Cgroups {
+        let limits = &init.exec.sandbox.limits;
+        let off = toolvisor_protocol::worker::ExecLimits {
+            memory_mb: 0,
+            pids: 0,
+            cpu_s: 0,
+            file_mb: 0,
+        };
+        if init.group == "exec" && *limits != off && launcher_exists(init) {
+            Cgroups::detect(limits)
+        } else {
+            Cgroups::none(limits)
+        }
     }
 
     fn with_launcher(init: &WorkerInit, launcher: Launcher, cgroups: Cgroups) -> Self {
@@ -117,6 +123,12 @@ impl ExecState {
     pub async fn shutdown(&self) {
         self.jobs.shutdown().await;
     }
+}
+
+/// Whether the toolvisor binary (for the reap shim) is there.
+fn launcher_exists(init: &WorkerInit) -> bool {
+    let exe = &init.exec.exe;
+    !exe.as_os_str().is_empty() && exe.is_file()
 }
 
 /// Run one `exec` tool. Runs on the worker's tokio runtime; must honour

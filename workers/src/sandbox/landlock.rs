@@ -36,7 +36,7 @@ const TARGET_ABI: ABI = ABI::V5;
 /// An exec worker whose commands get namespaces stays out of Landlock: a Landlock
 /// domain forbids `mount` and `pivot_root`, which the shims it starts need to build
 /// each command's root (the commands themselves get a domain inside it).
-pub fn confine(init: &WorkerInit) -> Option<u32> {
+pub fn confine(init: &WorkerInit, cgroups: &[PathBuf]) -> Option<u32> {
     if init.group == "exec" && init.exec.sandbox.namespaces {
         return None;
     }
@@ -49,6 +49,7 @@ pub fn confine(init: &WorkerInit) -> Option<u32> {
         "exec" => {
             let mut p = command_writable(init);
             p.push(init.state_dir.clone());
+            p.extend(cgroups.iter().cloned());
             p
         }
         _ => Vec::new(), // search, and anything unknown: read-only
@@ -282,7 +283,7 @@ mod tests {
         // SAFETY: as in confined_sh.
         unsafe {
             cmd.pre_exec(move || {
-                let abi = confine(&i);
+                let abi = confine(&i, &[]);
                 if abi.is_none() {
                     return Err(std::io::Error::from_raw_os_error(libc::ENOSYS));
                 }
