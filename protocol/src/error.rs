@@ -1,5 +1,5 @@
-//! The error types of the contract (DESIGN §5): the `error.type` of a result and of a
-//! connection-level `error` message.
+//! The error types of the contract (docs/PROTOCOL.md §8, §10): the `error.type` of a
+//! result and of a connection-level `error` message.
 
 use serde::{Deserialize, Serialize};
 use std::fmt;
@@ -28,6 +28,8 @@ pub enum ErrorType {
     WorkerUnavailable,
     Overloaded,
     InternalError,
+    /// A command was stopped by one of `[workers.exec.limits]` (the message names it).
+    ResourceLimit,
     // Connection level.
     BadMessage,
     UnknownMessage,
@@ -64,6 +66,7 @@ impl ErrorType {
             ErrorType::WorkerUnavailable => "WorkerUnavailable",
             ErrorType::Overloaded => "Overloaded",
             ErrorType::InternalError => "InternalError",
+            ErrorType::ResourceLimit => "ResourceLimit",
             ErrorType::BadMessage => "BadMessage",
             ErrorType::UnknownMessage => "UnknownMessage",
             ErrorType::FrameTooLarge => "FrameTooLarge",

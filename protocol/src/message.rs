@@ -259,6 +259,19 @@ pub struct Guards {
     pub openat2: bool,
     pub subreaper: bool,
     pub cgroup: bool,
+    /// Commands run in their own user, mount, PID, network, IPC and UTS namespaces.
+    #[serde(default)]
+    pub namespaces: bool,
+    /// Commands reach the host's network (false: only their own `lo`).
+    #[serde(default)]
+    pub network: bool,
+    /// The paths commands and edit tools may not change (workspace-relative names,
+    /// the config file as a path).
+    #[serde(default)]
+    pub protected: Vec<String>,
+    /// How `[workers.exec.limits]` are enforced: `cgroup2`, `cgroup1` or `rlimit`.
+    #[serde(default)]
+    pub limits: Option<String>,
 }
 
 /// Server → client.
@@ -586,6 +599,10 @@ mod tests {
                     openat2: true,
                     subreaper: true,
                     cgroup: false,
+                    namespaces: true,
+                    network: false,
+                    protected: vec![".git/config".into()],
+                    limits: Some("cgroup1".into()),
                 },
             },
             ServerMessage::Ack { id: id.clone() },

@@ -34,6 +34,10 @@ pub struct Limits {
     pub max_frame_bytes: usize,
     pub artifacts_max_bytes: u64,
     pub artifacts_total_bytes: u64,
+    /// `read_many_files` output as a whole, then the marker.
+    pub many_max: usize,
+    /// The longest line `read_file` and `grep` show (and hold in memory), then the marker.
+    pub line_max: usize,
 }
 
 impl Default for Limits {
@@ -51,6 +55,8 @@ impl Default for Limits {
             max_frame_bytes: crate::DEFAULT_MAX_FRAME_BYTES,
             artifacts_max_bytes: 64 << 20,
             artifacts_total_bytes: 512 << 20,
+            many_max: 1 << 20,
+            line_max: 1 << 20,
         }
     }
 }
@@ -76,6 +82,49 @@ pub struct ExecSettings {
     pub instance: String,
     /// The toolvisor binary, to run commands under `toolvisor reap`.
     pub exe: PathBuf,
+    /// How commands are confined (`workers.exec.sandbox`, `network`, `protected`,
+    /// `limits`), as the supervisor resolved it for this host.
+    #[serde(default)]
+    pub sandbox: SandboxSettings,
+}
+
+/// The command sandbox a worker applies (see docs/SANDBOX.md).
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct SandboxSettings {
+    /// Each command gets its own user, mount, PID, network, IPC and UTS namespaces;
+    /// false: Landlock and the reap shim only (the fallback).
+    pub namespaces: bool,
+    /// Commands share the host's network (`workers.exec.network`).
+    pub network: bool,
+    /// Extra read-only paths, relative to each workspace root (`workers.exec.protected`).
+    pub protected: Vec<PathBuf>,
+    /// The active config file: read-only for commands, refused by the edit tools.
+    pub config_file: Option<PathBuf>,
+    /// Absolute paths commands never see: the state directory and the socket.
+    pub hidden: Vec<PathBuf>,
+    pub limits: ExecLimits,
+}
+
+/// `[workers.exec.limits]`; 0 turns a limit off.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct ExecLimits {
+    pub memory_mb: u64,
+    pub pids: u64,
+    pub cpu_s: u64,
+    pub file_mb: u64,
+}
+
+impl Default for ExecLimits {
+    fn default() -> Self {
+        ExecLimits {
+            memory_mb: 4096,
+            pids: 1024,
+            cpu_s: 0,
+            file_mb: 0,
+        }
+    }
 }
 
 /// The first frame a worker receives.
@@ -111,6 +160,9 @@ pub enum ToWorker {
         /// Milliseconds the call may run (the effective deadline).
         #[serde(default)]
         timeout_ms: Option<u64>,
+        /// The rule that allowed the call gives its commands the host's network.
+        #[serde(default)]
+        network: bool,
     },
     Cancel {
         call: u64,

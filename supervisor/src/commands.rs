@@ -397,6 +397,13 @@ async fn status(c: &mut Client, json: bool) -> Result<i32, ClientError> {
         guards.openat2, guards.subreaper, guards.cgroup
     );
     println!(
+        "sandbox: namespaces {}, network {}, limits {}, protected {}",
+        guards.namespaces,
+        guards.network,
+        guards.limits.as_deref().unwrap_or("none"),
+        guards.protected.join(" ")
+    );
+    println!(
         "{:<8} {:>5} {:>8} {:<10} {:>8} {:>9} {:>10} {:>6}",
         "GROUP", "INDEX", "PID", "STATE", "RESTARTS", "IN-FLIGHT", "RSS", "CPU%"
     );

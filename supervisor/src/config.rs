@@ -1,4 +1,4 @@
-//! `toolvisor.toml` (see README.md and docs/POLICY.md): every table and key optional, unknown keys refused
+//! `toolvisor.toml` (docs/PROTOCOL.md, docs/POLICY.md, docs/SANDBOX.md): every table and key optional, unknown keys refused
 //! with their name and line.
 
 use serde::{Deserialize, Serialize};
@@ -143,6 +143,9 @@ pub struct Rule {
     /// `hazards = "allow"`: argument hazards (docs/POLICY.md) do not make this rule ask.
     #[serde(default)]
     pub hazards: Hazards,
+    /// An `allow` of `run_command` by this rule gives the command the host's network.
+    #[serde(default)]
+    pub network: Option<bool>,
 }
 
 impl Rule {
@@ -155,6 +158,7 @@ impl Rule {
             message: None,
             conditions: Vec::new(),
             hazards: Hazards::default(),
+            network: None,
         }
     }
 }
@@ -201,6 +205,26 @@ pub struct GroupConfig {
     pub env: BTreeMap<String, String>,
     pub writable: Vec<PathBuf>,
     pub max_jobs: usize,
+    /// `exec` only: how commands are confined (`auto`, `required`, `off`).
+    pub sandbox: SandboxMode,
+    /// `exec` only: commands share the host's network.
+    pub network: bool,
+    /// `exec` only: more workspace-relative paths commands and edit tools may not change.
+    pub protected: Vec<PathBuf>,
+    /// `exec` only: `[workers.exec.limits]`.
+    pub limits: toolvisor_protocol::worker::ExecLimits,
+}
+
+/// `workers.exec.sandbox`: namespaces for each command where the host allows them
+/// (`auto`), or refuse to start without them (`required`), or never (`off`: Landlock
+/// and the reap shim only).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum SandboxMode {
+    #[default]
+    Auto,
+    Required,
+    Off,
 }
 
 impl Default for GroupConfig {
@@ -216,6 +240,10 @@ impl Default for GroupConfig {
             env: BTreeMap::new(),
             writable: Vec::new(),
             max_jobs: 64,
+            sandbox: SandboxMode::Auto,
+            network: false,
+            protected: Vec::new(),
+            limits: Default::default(),
         }
     }
 }
@@ -355,6 +383,7 @@ impl Config {
                 return Err(format!("workers.{name}: timeouts must be at least 1 ms"));
             }
         }
+        self.validate_exec_only()?;
         let l = &self.limits;
         for (key, keep, max) in [
             ("file_keep", l.file_keep, l.file_max),
@@ -375,6 +404,11 @@ impl Config {
         if l.max_frame_bytes < 1024 {
             return Err("limits.max_frame_bytes must be at least 1024".into());
         }
+        for (key, v) in [("many_max", l.many_max), ("line_max", l.line_max)] {
+            if v < 1024 {
+                return Err(format!("limits.{key} must be at least 1024, not {v}"));
+            }
+        }
         if self.server.max_open_calls == 0 {
             return Err("server.max_open_calls must be at least 1".into());
         }
@@ -388,6 +422,43 @@ impl Config {
                         )
                     })?;
                 }
+            }
+        }
+        Ok(())
+    }
+}
+
+impl Config {
+    /// The sandbox keys belong to `[workers.exec]`; protected paths must stay inside
+    /// the workspace.
+    fn validate_exec_only(&self) -> Result<(), String> {
+        let base = GroupConfig::default();
+        for (name, g) in [
+            ("search", &self.workers.search),
+            ("edit", &self.workers.edit),
+        ] {
+            let set = g.sandbox != base.sandbox
+                || g.network != base.network
+                || !g.protected.is_empty()
+                || g.limits != base.limits;
+            if set {
+                return Err(format!(
+                    "workers.{name}: sandbox, network, protected and limits belong to [workers.exec]"
+                ));
+            }
+        }
+        for p in &self.workers.exec.protected {
+            let inside = p.components().all(|c| {
+                matches!(
+                    c,
+                    std::path::Component::Normal(_) | std::path::Component::CurDir
+                )
+            });
+            if !inside || p.as_os_str().is_empty() {
+                return Err(format!(
+                    "workers.exec.protected: `{}` must be a relative path inside the workspace",
+                    p.display()
+                ));
             }
         }
         Ok(())
@@ -548,6 +619,48 @@ max_bytes = 67108864
         );
         let err = Config::parse("[workers.exec]\nenv = { A = 1 }\n", "t").unwrap_err();
         assert!(err.to_string().contains("`workers.exec.env.A`"), "{err}");
+    }
+
+    #[test]
+    fn sandbox_keys_parse_and_belong_to_exec() {
+        let cfg = Config::parse(
+            "[workers.exec]\nsandbox = \"required\"\nnetwork = true\nprotected = [\"secrets\", \"./a/b\"]\n\
+             [workers.exec.limits]\nmemory_mb = 512\ncpu_s = 10\n\
+             [[policy.rules]]\ntool = \"run_command\"\naction = \"allow\"\nnetwork = true\n\
+             [limits]\nmany_max = 4096\nline_max = 2048\n",
+            "t",
+        )
+        .unwrap();
+        let e = &cfg.workers.exec;
+        assert_eq!(e.sandbox, SandboxMode::Required);
+        assert!(e.network);
+        assert_eq!(
+            (e.limits.memory_mb, e.limits.pids, e.limits.cpu_s),
+            (512, 1024, 10)
+        );
+        assert_eq!(cfg.policy.rules[0].network, Some(true));
+        assert_eq!((cfg.limits.many_max, cfg.limits.line_max), (4096, 2048));
+        assert_eq!(Config::default().workers.exec.sandbox, SandboxMode::Auto);
+        for (bad, key) in [
+            (
+                "[workers.exec]\nsandbox = \"maybe\"\n",
+                "workers.exec.sandbox",
+            ),
+            ("[workers.search]\nnetwork = true\n", "workers.search"),
+            (
+                "[workers.exec]\nprotected = [\"/etc\"]\n",
+                "workers.exec.protected",
+            ),
+            (
+                "[workers.exec]\nprotected = [\"../up\"]\n",
+                "workers.exec.protected",
+            ),
+            ("[workers.exec.limits]\nmemory = 5\n", "memory"),
+            ("[limits]\nline_max = 10\n", "limits.line_max"),
+        ] {
+            let err = Config::parse(bad, "t").unwrap_err().to_string();
+            assert!(err.contains(key), "{bad}: {err}");
+        }
     }
 
     #[test]

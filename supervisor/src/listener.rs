@@ -76,11 +76,18 @@ async fn accept_loop(listener: UnixListener, service: Arc<Service>, me: ActorRef
             tracing::warn!(uid = cred.uid(), pid = ?cred.pid(), "refused a connection from another uid");
             continue; // dropping the stream closes it
         }
+        let peer = crate::peer::classify(
+            &stream,
+            cred.pid(),
+            &service.exec_worker_pids(),
+            &service.instance,
+        );
         let args = SessionArgs {
             service: service.clone(),
             stream,
             uid: cred.uid(),
             pid: cred.pid(),
+            peer,
         };
         if let Err(e) = Actor::spawn_linked(None, SessionActor, args, me.get_cell()).await {
             tracing::error!("cannot start a session: {e}");

@@ -21,8 +21,7 @@ use crate::fairq::{FairQueue, Ticket};
 use crate::restart::RestartPolicy;
 use crate::spawn::{SpawnSpec, Spawner};
 use crate::worker::{
-    CANCEL_GRACE, Reconfig, Reply, RestartReason, WorkerActor, WorkerArgs, WorkerMsg, WorkerShared,
-    WorkerState,
+    Reconfig, Reply, RestartReason, WorkerActor, WorkerArgs, WorkerMsg, WorkerShared, WorkerState,
 };
 
 /// What a group runs, handed to the pool by the service.
@@ -59,6 +58,8 @@ pub struct Job {
     pub worker: Option<u32>,
     /// The session it comes from: waiting calls are served round-robin by session.
     pub session: String,
+    /// The rule that allowed the call gives its command the host's network.
+    pub network: bool,
 }
 
 /// How a job ended, and where it ran.
@@ -149,6 +150,7 @@ impl Pool {
             std::mem::take(&mut job.args),
             job.stream,
             job.timeout.as_millis() as u64,
+            job.network,
         ) {
             Ok(f) => f,
             Err(e) => {
@@ -634,7 +636,8 @@ async fn cancelled(
 ) -> Outcome {
     slot.cancel(call, false);
     let fallback = err(ErrorType::Cancelled, "the call was cancelled");
-    match tokio::time::timeout(CANCEL_GRACE + Duration::from_millis(500), rx).await {
+    let wait = crate::worker::patience(&slot.group) + Duration::from_millis(500);
+    match tokio::time::timeout(wait, rx).await {
         Ok(Ok(Reply::Done(mut o))) => {
             if o.status != Status::Cancelled {
                 o.status = Status::Cancelled;

@@ -32,7 +32,7 @@ pub struct SessionInfo {
 /// Streamed chunks buffered per call before the worker's reader waits.
 const OUTPUT_CHUNKS: usize = 16;
 
-/// How often a running call says it is still running (`call_heartbeat`, DESIGN §3).
+/// How often a running call says it is still running (`call_heartbeat`, docs/PROTOCOL.md §7).
 const HEARTBEAT: Duration = Duration::from_secs(5);
 
 /// The fields every `calls` event carries.
@@ -134,7 +134,10 @@ impl Service {
             );
             return to_result(req.id, o, extra, started, 0);
         }
-        let (mut outcome, worker) = self.route_watched(&session, &req, spec, &cancel).await;
+        let network = self.network_grant(&decision, spec);
+        let (mut outcome, worker) = self
+            .route_watched(&session, &req, spec, network, &cancel)
+            .await;
         let seq = rec
             .completed(
                 &self.audit,
@@ -154,6 +157,7 @@ impl Service {
         session: &SessionInfo,
         req: &CallRequest,
         spec: &ToolSpec,
+        network: bool,
         cancel: &CancellationToken,
     ) -> (Outcome, Option<(String, u32)>) {
         self.events.publish(
@@ -162,7 +166,7 @@ impl Service {
             call_fields(session, &req.id, spec.name, "running"),
         );
         let began = Instant::now();
-        let run = self.route(session, req, spec, cancel);
+        let run = self.route(session, req, spec, network, cancel);
         tokio::pin!(run);
         let mut tick = tokio::time::interval_at(tokio::time::Instant::now() + HEARTBEAT, HEARTBEAT);
         loop {
@@ -200,6 +204,7 @@ impl Service {
         session: &SessionInfo,
         req: &CallRequest,
         spec: &ToolSpec,
+        network: bool,
         cancel: &CancellationToken,
     ) -> (Outcome, Option<(String, u32)>) {
         if spec.name == "apply_file_change" {
@@ -209,7 +214,15 @@ impl Service {
             return self.list_processes(session, req, spec, cancel).await;
         }
         let mut end = self
-            .dispatch(session, req, spec, req.args.clone(), spec.name, cancel)
+            .dispatch_net(
+                session,
+                req,
+                spec,
+                req.args.clone(),
+                spec.name,
+                network,
+                cancel,
+            )
             .await;
         if spec.name.starts_with("preview_") {
             self.issue_preview_token(spec.name, &mut end.0);
@@ -286,6 +299,7 @@ impl Service {
             output: None,
             worker: Some(index),
             session: session.id.clone(),
+            network: false,
         };
         let ends = pool.run_on_ready(ask, cancel).await;
         if ends.is_empty() {
@@ -310,6 +324,38 @@ impl Service {
         spec: &ToolSpec,
         args: Value,
         worker_tool: &str,
+        cancel: &CancellationToken,
+    ) -> (Outcome, Option<(String, u32)>) {
+        self.dispatch_net(session, req, spec, args, worker_tool, false, cancel)
+            .await
+    }
+
+    /// Whether the rule that allowed the call gives its command the host's network
+    /// (`network = true` on an `allow` rule, `[[policy.rules]]`).
+    fn network_grant(&self, decision: &crate::policy::Decision, spec: &ToolSpec) -> bool {
+        if spec.group != "exec" || decision.action != crate::config::Action::Allow {
+            return false;
+        }
+        let Some(index) = decision.rule.as_deref().and_then(rule_index) else {
+            return false;
+        };
+        let cfg = self.config();
+        cfg.policy
+            .rules
+            .get(index)
+            .is_some_and(|r| r.action == crate::config::Action::Allow && r.network == Some(true))
+    }
+
+    /// [`Service::dispatch`], with the network grant for a command.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) async fn dispatch_net(
+        &self,
+        session: &SessionInfo,
+        req: &CallRequest,
+        spec: &ToolSpec,
+        args: Value,
+        worker_tool: &str,
+        network: bool,
         cancel: &CancellationToken,
     ) -> (Outcome, Option<(String, u32)>) {
         let Some(pool) = self.pools.get(spec.group) else {
@@ -346,6 +392,7 @@ impl Service {
             output,
             worker: worker_of_handle(spec, &req.args),
             session: session.id.clone(),
+            network,
         };
         let call_cancel = cancel.clone();
         let end = pool.run(job, &call_cancel).await;
@@ -371,6 +418,14 @@ impl Service {
         };
         Duration::from_millis(ms.min(group.max_timeout_ms).max(1))
     }
+}
+
+/// `N` of a rule id `policy.rules[N]`.
+fn rule_index(id: &str) -> Option<usize> {
+    id.strip_prefix("policy.rules[")?
+        .strip_suffix(']')?
+        .parse()
+        .ok()
 }
 
 /// The preview token an `apply_file_change` names (empty when it names none).
@@ -460,5 +515,12 @@ mod tests {
         let spec = tools::find(&tools, "read_output").unwrap();
         assert_eq!(worker_of_handle(spec, &json!({"process": "w1-7"})), Some(1));
         assert_eq!(worker_of_handle(spec, &json!({"process": "x"})), None);
+    }
+
+    #[test]
+    fn rule_ids_give_their_index() {
+        assert_eq!(rule_index("policy.rules[3]"), Some(3));
+        assert_eq!(rule_index("policy.rules[x]"), None);
+        assert_eq!(rule_index("grant"), None);
     }
 }

@@ -88,12 +88,15 @@ async fn serve(args: ServeArgs, state: StateDir) -> i32 {
             return 70;
         }
     };
+    let namespaces = crate::sandbox::probe(&exe, &args.workspace, &state_dir, &args.config).await;
+    toolvisor_workers::exec::cgroup::prepare_delegated_v2();
     let paths = Paths {
         workspace: args.workspace.clone(),
         state_dir: state_dir.clone(),
         socket: socket.clone(),
         config_file: args.config_file.clone(),
         exe,
+        namespaces,
     };
     let audit = match open_audit(&state_dir, &args.config) {
         Ok(a) => a,

@@ -10,10 +10,10 @@ use std::time::{Duration, Instant};
 use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 use toolvisor_protocol::tools::{self, ToolSpec};
-use toolvisor_protocol::worker::{ExecSettings, Roots, WorkerInit};
+use toolvisor_protocol::worker::{ExecSettings, Roots, SandboxSettings, WorkerInit};
 
 use crate::audit::Audit;
-use crate::config::Config;
+use crate::config::{Config, SandboxMode};
 use crate::confirm::Confirmations;
 use crate::events::Events;
 use crate::grants::Grants;
@@ -33,6 +33,9 @@ pub struct Paths {
     /// The config file in use, if one exists (protected from the tools).
     pub config_file: PathBuf,
     pub exe: PathBuf,
+    /// Whether commands can have their own namespaces here (probed once at start),
+    /// or why not.
+    pub namespaces: Result<(), String>,
 }
 
 /// Niceness of search workers: below the supervisor, so pings and other groups' calls
@@ -105,7 +108,7 @@ impl Service {
                 policy: RestartPolicy::new(config.supervisor.clone()),
                 events: events.clone(),
                 deadline_grace: if *group == "exec" {
-                    Duration::from_secs(3)
+                    crate::worker::EXEC_PATIENCE
                 } else {
                     Duration::ZERO
                 },
@@ -196,6 +199,14 @@ impl Service {
         }
     }
 
+    /// The exec worker processes now (commands run under them).
+    pub fn exec_worker_pids(&self) -> Vec<u32> {
+        self.pools
+            .get("exec")
+            .map(|p| p.workers().iter().filter_map(|w| w.pid()).collect())
+            .unwrap_or_default()
+    }
+
     pub async fn stop_workers(&self) {
         for pool in self.pools.values() {
             pool.stop().await;
@@ -240,6 +251,7 @@ pub fn worker_init(paths: &Paths, config: &Config, instance: &str) -> Result<Wor
         protected.push(c);
     }
     let exec = &config.workers.exec;
+    let sandbox = sandbox_settings(paths, config, paths.config_file.canonicalize().ok())?;
     Ok(WorkerInit {
         group: String::new(),
         index: 0,
@@ -254,7 +266,57 @@ pub fn worker_init(paths: &Paths, config: &Config, instance: &str) -> Result<Wor
             max_jobs: exec.max_jobs,
             instance: instance.to_owned(),
             exe: paths.exe.clone(),
+            sandbox,
         },
         generation: 0,
+    })
+}
+
+/// `p` with its directory resolved (the file itself may not exist yet: the socket).
+fn canonical(p: &Path) -> PathBuf {
+    if let Ok(c) = p.canonicalize() {
+        return c;
+    }
+    match (
+        p.parent().and_then(|d| d.canonicalize().ok()),
+        p.file_name(),
+    ) {
+        (Some(dir), Some(name)) => dir.join(name),
+        _ => p.to_path_buf(),
+    }
+}
+
+/// How commands are confined: namespaces unless `workers.exec.sandbox = "off"` or the
+/// host refuses them; `required` and refused is an error (serve exits 78, a reload
+/// fails).
+fn sandbox_settings(
+    paths: &Paths,
+    config: &Config,
+    config_file: Option<PathBuf>,
+) -> Result<SandboxSettings, String> {
+    let exec = &config.workers.exec;
+    let namespaces = match (exec.sandbox, &paths.namespaces) {
+        (SandboxMode::Off, _) => false,
+        (_, Ok(())) => true,
+        (SandboxMode::Required, Err(why)) => {
+            return Err(format!(
+                "workers.exec.sandbox = \"required\", but commands cannot have their own namespaces here: {why}"
+            ));
+        }
+        (SandboxMode::Auto, Err(_)) => false,
+    };
+    let state = canonical(&paths.state_dir);
+    let socket = canonical(&paths.socket);
+    let mut hidden = vec![state.clone()];
+    if !socket.starts_with(&state) {
+        hidden.push(socket);
+    }
+    Ok(SandboxSettings {
+        namespaces,
+        network: exec.network,
+        protected: exec.protected.clone(),
+        config_file,
+        hidden,
+        limits: exec.limits.clone(),
     })
 }

@@ -36,6 +36,8 @@ pub struct SessionArgs {
     pub stream: UnixStream,
     pub uid: u32,
     pub pid: Option<i32>,
+    /// A person, or a command toolvisor runs (privileged messages refused).
+    pub peer: crate::peer::Peer,
 }
 
 pub struct SessionActor;
@@ -46,6 +48,7 @@ pub struct SessionState {
     info: Option<Arc<SessionInfo>>,
     id: String,
     uid: u32,
+    peer: crate::peer::Peer,
     /// Open calls (single or in a batch); each counts against `max_open_calls`.
     open: HashMap<Id, CancellationToken>,
     /// Open batches; each token is the parent of its calls' tokens.
@@ -89,6 +92,7 @@ impl Actor for SessionActor {
             info: None,
             id,
             uid: args.uid,
+            peer: args.peer,
             open: HashMap::new(),
             batches: HashMap::new(),
             reader,
@@ -175,6 +179,10 @@ impl SessionState {
             (Some(info), m) => (info.clone(), m),
         };
         let (info, m) = info;
+        if let Some(refusal) = crate::peer::refusal(&self.peer, &m, &self.id) {
+            self.out.send(&refusal);
+            return;
+        }
         match m {
             ClientMessage::Hello { .. } => self.out.send(&ServerMessage::error(
                 None,

@@ -49,6 +49,7 @@ pub async fn status(svc: &Arc<Service>, id: Id) -> ServerMessage {
             guards.openat2 |= g.openat2;
             guards.subreaper |= g.subreaper;
             guards.cgroup |= g.cgroup;
+            merge_sandbox_guards(&mut guards, &g);
             workers.push(WorkerStatus {
                 group: w.group.clone(),
                 index: w.index,
@@ -77,6 +78,18 @@ pub async fn status(svc: &Arc<Service>, id: Id) -> ServerMessage {
         workers,
         audit: svc.audit_status(),
         guards,
+    }
+}
+
+/// The command sandbox's guards come from the exec workers (others report none).
+fn merge_sandbox_guards(all: &mut Guards, g: &Guards) {
+    all.namespaces |= g.namespaces;
+    all.network |= g.network;
+    if all.protected.is_empty() {
+        all.protected = g.protected.clone();
+    }
+    if all.limits.is_none() {
+        all.limits = g.limits.clone();
     }
 }
 

@@ -10,9 +10,10 @@
 //! A planned replacement (operator `restart`, SIGHUP, the memory watchdog) never blocks
 //! the mailbox: the worker stops taking calls, a task reports when the last one ended,
 //! then the process gets `Shutdown` (the exec worker kills and logs its background
-//! jobs) and `SIGKILL` only if it is still there after [`CANCEL_GRACE`]. Every start is
-//! tagged with a generation, so a start scheduled by a backoff or cool-down that an
-//! operator restart overtook is dropped, and one worker never runs two processes.
+//! jobs) and `SIGKILL` only if it is still there after its group's [`patience`]. Every
+//! start is tagged with a generation, so a start scheduled by a backoff or cool-down
+//! that an operator restart overtook is dropped, and one worker never runs two
+//! processes.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU8, AtomicU32, Ordering};
@@ -36,6 +37,20 @@ use crate::spawn::{SpawnSpec, Spawner};
 pub const READY_TIMEOUT: Duration = Duration::from_secs(5);
 /// How long a worker may ignore a cancel before it is killed.
 pub const CANCEL_GRACE: Duration = Duration::from_secs(2);
+/// The same for an exec worker: a command that ignores SIGTERM is killed by its shim
+/// 2 s after it (the worker's own backstop kills the shim 6 s later) and the worker
+/// then drains its pipes; a call never costs the other calls their worker.
+pub const EXEC_PATIENCE: Duration = Duration::from_secs(12);
+
+/// How long the supervisor waits for a worker of `group` to answer a cancel, or a call
+/// past its deadline, before it gives up on the process.
+pub fn patience(group: &str) -> Duration {
+    if group == "exec" {
+        EXEC_PATIENCE
+    } else {
+        CANCEL_GRACE
+    }
+}
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[repr(u8)]
@@ -81,6 +96,10 @@ pub enum Reply {
 struct Pending {
     reply: Option<oneshot::Sender<Reply>>,
     output: Option<mpsc::Sender<(String, String)>>,
+    /// Cancelled when nobody waits for the call any more: its streamed output, held up
+    /// by a client that does not read, must not hold up the link (other calls' frames,
+    /// its own `done`).
+    abandoned: tokio_util::sync::CancellationToken,
 }
 
 /// The connection to one running worker process.
@@ -119,9 +138,12 @@ impl Link {
             FromWorker::Output { call, stream, data } => {
                 let out = lock(&self.pending)
                     .get(&call)
-                    .and_then(|p| p.output.clone());
-                if let Some(out) = out {
-                    let _ = out.send((stream, data)).await;
+                    .and_then(|p| p.output.clone().map(|o| (o, p.abandoned.clone())));
+                if let Some((out, abandoned)) = out {
+                    tokio::select! {
+                        _ = out.send((stream, data)) => {}
+                        _ = abandoned.cancelled() => {}
+                    }
                 }
             }
             FromWorker::Ready { .. } => {}
@@ -251,6 +273,7 @@ impl WorkerShared {
             Pending {
                 reply: Some(reply),
                 output,
+                abandoned: tokio_util::sync::CancellationToken::new(),
             },
         );
         if link.tx.send(bytes).await.is_err() {
@@ -261,26 +284,29 @@ impl WorkerShared {
     }
 
     /// Ask the worker to stop a call. When `abandon`, nobody waits for its answer any
-    /// more; a worker that still has not answered after [`CANCEL_GRACE`] is killed.
+    /// more; a worker that still has not answered after its group's [`patience`] is
+    /// killed.
     pub fn cancel(self: &Arc<Self>, call: u64, abandon: bool) {
         let Some(link) = self.link() else { return };
         if abandon && let Some(p) = lock(&link.pending).get_mut(&call) {
             p.reply = None;
             p.output = None;
+            p.abandoned.cancel();
         }
         if let Ok(bytes) = frame::encode(&ToWorker::Cancel { call }) {
             let _ = link.tx.try_send(bytes);
         }
         let this = self.clone();
+        let wait = patience(&self.group);
         tokio::spawn(async move {
-            tokio::time::sleep(CANCEL_GRACE).await;
+            tokio::time::sleep(wait).await;
             // A deadline, not synchronisation: the worker had its chance to answer.
             if let Some(now) = this.link()
                 && Arc::ptr_eq(&now, &link)
                 && link.has(call)
             {
                 tracing::warn!(group = %this.group, index = this.index, pid = link.pid, call,
-                    "worker ignored a cancel for {CANCEL_GRACE:?}; killing it");
+                    "worker ignored a cancel for {wait:?}; killing it");
                 kill_group(link.pid);
             }
         });
@@ -364,7 +390,7 @@ pub enum WorkerMsg {
     Idle {
         generation: u64,
     },
-    /// A process asked to shut down did not exit within [`CANCEL_GRACE`].
+    /// A process asked to shut down did not exit within its group's [`patience`].
     ShutdownOverdue {
         generation: u64,
     },
@@ -488,7 +514,7 @@ impl Actor for WorkerActor {
             WorkerMsg::Idle { generation } if generation == st.generation => st.idle(&myself),
             WorkerMsg::ShutdownOverdue { generation } if generation == st.generation => {
                 if let Some(pid) = st.child_pid {
-                    tracing::warn!(group = %st.args.shared.group, pid, "worker did not shut down within {CANCEL_GRACE:?}; killing it");
+                    tracing::warn!(group = %st.args.shared.group, pid, "worker did not shut down within {:?}; killing it", patience(&st.args.shared.group));
                     kill_group(pid);
                 }
             }
@@ -753,7 +779,8 @@ impl WorkerActorState {
     }
 
     /// The process being replaced is idle: ask it to shut down, and kill it if it has
-    /// not exited within [`CANCEL_GRACE`].
+    /// not exited within its group's [`patience`] (an exec worker first stops its
+    /// background jobs, each of which may take the 2 s grace).
     fn idle(&mut self, myself: &ActorRef<WorkerMsg>) {
         let generation = self.generation;
         let Some(link) = self.args.shared.link() else {
@@ -776,9 +803,8 @@ impl WorkerActorState {
         {
             kill_group(pid);
         }
-        myself.send_after(CANCEL_GRACE, move || WorkerMsg::ShutdownOverdue {
-            generation,
-        });
+        let wait = patience(&self.args.shared.group);
+        myself.send_after(wait, move || WorkerMsg::ShutdownOverdue { generation });
     }
 
     /// Retirement: `stopping` at once (no new process, no `ready`, no restart), the
@@ -937,6 +963,7 @@ pub fn run_frame(
     args: Value,
     stream: bool,
     timeout_ms: u64,
+    network: bool,
 ) -> Result<Vec<u8>, frame::FrameError> {
     frame::encode(&ToWorker::Run {
         call,
@@ -945,5 +972,6 @@ pub fn run_frame(
         args,
         stream,
         timeout_ms: Some(timeout_ms),
+        network,
     })
 }

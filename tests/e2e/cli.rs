@@ -54,17 +54,7 @@ fn call_prints_content_and_exits_by_status() {
 /// `toolvisor serve [extra…]` on a workspace whose toolvisor.toml is `config`; it must
 /// refuse to start with EX_CONFIG (78). Returns its stderr.
 fn serve_refuses(dir: &std::path::Path, config: &str, extra: &[&str]) -> String {
-    std::fs::write(dir.join("toolvisor.toml"), config).unwrap();
-    let out = Command::new(BIN)
-        .arg("serve")
-        .args(extra)
-        .arg("--workspace")
-        .arg(dir)
-        .output()
-        .unwrap();
-    assert_eq!(out.status.code(), Some(78), "{out:?}");
-    assert!(!dir.join(".toolvisor/toolvisor.sock").exists());
-    text(&out.stderr)
+    serve_refuses_with(dir, config, extra, &[])
 }
 
 #[test]

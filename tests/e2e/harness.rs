@@ -161,6 +161,25 @@ impl Server {
             .collect()
     }
 
+    /// The `guards` of `status` now.
+    pub async fn guards(&self) -> toolvisor_protocol::message::Guards {
+        let mut c = self.client().await;
+        let id = "guards".into();
+        match c
+            .request(
+                &ClientMessage::Status {
+                    id: "guards".into(),
+                },
+                &id,
+            )
+            .await
+            .expect("status")
+        {
+            ServerMessage::Status { guards, .. } => guards,
+            other => panic!("{other:?}"),
+        }
+    }
+
     /// Every worker as `status` reports it now.
     pub async fn worker_status(&self) -> Vec<toolvisor_protocol::message::WorkerStatus> {
         let mut c = self.client().await;
@@ -483,4 +502,26 @@ pub fn toolvisor(ws: &Path, args: &[&str]) -> std::process::Output {
         .stdin(Stdio::null())
         .output()
         .expect("run toolvisor")
+}
+
+/// `serve` with `config` on `dir` (and extra arguments and environment) must refuse to
+/// start: exit 78, no socket. Its stderr.
+pub fn serve_refuses_with(
+    dir: &Path,
+    config: &str,
+    extra: &[&str],
+    env: &[(&str, &str)],
+) -> String {
+    std::fs::write(dir.join("toolvisor.toml"), config).unwrap();
+    let out = Command::new(BIN)
+        .arg("serve")
+        .args(extra)
+        .arg("--workspace")
+        .arg(dir)
+        .envs(env.iter().copied())
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(78), "{out:?}");
+    assert!(!dir.join(".toolvisor/toolvisor.sock").exists());
+    String::from_utf8_lossy(&out.stderr).into_owned()
 }

@@ -90,6 +90,8 @@ pub struct ToolContext {
     pub output: Option<OutputSink>,
     /// When the call must end (the effective deadline), if any.
     pub deadline: Option<Instant>,
+    /// The rule that allowed the call gives its command the host's network.
+    pub network: bool,
 }
 
 /// A tool failure with its contract error type.

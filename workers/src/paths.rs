@@ -59,8 +59,12 @@ pub struct Resolver {
     pub protected: Vec<PathBuf>,
     /// `<state_dir>/artifacts` (state directory canonicalised): the one protected place
     /// whose files `read_file` may read when named explicitly, so the agent can read a
-    /// command's full output (DESIGN §4). None until [`Resolver::with_artifacts`].
+    /// command's full output (docs/PROTOCOL.md). None until [`Resolver::with_artifacts`].
     artifacts: Option<PathBuf>,
+    /// Root-relative names the edit tools refuse besides anything under `.git` (the
+    /// built-in protected names, plus `workers.exec.protected`; see
+    /// [`crate::sandbox::protect`]).
+    edit_refused: Vec<PathBuf>,
     /// One open directory fd per root, opened once: every open starts from it.
     fds: Vec<OwnedFd>,
     /// Whether the kernel lets us use `openat2` (probed once in `new`).
@@ -96,6 +100,7 @@ impl Resolver {
             roots: all,
             protected: protected.to_vec(),
             artifacts: None,
+            edit_refused: crate::sandbox::protect::names(&[]),
             fds,
             openat2,
         })
@@ -110,6 +115,25 @@ impl Resolver {
             .unwrap_or_else(|_| state_dir.to_path_buf());
         self.artifacts = Some(state.join("artifacts"));
         self
+    }
+
+    /// Add `workers.exec.protected` to what the edit tools refuse.
+    pub fn with_edit_protection(mut self, extra: &[PathBuf]) -> Self {
+        self.edit_refused = crate::sandbox::protect::names(extra);
+        self
+    }
+
+    /// Whether the edit tools must refuse `r`: under `.git`, or a protected name (or
+    /// under one), existing or not.
+    pub fn edit_refused(&self, r: &Resolved) -> bool {
+        crate::sandbox::protect::refused_for_edits(&r.rel, &self.edit_refused)
+    }
+
+    /// [`Resolver::edit_refused`] for a real host path (a parent reached through a
+    /// symlink): relative to the most specific root that contains it.
+    pub fn edit_refused_host(&self, host: &Path) -> bool {
+        self.map_host(host)
+            .is_some_and(|r| crate::sandbox::protect::refused_for_edits(&r.rel, &self.edit_refused))
     }
 
     /// Whether confined opens use `openat2` (for `status.guards`); false means the

@@ -1,4 +1,4 @@
-//! Output truncation (DESIGN §4): cuts on UTF-8 boundaries, one marker line, counts.
+//! Output truncation (docs/PROTOCOL.md §11.3): cuts on UTF-8 boundaries, one marker line, counts.
 //!
 //! OWNER: search helper.
 //!
@@ -206,10 +206,69 @@ pub fn shell_whole(out: &[u8], limits: &Limits) -> Cut {
     shell(head, tail, out.len() as u64, count_lines(out), limits)
 }
 
+/// Make an outcome fit in a frame (`limits.max_frame_bytes`) with room to spare for
+/// what the supervisor adds: past half the frame, `content` keeps its first quarter of
+/// a frame and the marker, and `display` (when it is not the content) its first 64 KiB.
+/// A result never fails for its size; `truncated` counts what was cut.
+pub fn fit_frame(o: &mut toolvisor_protocol::worker::Outcome, max_frame: usize) {
+    const DISPLAY_KEEP: usize = 64 * 1024;
+    if o.content.len() + o.display.len() <= max_frame / 2 {
+        return;
+    }
+    let same = o.display == o.content;
+    let keep = max_frame / 4;
+    if o.content.len() > keep {
+        let at = floor_boundary(&o.content, keep);
+        let cut = text_counted(
+            &o.content[..at],
+            o.content.len() as u64,
+            count_lines(o.content.as_bytes()),
+            at,
+            at,
+        );
+        if let Some(t) = &cut.truncated {
+            let sum = o.truncated.get_or_insert_with(Truncated::default);
+            sum.omitted_bytes += t.omitted_bytes;
+            sum.omitted_lines += t.omitted_lines;
+        }
+        o.content = cut.text;
+    }
+    if same {
+        o.display = o.content.clone();
+    } else if o.display.len() > DISPLAY_KEEP {
+        let at = floor_boundary(&o.display, DISPLAY_KEEP);
+        o.display.truncate(at);
+        o.display.push_str("\n[display truncated]");
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use proptest::prelude::*;
+
+    #[test]
+    fn outcomes_fit_their_frame() {
+        let mut o = toolvisor_protocol::worker::Outcome::ok("line\n".repeat(10_000));
+        fit_frame(&mut o, 8192);
+        assert!(
+            o.content.len() + o.display.len() <= 8192,
+            "{}",
+            o.content.len()
+        );
+        assert!(
+            o.content.ends_with(&marker(9_591, 47_952)),
+            "{}",
+            &o.content[o.content.len() - 80..]
+        );
+        assert_eq!(o.display, o.content);
+        let t = o.truncated.unwrap();
+        assert_eq!((t.omitted_lines, t.omitted_bytes), (9_591, 47_952));
+        let mut small = toolvisor_protocol::worker::Outcome::ok("ok".into());
+        fit_frame(&mut small, 8192);
+        assert_eq!(small.content, "ok");
+        assert!(small.truncated.is_none());
+    }
 
     fn limits(max: usize, keep: usize) -> Limits {
         Limits {

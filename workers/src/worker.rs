@@ -57,9 +57,13 @@ pub fn main(group: &str) -> i32 {
         }
     };
     let journals = (group == "edit").then(|| crate::edit::temps::prepare(&init.state_dir));
-    let landlock = crate::sandbox::confine(&init);
+    let cgroups = ExecState::cgroups(&init);
+    let landlock = crate::sandbox::confine(&init, &cgroups.bases());
     let resolver = match Resolver::new(&init.roots, &init.protected) {
-        Ok(r) => Arc::new(r.with_artifacts(&init.state_dir)),
+        Ok(r) => Arc::new(
+            r.with_artifacts(&init.state_dir)
+                .with_edit_protection(&init.exec.sandbox.protected),
+        ),
         Err(e) => {
             tracing::error!(group, "worker: cannot open the workspace roots: {e}");
             return EXIT_CONFIG;
@@ -80,7 +84,7 @@ pub fn main(group: &str) -> i32 {
             return EXIT_SOFTWARE;
         }
     };
-    runtime.block_on(serve(control, Arc::new(init), resolver, landlock))
+    runtime.block_on(serve(control, Arc::new(init), resolver, landlock, cgroups))
 }
 
 /// Remove the temp files dead edit workers left, before answering `ready`; without a
@@ -135,15 +139,10 @@ async fn serve(
     init: Arc<WorkerInit>,
     resolver: Arc<Resolver>,
     landlock: Option<u32>,
+    cgroups: crate::exec::cgroup::Cgroups,
 ) -> i32 {
-    let exec = Arc::new(ExecState::new(&init));
-    let is_exec = init.group == "exec";
-    let guards = Guards {
-        landlock,
-        openat2: crate::paths::openat2_available(),
-        subreaper: is_exec && exec.subreaper(),
-        cgroup: is_exec && crate::exec::cgroup(),
-    };
+    let exec = Arc::new(ExecState::new(&init, cgroups));
+    let guards = guards(&init, &exec, landlock);
     let stream = match control
         .set_nonblocking(true)
         .and_then(|_| UnixStream::from_std(control))
@@ -190,6 +189,7 @@ async fn serve(
                 args,
                 stream,
                 timeout_ms,
+                network,
             } => {
                 let cancel = CancelFlag::new();
                 lock(&running).insert(call, cancel.clone());
@@ -204,6 +204,7 @@ async fn serve(
                         tx: tx.clone(),
                     }),
                     deadline: timeout_ms.map(|ms| Instant::now() + Duration::from_millis(ms)),
+                    network,
                 };
                 let job = Job {
                     tool,
@@ -233,6 +234,32 @@ async fn serve(
     drop(tx);
     let _ = writer.await;
     0
+}
+
+/// What this worker reports as active in `ready` (`status.guards`).
+fn guards(init: &WorkerInit, exec: &ExecState, landlock: Option<u32>) -> Guards {
+    let is_exec = init.group == "exec";
+    let s = &init.exec.sandbox;
+    let mut protected: Vec<String> = crate::sandbox::protect::names(&s.protected)
+        .iter()
+        .map(|p| p.display().to_string())
+        .collect();
+    protected.extend(s.config_file.iter().map(|c| c.display().to_string()));
+    Guards {
+        landlock,
+        openat2: crate::paths::openat2_available(),
+        subreaper: is_exec && exec.subreaper(),
+        cgroup: is_exec && exec.cgroup(),
+        namespaces: is_exec && exec.namespaces(),
+        network: is_exec && (!exec.namespaces() || s.network),
+        // Read-only for commands only inside their namespaces (Landlock can only allow).
+        protected: if is_exec && exec.namespaces() {
+            protected
+        } else {
+            Vec::new()
+        },
+        limits: is_exec.then(|| exec.limits_mechanism().to_owned()),
+    }
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -280,8 +307,10 @@ impl Job {
         let _ = tx.blocking_send(self.done(outcome));
     }
 
-    /// Forget the call; its `done` frame.
-    fn done(self, outcome: Outcome) -> FromWorker {
+    /// Forget the call; its `done` frame, cut to fit a frame whatever the tool made.
+    fn done(self, mut outcome: Outcome) -> FromWorker {
+        let max = self.ctx.init.limits.max_frame_bytes;
+        crate::truncate::fit_frame(&mut outcome, max);
         let call = self.ctx.call;
         lock(&self.running).remove(&call);
         FromWorker::Done { call, outcome }

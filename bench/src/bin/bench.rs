@@ -982,7 +982,7 @@ async fn ping_under_grep(socket: &Path, pattern: &str) -> Result<(Run, u64), Str
 }
 
 fn usage() -> String {
-    "usage: toolvisor-bench table --never WS --always WS --echo SOCK --relay SOCK [--rg PATH] [--fd PATH] [--secs S] [--pattern RE]\n       toolvisor-bench lat --socket SOCK --op ping|read|echo-ping|echo-call [--path FILE] [--clients N] [--secs S]".into()
+    "usage: toolvisor-bench table --never WS --always WS --echo SOCK --relay SOCK [--rg PATH] [--fd PATH] [--secs S] [--pattern RE]\n       toolvisor-bench lat --socket SOCK --op ping|read|true|echo-ping|echo-call [--path FILE] [--clients N] [--secs S]\n       toolvisor-bench spawn [--secs S]".into()
 }
 
 /// `--key value` pairs after the subcommand.
@@ -1028,6 +1028,20 @@ async fn run() -> Result<(), String> {
                     .unwrap_or_else(|| "unsafe fn".into()),
             };
             table(&a).await?.print();
+            Ok(())
+        }
+        "spawn" => {
+            // The bare baseline of `run_command "true"`: `sh -c true` spawned and waited.
+            let secs = num("secs", 3.0)?;
+            let r = tokio::task::spawn_blocking(move || bare_spawn(secs))
+                .await
+                .map_err(|e| e.to_string())??;
+            println!(
+                "{} spawns, {}, max {} ms",
+                r.calls,
+                lat_rate(&r),
+                ms(r.hist.max())
+            );
             Ok(())
         }
         "lat" => {

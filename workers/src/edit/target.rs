@@ -62,6 +62,9 @@ impl<'r> Target<'r> {
         if resolver.is_protected(&r.host) {
             return Err(protected_error(&r.display));
         }
+        if resolver.edit_refused(&r) {
+            return Err(refused_error(&r.display));
+        }
         if r.root >= resolver.roots.len() {
             return Err(ToolError::internal(format!(
                 "no root #{} for {}",
@@ -87,7 +90,8 @@ impl<'r> Target<'r> {
 
     /// Open (and with `create`, make) the parent, refusing a protected real location.
     fn open_dir(&self, create: bool) -> Result<Option<OwnedFd>, ToolError> {
-        let protected = |p: &Path| self.resolver.is_protected(p);
+        let protected =
+            |p: &Path| self.resolver.is_protected(p) || self.resolver.edit_refused_host(p);
         let dir = dirs::open_parent(self.root, &self.rel_dir, create, &protected)?;
         if let Some(d) = &dir {
             dirs::refuse_protected(d, Path::new(&self.name), &protected)?;
@@ -204,6 +208,19 @@ impl<'r> Target<'r> {
 /// The display path in messages (`.` for the workspace root itself).
 fn shown(display: &str) -> &str {
     if display.is_empty() { "." } else { display }
+}
+
+/// `PermissionError` for a path under `.git` or a protected name.
+pub fn refused_error(display: &str) -> ToolError {
+    ToolError::new(
+        ErrorType::PermissionError,
+        format!(
+            "{} is protected: edit tools never change anything under .git/, nor \
+             .gitmodules, .mcp.json, .vscode/, .idea/, .envrc or workers.exec.protected \
+             (tools run them outside any sandbox)",
+            shown(display)
+        ),
+    )
 }
 
 pub fn protected_error(display: &str) -> ToolError {

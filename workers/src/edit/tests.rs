@@ -60,6 +60,7 @@ impl Ws {
             cancel: CancelFlag::new(),
             output: None,
             deadline: None,
+            network: false,
         };
         Ws {
             _tmp: tmp,

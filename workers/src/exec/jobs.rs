@@ -19,9 +19,10 @@ use std::time::{Duration, SystemTime};
 use serde_json::{Map, Value, json};
 use tokio::sync::watch;
 use toolvisor_protocol::ErrorType;
-use toolvisor_protocol::worker::{Outcome, WorkerInit};
+use toolvisor_protocol::worker::{ExecLimits, Outcome, WorkerInit};
 
 use super::ExecState;
+use super::cgroup::CommandCgroup;
 use super::launch::{Running, Spec, supervise};
 use super::output::{ArtifactFile, Record, complete_prefix};
 use super::run_command::{RunArgs, exit_parts};
@@ -63,6 +64,8 @@ struct Job {
     log_path: PathBuf,
     /// Bytes the process wrote (the log may hold fewer: it is capped).
     bytes: AtomicU64,
+    /// Bytes in the log so far (the file may be longer: room reserved ahead).
+    logged: AtomicU64,
     kill: CancelFlag,
     /// true once the process ended and its output is all in the log.
     done: watch::Sender<bool>,
@@ -72,6 +75,11 @@ struct Job {
 #[derive(Debug, Default)]
 struct JobState {
     exit: (Option<i32>, Option<i32>),
+    /// `meta.resources` once the job ended: (peak RSS bytes, CPU ms).
+    resources: (u64, u64),
+    /// Why the job was stopped, when not by itself or `kill_process`: a limit, or a
+    /// sandbox that could not be set up.
+    error: Option<toolvisor_protocol::ErrorBody>,
     /// Where the next `read_output` without `since` starts.
     cursor: u64,
     read_to_end: bool,
@@ -107,6 +115,17 @@ impl Job {
         if let Some(s) = st.exit.1 {
             m.insert("signal".into(), json!(s));
         }
+        let (rss, cpu) = st.resources;
+        m.insert(
+            "resources".into(),
+            json!({"peak_rss_bytes": rss, "cpu_ms": cpu}),
+        );
+        if let Some(e) = &st.error {
+            m.insert(
+                "error".into(),
+                json!({"type": e.kind, "message": e.message}),
+            );
+        }
         m
     }
 
@@ -127,6 +146,7 @@ struct JobLog {
 impl Record for JobLog {
     fn record(&mut self, data: &[u8]) {
         self.file.write(data);
+        self.job.logged.store(self.file.written, Ordering::Release);
         // Release: whoever sees the count also finds those bytes in the file (written
         // just above, unbuffered).
         self.job
@@ -182,7 +202,7 @@ impl Jobs {
         a: &RunArgs<'_>,
         ctx: &ToolContext,
     ) -> Result<Outcome, ToolError> {
-        let (cwd, _) = super::open_cwd(ctx, a.cwd)?;
+        let (cwd, cwd_path) = super::open_cwd(ctx, a.cwd)?;
         let env = super::env::build(std::env::vars(), &ctx.init.exec, a.env)?;
         let mut t = self.lock();
         prune(&mut t);
@@ -203,12 +223,19 @@ impl Jobs {
             .artifacts
             .create(&format!("job-{handle}"))
             .map_err(|e| ToolError::internal(format!("cannot create the output file: {e}")))?;
+        let cgroup = state
+            .cgroups
+            .create()
+            .map_err(|e| ToolError::internal(format!("cannot make the command's cgroup: {e}")))?;
         let spec = Spec {
             command: a.command,
             env: &env,
             cwd: &cwd,
+            cwd_path: &cwd_path,
             instance: &ctx.init.exec.instance,
             merged: true,
+            network: ctx.network,
+            cgroup: cgroup.as_ref(),
         };
         let proc = state.launcher.spawn(&spec)?;
         let job = Arc::new(Job {
@@ -218,6 +245,7 @@ impl Jobs {
             started: SystemTime::now(),
             log_path: file.path.clone(),
             bytes: AtomicU64::new(0),
+            logged: AtomicU64::new(0),
             kill: CancelFlag::new(),
             done: watch::channel(false).0,
             state: Mutex::new(JobState::default()),
@@ -225,7 +253,14 @@ impl Jobs {
         t.jobs.push(Arc::clone(&job));
         drop(t);
         let deadline = a.timeout.map(|d| tokio::time::Instant::now() + d);
-        tokio::spawn(run_job(Arc::clone(&job), proc, file, deadline));
+        let limits = ctx.init.exec.sandbox.limits.clone();
+        tokio::spawn(run_job(
+            Arc::clone(&job),
+            proc,
+            file,
+            deadline,
+            (cgroup, limits),
+        ));
         let mut out = Outcome::ok(format!(
             "Started background process {handle} (pid {})",
             job.pid
@@ -297,7 +332,8 @@ impl Jobs {
             .get("since")
             .and_then(Value::as_u64)
             .unwrap_or(st.cursor);
-        let page = read_page(&job.log_path, since, self.page, finished)?;
+        let logged = job.logged.load(Ordering::Acquire);
+        let page = read_page(&job.log_path, since, self.page, finished, logged)?;
         st.cursor = page.next;
         if finished && page.next >= page.len {
             st.read_to_end = true;
@@ -383,15 +419,32 @@ async fn run_job(
     mut proc: Running,
     file: ArtifactFile,
     deadline: Option<tokio::time::Instant>,
+    (cgroup, limits): (Option<CommandCgroup>, ExecLimits),
 ) {
     let mut log = JobLog {
         file,
         job: Arc::clone(&job),
     };
-    let ended = supervise(&mut proc, &mut log, None, deadline, &job.kill).await;
+    let cpu = super::run_command::cpu_watch(cgroup.as_ref(), limits.cpu_s);
+    let ended = supervise(&mut proc, &mut log, None, deadline, &job.kill, cpu).await;
+    let report = proc.report();
+    let limit = super::limits::stopped_by(&ended, cgroup.as_ref(), &limits);
+    // The group goes (killed and removed) with the job's last process.
+    drop(cgroup);
+    log.file.seal();
     {
         let mut st = job.lock();
         st.exit = exit_parts(ended.status);
+        if let Some(r) = &report {
+            st.resources = (r.peak_rss_bytes, r.cpu_ms);
+        }
+        st.error = match report.and_then(|r| r.setup_error) {
+            Some(why) => Some(toolvisor_protocol::ErrorBody::new(
+                ErrorType::InternalError,
+                format!("the job's sandbox could not be set up, so it did not run: {why}"),
+            )),
+            None => limit.map(|l| super::limits::error(l, &limits)),
+        };
         // Keep the log registered (spared by pruning) while the job stays listed.
         st.log = Some(log.file);
     }
@@ -413,13 +466,20 @@ struct Page {
     len: u64,
 }
 
-/// Read at most `max` bytes of the log at `path` from `since` (clamped to its length).
+/// Read at most `max` bytes of the log at `path` from `since` (clamped to its length,
+/// and to `logged`, what was written of it: the file may hold reserved room beyond).
 /// Unless the job has `finished`, an incomplete UTF-8 character at the end of the page
 /// is left for the next read: the rest of it may still be on its way.
-fn read_page(path: &Path, since: u64, max: usize, finished: bool) -> Result<Page, ToolError> {
+fn read_page(
+    path: &Path,
+    since: u64,
+    max: usize,
+    finished: bool,
+    logged: u64,
+) -> Result<Page, ToolError> {
     let failed = |e: std::io::Error| ToolError::internal(format!("cannot read the output: {e}"));
     let file = std::fs::File::open(path).map_err(failed)?;
-    let len = file.metadata().map_err(failed)?.len();
+    let len = file.metadata().map_err(failed)?.len().min(logged);
     let since = since.min(len);
     let want = usize::try_from(len - since).map_or(max, |n| n.min(max));
     let mut bytes = vec![0u8; want];
@@ -554,12 +614,14 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("log");
         std::fs::write(&path, "one\n").unwrap();
-        let p = read_page(&path, 0, 100, false).unwrap();
+        let p = read_page(&path, 0, 100, false, u64::MAX).unwrap();
         assert_eq!((p.bytes.as_slice(), p.next, p.len), (&b"one\n"[..], 4, 4));
         std::fs::write(&path, "one\ntwo\n").unwrap();
-        let p = read_page(&path, p.next, 2, false).unwrap();
+        let p = read_page(&path, p.next, 2, false, u64::MAX).unwrap();
         assert_eq!((p.bytes.as_slice(), p.next), (&b"tw"[..], 6));
-        let p = read_page(&path, 99, 2, false).unwrap();
+        let p = read_page(&path, 99, 2, false, u64::MAX).unwrap();
+        let p2 = read_page(&path, 0, 100, false, 3).unwrap();
+        assert_eq!(p2.bytes, b"one", "never past what was logged");
         assert_eq!(
             (p.bytes.len(), p.next),
             (0, 8),

@@ -1,10 +1,12 @@
 //! Starting a command (under the `toolvisor reap` shim, or directly as a fallback)
-//! and the one kill path every ending shares: SIGTERM, SIGKILL after the grace.
+//! and the one kill path every ending shares: SIGTERM, SIGKILL after the grace. A CPU
+//! time limit measured on the command's cgroup takes the same path.
 
 use std::collections::BTreeMap;
 use std::ffi::OsString;
+use std::io::Read;
 use std::os::fd::{AsRawFd, OwnedFd};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::{ExitStatus, Stdio};
 use std::time::Duration;
 
@@ -13,7 +15,11 @@ use nix::unistd::Pid;
 use tokio::process::{Child, Command};
 use tokio::time::Instant;
 
+use super::cgroup::{CommandCgroup, Joiner, Limit};
 use super::output::{Coalescer, Pipes, Record, pump};
+use crate::reap::ShimArgs;
+use crate::reap::report::Report;
+use crate::sandbox::spec::{Rlimits, SandboxSpec};
 use crate::{CancelFlag, ToolError};
 
 /// SIGTERM → SIGKILL grace (docs/PROTOCOL.md, deadlines and cancel).
@@ -34,18 +40,26 @@ pub(crate) const SHELL: [&str; 4] = ["bash", "--noprofile", "--norc", "-c"];
 #[derive(Clone, Debug)]
 pub(crate) enum Launcher {
     /// `program prefix... [shim args] -- bash … -c CMD`: the subreaper shim.
-    Shim {
-        program: PathBuf,
-        prefix: Vec<OsString>,
-        /// Pass the shim arguments JSON-encoded in this variable instead (tests host
-        /// the shim in the test binary, whose command line libtest owns).
-        args_env: Option<&'static str>,
-        /// Landlock allow-list the shim applies to the command (`--confine`).
-        writable: Vec<PathBuf>,
-    },
+    Shim(Box<ShimLauncher>),
     /// `bash … -c CMD` in its own process group: no subreaper, so `setsid` or double-forked
     /// processes can escape. Only when no shim binary is known.
     Direct,
+}
+
+/// The shim and what it is told for every command.
+#[derive(Clone, Debug)]
+pub(crate) struct ShimLauncher {
+    pub program: PathBuf,
+    pub prefix: Vec<OsString>,
+    /// Pass the shim arguments JSON-encoded in this variable instead (tests host
+    /// the shim in the test binary, whose command line libtest owns).
+    pub args_env: Option<&'static str>,
+    /// Landlock allow-list the shim applies to the command (`--confine`).
+    pub writable: Vec<PathBuf>,
+    /// The namespace sandbox (its per-command parts filled in at each start); None:
+    /// the fallback, Landlock and the shim only.
+    pub sandbox: Option<SandboxSpec>,
+    pub rlimits: Rlimits,
 }
 
 /// What to run.
@@ -55,11 +69,18 @@ pub(crate) struct Spec<'a> {
     /// The working directory, opened beneath its root (`fchdir` in the child: no race
     /// between resolving and entering it).
     pub cwd: &'a OwnedFd,
+    /// Its host path: the sandbox enters it again inside the new root (and checks it
+    /// is the same directory).
+    pub cwd_path: &'a Path,
     pub instance: &'a str,
     /// Give stdout and stderr one pipe, so the output keeps the exact order the command
     /// wrote it in (two pipes can only approximate it). Only streaming, which labels
     /// each chunk with its stream, needs them apart.
     pub merged: bool,
+    /// The rule that allowed the call gives the command the host's network.
+    pub network: bool,
+    /// The command's cgroup, joined by the shim before it starts.
+    pub cgroup: Option<&'a CommandCgroup>,
 }
 
 /// A started command.
@@ -67,24 +88,50 @@ pub(crate) struct Running {
     pub child: Child,
     pub pid: u32,
     pub pipes: Pipes,
+    /// Where the shim writes its [`Report`].
+    report: Option<std::io::PipeReader>,
     shim: bool,
+}
+
+impl Running {
+    /// The shim's report, once it has exited (None: it wrote none, e.g. it was killed,
+    /// or no shim runs the command).
+    pub(crate) fn report(&mut self) -> Option<Report> {
+        let mut r = self.report.take()?;
+        let fd = std::os::fd::AsFd::as_fd(&r);
+        let _ = rustix::io::ioctl_fionbio(fd, true);
+        let mut bytes = Vec::new();
+        let _ = std::io::Read::read_to_end(&mut (&mut r).take(64 * 1024), &mut bytes);
+        Report::parse(&bytes)
+    }
 }
 
 impl Launcher {
     pub(crate) fn is_shim(&self) -> bool {
-        matches!(self, Launcher::Shim { .. })
+        matches!(self, Launcher::Shim(_))
+    }
+
+    /// Whether commands get their own namespaces.
+    pub(crate) fn namespaces(&self) -> bool {
+        matches!(self, Launcher::Shim(s) if s.sandbox.is_some())
     }
 
     /// Start `spec`. Must be called from a long-lived thread (a runtime worker thread,
     /// not `spawn_blocking`): the parent-death signal fires when the forking thread exits.
     pub(crate) fn spawn(&self, spec: &Spec<'_>) -> Result<Running, ToolError> {
-        let mut cmd = self.command(spec)?;
+        let pipe_err = |e: std::io::Error| ToolError::internal(format!("cannot make a pipe: {e}"));
+        let (report_read, report_write) = match self {
+            Launcher::Shim(_) => {
+                let (r, w) = std::io::pipe().map_err(pipe_err)?;
+                (Some(r), Some(high_fd(OwnedFd::from(w)).map_err(pipe_err)?))
+            }
+            Launcher::Direct => (None, None),
+        };
+        let report_fd = report_write.as_ref().map(|w| w.as_raw_fd());
+        let mut cmd = self.command(spec, report_fd)?;
         let merged_read = if spec.merged {
-            let (read, write) = std::io::pipe()
-                .map_err(|e| ToolError::internal(format!("cannot make a pipe: {e}")))?;
-            let write2 = write
-                .try_clone()
-                .map_err(|e| ToolError::internal(format!("cannot make a pipe: {e}")))?;
+            let (read, write) = std::io::pipe().map_err(pipe_err)?;
+            let write2 = write.try_clone().map_err(pipe_err)?;
             cmd.stdout(Stdio::from(write)).stderr(Stdio::from(write2));
             Some(read)
         } else {
@@ -92,10 +139,16 @@ impl Launcher {
             None
         };
         cmd.stdin(Stdio::null()).process_group(0).kill_on_drop(true);
-        self.pre_exec(&mut cmd, spec.cwd.as_raw_fd());
+        let child_setup = ChildSetup {
+            cwd: spec.cwd.as_raw_fd(),
+            report: report_fd,
+            cgroup: spec.cgroup.map(CommandCgroup::joiner),
+        };
+        self.pre_exec(&mut cmd, child_setup);
         let mut child = cmd
             .spawn()
             .map_err(|e| ToolError::internal(format!("cannot start the command: {e}")))?;
+        drop(report_write);
         // Never 0: killpg(0) would signal the worker's own group.
         let pid = child
             .id()
@@ -111,11 +164,12 @@ impl Launcher {
             child,
             pid,
             pipes,
+            report: report_read,
             shim: self.is_shim(),
         })
     }
 
-    fn command(&self, spec: &Spec<'_>) -> Result<Command, ToolError> {
+    fn command(&self, spec: &Spec<'_>, report_fd: Option<i32>) -> Result<Command, ToolError> {
         let sh = SHELL.iter().copied().chain([spec.command]);
         match self {
             Launcher::Direct => {
@@ -126,30 +180,25 @@ impl Launcher {
                     .envs(spec.env);
                 Ok(c)
             }
-            Launcher::Shim {
-                program,
-                prefix,
-                args_env,
-                writable,
-            } => {
-                let mut args = vec![
-                    "--ppid".to_owned(),
-                    std::process::id().to_string(),
-                    "--grace-ms".to_owned(),
-                    GRACE.as_millis().to_string(),
-                ];
-                if !spec.instance.is_empty() {
-                    args.extend(["--instance".to_owned(), spec.instance.to_owned()]);
-                }
-                args.push("--confine".to_owned());
-                for w in writable {
-                    args.extend(["--write".to_owned(), w.to_string_lossy().into_owned()]);
-                }
-                args.push("--".to_owned());
-                args.extend(sh.map(str::to_owned));
-                let mut c = Command::new(program);
-                c.args(prefix).env_clear().envs(spec.env);
-                match args_env {
+            Launcher::Shim(s) => {
+                let a = ShimArgs {
+                    ppid: Some(std::process::id() as i32),
+                    instance: (!spec.instance.is_empty()).then(|| spec.instance.to_owned()),
+                    grace: GRACE,
+                    confine: true,
+                    write: s.writable.clone(),
+                    sandbox: s
+                        .sandbox
+                        .as_ref()
+                        .map(|t| t.for_command(spec.cwd_path, spec.network)),
+                    rlimits: s.rlimits,
+                    report_fd,
+                    argv: sh.map(str::to_owned).collect(),
+                };
+                let args = a.to_args().map_err(ToolError::internal)?;
+                let mut c = Command::new(&s.program);
+                c.args(&s.prefix).env_clear().envs(spec.env);
+                match s.args_env {
                     Some(var) => {
                         let json = serde_json::to_string(&args)
                             .map_err(|e| ToolError::internal(e.to_string()))?;
@@ -164,9 +213,10 @@ impl Launcher {
         }
     }
 
-    /// In the child before exec: enter the cwd, arm the parent-death signal and check
-    /// the worker did not die before it was armed. Async-signal-safe calls only.
-    fn pre_exec(&self, cmd: &mut Command, cwd: i32) {
+    /// In the child before exec: enter the cwd, join the cgroup, hand the report pipe
+    /// over, arm the parent-death signal and check the worker did not die before it was
+    /// armed. Async-signal-safe calls only.
+    fn pre_exec(&self, cmd: &mut Command, setup: ChildSetup) {
         let parent = nix::unistd::getpid();
         // The shim turns SIGTERM into an orderly tree kill; a bare `sh` gets SIGKILL.
         let death = if self.is_shim() {
@@ -174,11 +224,20 @@ impl Launcher {
         } else {
             Signal::SIGKILL
         };
-        // SAFETY: fchdir, prctl and getppid are async-signal-safe; no allocation.
+        // SAFETY: fchdir, fcntl, open/write (the cgroup join), prctl and getppid are
+        // async-signal-safe; no allocation.
         unsafe {
             cmd.pre_exec(move || {
-                if libc::fchdir(cwd) != 0 {
+                if libc::fchdir(setup.cwd) != 0 {
                     return Err(std::io::Error::last_os_error());
+                }
+                if let Some(fd) = setup.report
+                    && libc::fcntl(fd, libc::F_SETFD, 0) < 0
+                {
+                    return Err(std::io::Error::last_os_error());
+                }
+                if let Some(j) = &setup.cgroup {
+                    j.join_in_child()?;
                 }
                 nix::sys::prctl::set_pdeathsig(death)?;
                 if nix::unistd::getppid() != parent {
@@ -190,11 +249,44 @@ impl Launcher {
     }
 }
 
+/// `fd` moved to a number of 10 or more, out of the way of anything a shim or a test
+/// wrapper sets up at fixed small numbers (close-on-exec, like the original).
+fn high_fd(fd: OwnedFd) -> std::io::Result<OwnedFd> {
+    rustix::io::fcntl_dupfd_cloexec(&fd, 10).map_err(std::io::Error::from)
+}
+
+/// What the forked child does before `exec` (see [`Launcher::pre_exec`]).
+struct ChildSetup {
+    cwd: i32,
+    /// The report pipe's write end, to keep across `exec`.
+    report: Option<i32>,
+    cgroup: Option<Joiner>,
+}
+
 /// Why a command was stopped before it ended by itself.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Stop {
     Timeout,
     Cancelled,
+    /// A limit measured while the command ran (CPU time on its cgroup).
+    Limit(Limit),
+}
+
+/// How often the CPU time of a command's cgroup is read against `cpu_s`.
+const CPU_EVERY: Duration = Duration::from_millis(250);
+
+/// A CPU time budget measured on the command's cgroup (the whole tree's time, which
+/// `RLIMIT_CPU`, counted per process, cannot bound).
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct CpuWatch<'a> {
+    pub cgroup: &'a CommandCgroup,
+    pub limit_ms: u64,
+}
+
+impl CpuWatch<'_> {
+    fn over(&self) -> bool {
+        self.cgroup.cpu_ms().is_some_and(|ms| ms >= self.limit_ms)
+    }
 }
 
 /// How a supervised command ended.
@@ -249,6 +341,7 @@ pub(crate) async fn supervise(
     stream: Option<&mut Coalescer>,
     deadline: Option<Instant>,
     cancel: &CancelFlag,
+    cpu: Option<CpuWatch<'_>>,
 ) -> Ended {
     let k = Killer {
         group: Pid::from_raw(r.pid as i32),
@@ -258,6 +351,7 @@ pub(crate) async fn supervise(
     let mut stop = None;
     let mut force_at: Option<Instant> = None;
     let mut drain_until: Option<Instant> = None;
+    let mut cpu_tick = tokio::time::interval(CPU_EVERY);
     {
         let pump = pump(&mut r.pipes, rec, stream);
         tokio::pin!(pump);
@@ -279,6 +373,13 @@ pub(crate) async fn supervise(
                     stop = Some(Stop::Cancelled);
                     k.terminate();
                     force_at = Some(Instant::now() + k.force_after());
+                }
+                _ = cpu_tick.tick(), if cpu.is_some() && stop.is_none() && status.is_none() => {
+                    if cpu.is_some_and(|c| c.over()) {
+                        stop = Some(Stop::Limit(Limit::Cpu));
+                        k.terminate();
+                        force_at = Some(Instant::now() + k.force_after());
+                    }
                 }
                 _ = sleep_until_opt(force_at), if status.is_none() => {
                     k.force();

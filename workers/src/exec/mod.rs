@@ -6,11 +6,14 @@
 //!   `read_output`, `kill_process`);
 //! - [`output`]: head/tail capture, artifact files, stream coalescing, the pipe pump;
 //! - [`launch`]: starting a command and the kill path (SIGTERM, SIGKILL after 2 s);
-//! - [`env`]: the scrubbed environment.
+//! - [`env`]: the scrubbed environment;
+//! - [`cgroup`], [`limits`]: `[workers.exec.limits]` per command.
 
+pub mod cgroup;
 mod env;
 mod jobs;
 mod launch;
+mod limits;
 mod output;
 mod run_command;
 
@@ -22,31 +25,43 @@ use serde_json::Value;
 use toolvisor_protocol::ErrorType;
 use toolvisor_protocol::worker::{Outcome, WorkerInit};
 
+use crate::sandbox::spec::SandboxSpec;
 use crate::{ToolContext, ToolError, context::outcome};
-use launch::Launcher;
+use cgroup::Cgroups;
+use launch::{Launcher, ShimLauncher};
 use output::Artifacts;
 
-/// State of one exec worker: how commands start, the artifacts directory, and the
-/// background jobs.
+/// State of one exec worker: how commands start, their cgroups, the artifacts
+/// directory, and the background jobs.
 #[derive(Debug)]
 pub struct ExecState {
     launcher: Launcher,
+    cgroups: Cgroups,
     artifacts: Arc<Artifacts>,
     jobs: jobs::Jobs,
 }
 
 impl ExecState {
-    /// Commands run under `init.exec.exe reap` when that binary exists; otherwise
-    /// directly in their own process group (logged: no orphan protection).
-    pub fn new(init: &WorkerInit) -> Self {
+    /// Commands run under `init.exec.exe reap` when that binary exists, in their own
+    /// namespaces when the supervisor found the host allows them; otherwise directly
+    /// in their own process group (logged: no orphan protection).
+    pub fn new(init: &WorkerInit, cgroups: Cgroups) -> Self {
         let exe = &init.exec.exe;
-        let launcher = if !exe.as_os_str().is_empty() && exe.is_file() {
-            Launcher::Shim {
+        let settings = &init.exec.sandbox;
+        let launcher_ok = launcher_exists(init);
+        let launcher = if launcher_ok {
+            Launcher::Shim(Box::new(ShimLauncher {
                 program: exe.clone(),
                 prefix: vec!["reap".into()],
                 args_env: None,
                 writable: crate::sandbox::command_writable(init),
-            }
+                sandbox: settings.namespaces.then(|| SandboxSpec::template(init)),
+                rlimits: limits::rlimits(
+                    &settings.limits,
+                    cgroups.mechanism().is_some(),
+                    settings.namespaces,
+                ),
+            }))
         } else {
             tracing::warn!(
                 "no toolvisor binary at {:?}: commands run without the reap shim",
@@ -54,12 +69,31 @@ impl ExecState {
             );
             Launcher::Direct
         };
-        Self::with_launcher(init, launcher)
+        Self::with_launcher(init, launcher, cgroups)
     }
 
-    fn with_launcher(init: &WorkerInit, launcher: Launcher) -> Self {
+    /// The cgroups commands of this worker get (none without a limit, or outside the
+    /// exec group). Found before the worker confines itself: Landlock would then keep
+    /// it from making groups, so their directories join its writable paths.
+    pub fn cgroups(init: &WorkerInit) -> Cgroups {
+        let limits = &init.exec.sandbox.limits;
+        let off = toolvisor_protocol::worker::ExecLimits {
+            memory_mb: 0,
+            pids: 0,
+            cpu_s: 0,
+            file_mb: 0,
+        };
+        if init.group == "exec" && *limits != off && launcher_exists(init) {
+            Cgroups::detect(limits)
+        } else {
+            Cgroups::none(limits)
+        }
+    }
+
+    fn with_launcher(init: &WorkerInit, launcher: Launcher, cgroups: Cgroups) -> Self {
         ExecState {
             launcher,
+            cgroups,
             artifacts: Artifacts::new(&init.state_dir, &init.limits),
             jobs: jobs::Jobs::new(init),
         }
@@ -70,16 +104,31 @@ impl ExecState {
         self.launcher.is_shim()
     }
 
+    /// Whether commands get their own namespaces (the `namespaces` guard).
+    pub fn namespaces(&self) -> bool {
+        self.launcher.namespaces()
+    }
+
+    /// Whether each command gets a cgroup (the `cgroup` guard).
+    pub fn cgroup(&self) -> bool {
+        self.cgroups.mechanism().is_some()
+    }
+
+    /// How `[workers.exec.limits]` are enforced (the `limits` guard).
+    pub fn limits_mechanism(&self) -> &'static str {
+        self.cgroups.mechanism().unwrap_or("rlimit")
+    }
+
     /// Kill and record every background job (worker shutdown).
     pub async fn shutdown(&self) {
         self.jobs.shutdown().await;
     }
 }
 
-/// Whether a per-command cgroup v2 (`cgroup.kill`) is used: not implemented, so
-/// always false (the `cgroup` guard); the shim's /proc walk does the tree kill.
-pub fn cgroup() -> bool {
-    false
+/// Whether the toolvisor binary (for the reap shim) is there.
+fn launcher_exists(init: &WorkerInit) -> bool {
+    let exe = &init.exec.exe;
+    !exe.as_os_str().is_empty() && exe.is_file()
 }
 
 /// Run one `exec` tool. Runs on the worker's tokio runtime; must honour

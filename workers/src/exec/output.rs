@@ -8,7 +8,7 @@
 
 use std::collections::VecDeque;
 use std::fs::File;
-use std::io::Write;
+use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
@@ -24,7 +24,7 @@ use toolvisor_protocol::worker::Limits;
 use crate::OutputSink;
 use crate::truncate;
 
-/// Largest `data` of one `output` frame (DESIGN §3).
+/// Largest `data` of one `output` frame (docs/PROTOCOL.md §5.1).
 pub(crate) const CHUNK: usize = 16 * 1024;
 /// Pending stream data is flushed at least this often.
 pub(crate) const FLUSH_EVERY: Duration = Duration::from_millis(50);
@@ -56,6 +56,12 @@ pub(crate) trait Record {
 /// holds an exclusive `flock` for as long as its writer lives, so no worker process
 /// prunes a file that any of them (a call, a background job) still writes, and a killed
 /// writer's file becomes prunable at once (the kernel drops its lock).
+///
+/// The directory cap holds at every moment, across every exec worker process: a writer
+/// reserves room before it writes (the file is extended to the reservation, 1 MiB at a
+/// time, so every writer sees every other's room in the file sizes), and reserving is
+/// done under an exclusive `flock` of the directory, removing the oldest files not in
+/// use until the reservation fits. What cannot fit is dropped, as past the per-file cap.
 #[derive(Debug)]
 pub(crate) struct Artifacts {
     pub dir: PathBuf,
@@ -65,6 +71,8 @@ pub(crate) struct Artifacts {
 
 /// Most names tried for one call id (`<id>.log`, `<id>-2.log`, … `<id>-N.log`).
 const MAX_SUFFIX: u32 = 100_000;
+/// Room is reserved in steps of this much.
+const RESERVE_STEP: u64 = 1 << 20;
 
 impl Artifacts {
     /// The directory is `<state_dir>/artifacts` with the state directory canonicalised
@@ -81,19 +89,17 @@ impl Artifacts {
         })
     }
 
-    /// Create a new file `<stem>.log`, or `<stem>-2.log`, `<stem>-3.log`, … when taken,
-    /// after pruning the directory to its cap. Each name is created with `O_EXCL`, so no
-    /// earlier output is ever overwritten, whoever holds the name: another session
-    /// reusing a call id, the CLI's fixed id, a job handle from before a restart, or a
-    /// concurrent call in another worker process. `O_EXCL` also refuses a symlink
-    /// planted under that name.
+    /// Create a new file `<stem>.log`, or `<stem>-2.log`, `<stem>-3.log`, … when taken.
+    /// Each name is created with `O_EXCL`, so no earlier output is ever overwritten,
+    /// whoever holds the name: another session reusing a call id, the CLI's fixed id, a
+    /// job handle from before a restart, or a concurrent call in another worker process.
+    /// `O_EXCL` also refuses a symlink planted under that name.
     pub(crate) fn create(self: &Arc<Self>, stem: &str) -> std::io::Result<ArtifactFile> {
         use std::os::unix::fs::DirBuilderExt;
         std::fs::DirBuilder::new()
             .recursive(true)
             .mode(0o700)
             .create(&self.dir)?;
-        self.prune();
         for n in 1..=MAX_SUFFIX {
             let path = self.dir.join(numbered(stem, n));
             match create_new(&path) {
@@ -109,38 +115,61 @@ impl Artifacts {
     }
 
     /// Mark the new file in use (never pruned) until its [`ArtifactFile`] drops.
-    fn track(&self, file: File, path: PathBuf) -> std::io::Result<ArtifactFile> {
+    fn track(self: &Arc<Self>, file: File, path: PathBuf) -> std::io::Result<ArtifactFile> {
         rustix::fs::flock(&file, FlockOperation::NonBlockingLockExclusive)?;
         Ok(ArtifactFile {
             file,
             path,
             written: 0,
+            reserved: 0,
             max: self.max_bytes,
+            dir: Arc::clone(self),
         })
     }
 
-    /// Remove the oldest files (not in use) until the directory fits its cap.
-    fn prune(&self) {
-        let Ok(rd) = std::fs::read_dir(&self.dir) else {
-            return;
+    /// Under the directory lock: remove the oldest files not in use until `want` bytes
+    /// fit beside the others (every file but `mine`, counted at its size, which
+    /// includes other writers' reservations), then extend `mine` to the room granted (at
+    /// most `want`, never below `floor`, what it holds already) before the lock goes, so
+    /// the next writer counts it. Returns the file's new size.
+    fn reserve(&self, mine: &File, mine_path: &Path, want: u64, floor: u64) -> u64 {
+        let Ok(dir) = File::open(&self.dir) else {
+            return floor;
         };
-        let mut files: Vec<(std::time::SystemTime, u64, PathBuf)> = rd
-            .flatten()
+        if rustix::fs::flock(&dir, FlockOperation::LockExclusive).is_err() {
+            return floor;
+        }
+        let mut files = self.files();
+        files.retain(|f| f.2 != mine_path);
+        let mut others: u64 = files.iter().map(|f| f.1).sum();
+        files.sort();
+        for (_, len, path) in files {
+            if others + want <= self.total_bytes {
+                break;
+            }
+            if remove_unless_in_use(&path) {
+                others -= len;
+            }
+        }
+        let size = want.min(self.total_bytes.saturating_sub(others)).max(floor);
+        // Still under the lock (it goes with `dir`).
+        match mine.set_len(size) {
+            Ok(()) => size,
+            Err(_) => floor,
+        }
+    }
+
+    /// (modified, size, path) of every regular file in the directory.
+    fn files(&self) -> Vec<(std::time::SystemTime, u64, PathBuf)> {
+        let Ok(rd) = std::fs::read_dir(&self.dir) else {
+            return Vec::new();
+        };
+        rd.flatten()
             .filter_map(|e| {
                 let m = e.metadata().ok().filter(|m| m.is_file())?;
                 Some((m.modified().ok()?, m.len(), e.path()))
             })
-            .collect();
-        let mut total: u64 = files.iter().map(|f| f.1).sum();
-        files.sort();
-        for (_, len, path) in files {
-            if total <= self.total_bytes {
-                break;
-            }
-            if remove_unless_in_use(&path) {
-                total -= len;
-            }
-        }
+            .collect()
     }
 }
 
@@ -156,7 +185,7 @@ fn remove_unless_in_use(path: &Path) -> bool {
     std::fs::remove_file(path).is_ok()
 }
 
-/// The `n`th name for `stem`: `<stem>.log` first (the name DESIGN §4 gives), then
+/// The `n`th name for `stem`: `<stem>.log` first (the documented name), then
 /// `<stem>-<n>.log`.
 fn numbered(stem: &str, n: u32) -> String {
     match n {
@@ -175,30 +204,70 @@ fn create_new(path: &Path) -> std::io::Result<File> {
         .open(path)
 }
 
-/// One artifact being written; bytes past `max` are dropped (counted elsewhere).
+/// One artifact being written; bytes past its cap, or past the room the directory has
+/// for it, are dropped (counted elsewhere).
 #[derive(Debug)]
 pub(crate) struct ArtifactFile {
     file: File,
     pub path: PathBuf,
     pub written: u64,
+    /// The file's size: `written` plus the room reserved ahead of it.
+    reserved: u64,
     max: u64,
+    dir: Arc<Artifacts>,
 }
 
 impl ArtifactFile {
-    /// Append what fits under the cap; a write error stops further writes (logged once).
+    /// Append what fits under the caps; a write error stops further writes (logged once).
     pub(crate) fn write(&mut self, data: &[u8]) {
-        let room = self.max.saturating_sub(self.written);
-        let n = (data.len() as u64).min(room) as usize;
+        let end = (self.written + data.len() as u64).min(self.max);
+        if end > self.reserved {
+            self.grow(end);
+        }
+        let n = self
+            .reserved
+            .saturating_sub(self.written)
+            .min(data.len() as u64) as usize;
         if n == 0 {
             return;
         }
-        match self.file.write_all(&data[..n]) {
+        match self.file.write_all_at(&data[..n], self.written) {
             Ok(()) => self.written += n as u64,
             Err(e) => {
                 tracing::warn!("artifact {}: {e}", self.path.display());
                 self.max = self.written;
             }
         }
+    }
+
+    /// Reserve room up to `end` (rounded up to the step, within the per-file cap).
+    fn grow(&mut self, end: u64) {
+        let want_end = end
+            .div_ceil(RESERVE_STEP)
+            .saturating_mul(RESERVE_STEP)
+            .min(self.max)
+            .max(end);
+        let size = self
+            .dir
+            .reserve(&self.file, &self.path, want_end, self.written);
+        self.reserved = size;
+        if size < end {
+            // No more room: what does not fit is dropped, like past the file cap.
+            self.max = self.reserved;
+        }
+    }
+
+    /// Give back the room reserved past what was written (the output is complete).
+    pub(crate) fn seal(&mut self) {
+        if self.reserved != self.written && self.file.set_len(self.written).is_ok() {
+            self.reserved = self.written;
+        }
+    }
+}
+
+impl Drop for ArtifactFile {
+    fn drop(&mut self) {
+        self.seal();
     }
 }
 
@@ -278,6 +347,9 @@ impl Capture {
     /// The result text and, when cut, what was left out (with the artifact's name as
     /// `read_file` reads it, see [`full_output_name`]).
     pub(crate) fn finish(mut self, workspace: &Path) -> (String, Option<Truncated>) {
+        if let Some(a) = &mut self.artifact {
+            a.seal();
+        }
         let lines = self.newlines + u64::from(self.last.is_some_and(|b| b != b'\n'));
         let cut = if self.overflowed {
             let tail: Vec<u8> = self.tail.drain(..).collect();
@@ -318,7 +390,7 @@ impl Record for Capture {
 }
 
 /// How `truncated.full_output` names an artifact so that `read_file` reads it: relative
-/// to the workspace when the state directory is inside it (DESIGN's
+/// to the workspace when the state directory is inside it (the documented
 /// `<state_dir>/artifacts/<call>.log`), else `artifacts:/<file>`, because an absolute
 /// path outside every root is refused (`PathOutsideWorkspace`) before a worker sees it.
 pub(crate) fn full_output_name(path: &Path, workspace: &Path) -> String {
@@ -610,8 +682,8 @@ mod tests {
     }
 
     /// A file still being written (its writer holds the lock: here another `Artifacts`,
-    /// as another worker process would) is never pruned, even when it is the oldest;
-    /// once its writer is gone, it is.
+    /// as another worker process would) is never pruned, even when it is the oldest:
+    /// a new file then gets only the room left; once its writer is gone, it is pruned.
     #[test]
     fn files_being_written_are_not_pruned_by_any_worker() {
         let dir = tempfile::tempdir().unwrap();
@@ -623,29 +695,78 @@ mod tests {
         let other_worker = Artifacts::new(dir.path(), &l);
         let mut writing = other_worker.create("old").unwrap();
         writing.write(b"0123456789");
-        let t = std::time::SystemTime::now() - Duration::from_secs(100);
-        File::options()
-            .write(true)
-            .open(&writing.path)
-            .unwrap()
-            .set_modified(t)
-            .unwrap();
         let this_worker = Artifacts::new(dir.path(), &l);
         let mut f = this_worker.create("new").unwrap();
         f.write(b"0123456789");
-        drop(f);
-        // Over the cap (20 > 15): the oldest is in use, so the newer one goes.
-        let _g = this_worker.create("newer").unwrap();
         assert!(writing.path.exists(), "a file being written was pruned");
-        assert!(!dir.path().join("artifacts/new.log").exists());
+        assert_eq!(f.written, 5, "only the room left under the total");
+        drop(f);
         drop(writing);
-        let mut h = this_worker.create("newest").unwrap();
-        h.write(b"0123456789");
-        let _i = this_worker.create("last").unwrap();
+        let mut g = this_worker.create("newer").unwrap();
+        g.write(b"0123456789");
+        assert_eq!(g.written, 10);
         assert!(
             !dir.path().join("artifacts/old.log").exists(),
             "no longer written: prunable"
         );
+    }
+
+    /// However many writers (of any worker process: threads with their own `Artifacts`
+    /// here) grow at once, the directory never holds more than its total, as seen under
+    /// its lock (which every reservation and prune takes; sizes only shrink outside it).
+    #[test]
+    fn the_total_holds_at_every_moment() {
+        let dir = tempfile::tempdir().unwrap();
+        let l = Limits {
+            artifacts_max_bytes: 3 << 20,
+            artifacts_total_bytes: 4 << 20,
+            ..Limits::default()
+        };
+        let state = dir.path().to_path_buf();
+        let arts = state.join("artifacts");
+        std::fs::create_dir_all(&arts).unwrap();
+        let done = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let sampler = {
+            let (done, arts) = (Arc::clone(&done), arts.clone());
+            std::thread::spawn(move || {
+                let mut worst = 0u64;
+                while !done.load(std::sync::atomic::Ordering::Relaxed) {
+                    let lock = File::open(&arts).unwrap();
+                    rustix::fs::flock(&lock, FlockOperation::LockShared).unwrap();
+                    let total: u64 = std::fs::read_dir(&arts)
+                        .unwrap()
+                        .flatten()
+                        .filter_map(|e| e.metadata().ok())
+                        .map(|m| m.len())
+                        .sum();
+                    drop(lock);
+                    worst = worst.max(total);
+                }
+                worst
+            })
+        };
+        let writers: Vec<_> = (0..4)
+            .map(|i| {
+                let (state, l) = (state.clone(), l.clone());
+                std::thread::spawn(move || {
+                    let arts = Artifacts::new(&state, &l);
+                    let chunk = vec![b'x'; 64 * 1024];
+                    for round in 0..3 {
+                        let mut f = arts.create(&format!("w{i}-{round}")).unwrap();
+                        for _ in 0..32 {
+                            f.write(&chunk);
+                        }
+                    }
+                })
+            })
+            .collect();
+        for w in writers {
+            w.join().unwrap();
+        }
+        done.store(true, std::sync::atomic::Ordering::Relaxed);
+        let worst = sampler.join().unwrap();
+        assert!(worst <= 4 << 20, "the directory held {worst} bytes");
+        assert!(worst >= 2 << 20, "the sampler saw little ({worst})");
     }
 
     #[test]
@@ -666,7 +787,7 @@ mod tests {
         for (i, p) in paths.iter().enumerate() {
             assert_eq!(std::fs::read_to_string(p).unwrap(), format!("output {i}"));
         }
-        // A name freed (pruned, removed) is the DESIGN name again.
+        // A name freed (pruned, removed) is the documented name again.
         std::fs::remove_file(&paths[0]).unwrap();
         assert_eq!(arts.create("c1").unwrap().path, paths[0]);
     }

@@ -10,7 +10,7 @@ use serde_json::{Value, json};
 use toolvisor_protocol::worker::{ExecSettings, FromWorker, Limits, Outcome, Roots, WorkerInit};
 use toolvisor_protocol::{ErrorType, Status};
 
-use super::launch::Launcher;
+use super::launch::{Launcher, ShimLauncher};
 use super::{ExecState, run};
 use crate::paths::Resolver;
 use crate::{CancelFlag, OutputSink, ToolContext};
@@ -61,7 +61,7 @@ fn fixture_with(limits: Limits, max_jobs: usize, shim: bool) -> Fixture {
         },
     };
     let launcher = if shim {
-        Launcher::Shim {
+        Launcher::Shim(Box::new(ShimLauncher {
             program: "/bin/sh".into(),
             prefix: vec![
                 "-c".into(),
@@ -75,11 +75,14 @@ fn fixture_with(limits: Limits, max_jobs: usize, shim: bool) -> Fixture {
             ],
             args_env: Some(crate::reap::tests::TEST_SHIM_VAR),
             writable: crate::sandbox::command_writable(&init),
-        }
+            sandbox: None,
+            rlimits: Default::default(),
+        }))
     } else {
         Launcher::Direct
     };
-    let state = Arc::new(ExecState::with_launcher(&init, launcher));
+    let cgroups = super::cgroup::Cgroups::none(&init.exec.sandbox.limits);
+    let state = Arc::new(ExecState::with_launcher(&init, launcher, cgroups));
     let resolver = Arc::new(Resolver::new(&init.roots, &[]).unwrap());
     Fixture {
         _dir: dir,
@@ -105,6 +108,7 @@ impl Fixture {
             cancel: CancelFlag::new(),
             output: None,
             deadline: Some(Instant::now() + Duration::from_secs(60)),
+            network: false,
         }
     }
 

@@ -9,6 +9,10 @@
 //! fd; files with a NUL byte are skipped as binary; invalid UTF-8 is converted lossily.
 //! `caseSensitive` defaults to false. `filePattern` is a glob matched against the file
 //! name, or the workspace-relative path when it contains `/`.
+//!
+//! Memory per file is bounded by `limits.line_max`: a file larger than that is read
+//! through [`LineCut`], so no line longer than the limit is ever buffered; such a line
+//! is shown cut, followed by ` [Line truncated: N characters omitted]`.
 
 use std::collections::BinaryHeap;
 
@@ -19,6 +23,7 @@ use grep_searcher::{BinaryDetection, Searcher, SearcherBuilder};
 use serde_json::{Value, json};
 use toolvisor_protocol::worker::Outcome;
 
+use super::linecut::{Cuts, LineCut};
 use super::walk::{Found, Kind, Visitor, WalkOptions, walk};
 use super::{opt_bool, opt_count, opt_str, plural, str_arg};
 use crate::{ToolContext, ToolError, truncate};
@@ -107,6 +112,8 @@ struct Search<'a> {
     total: u64,
     total_bytes: u64,
     files: u64,
+    /// `limits.line_max`.
+    line_max: usize,
 }
 
 impl<'a> Search<'a> {
@@ -117,9 +124,12 @@ impl<'a> Search<'a> {
         filter: Option<&FileFilter>,
         held: usize,
     ) -> Self {
+        let line_max = ctx.init.limits.line_max.max(1);
         let searcher = SearcherBuilder::new()
             .line_number(true)
             .binary_detection(BinaryDetection::quit(b'\x00'))
+            // A backstop: LineCut keeps lines under line_max already.
+            .heap_limit(Some(line_max.saturating_mul(2).saturating_add(1 << 20)))
             .build();
         Search {
             ctx,
@@ -132,6 +142,7 @@ impl<'a> Search<'a> {
             total: 0,
             total_bytes: 0,
             files: 0,
+            line_max,
         }
     }
 
@@ -144,18 +155,32 @@ impl<'a> Search<'a> {
         let (cancel, path) = (&self.ctx.cancel, r.display);
         let (heap, held) = (&mut self.heap, self.held);
         let (mut count, mut bytes) = (0u64, 0u64);
+        let cuts: Cuts = Cuts::default();
+        let seen_cuts = std::rc::Rc::clone(&cuts);
         let sink = Lossy(|line, text| {
+            let mut text = text.trim_end_matches(['\n', '\r']).to_owned();
+            if let Some(n) = seen_cuts.borrow().get(&line) {
+                text.push_str(&format!(" [Line truncated: {n} characters omitted]"));
+            }
             let m = Match {
                 path: path.clone(),
                 line,
-                text: text.trim_end_matches(['\n', '\r']).to_owned(),
+                text,
             };
             count += 1;
             bytes += m.render().len() as u64 + 1;
             keep_smallest(heap, held, m);
             Ok(!cancel.is_cancelled())
         });
-        let _ = self.searcher.search_file(&self.matcher, &file, sink);
+        let big = file
+            .metadata()
+            .is_ok_and(|m| m.len() > self.line_max as u64);
+        let _ = if big {
+            let reader = LineCut::new(&file, self.line_max, cuts);
+            self.searcher.search_reader(&self.matcher, reader, sink)
+        } else {
+            self.searcher.search_file(&self.matcher, &file, sink)
+        };
         self.total += count;
         self.total_bytes += bytes;
         self.files += u64::from(count > 0);
@@ -254,6 +279,29 @@ mod tests {
         let o = w.run("grep", args);
         assert!(o.error.is_none(), "{}", o.content);
         o.content.lines().map(str::to_owned).collect()
+    }
+
+    #[test]
+    fn a_huge_line_is_cut_and_memory_stays_bounded() {
+        let w = ws_with(
+            Limits {
+                line_max: 1000,
+                ..Limits::default()
+            },
+            &[],
+        );
+        let line = format!("needle{}", "x".repeat(200_000));
+        w.write("big.txt", format!("a\n{line}\nneedle at the end\n"));
+        w.write("small.txt", "needle\n");
+        let lines = grep(&w, json!({"pattern": "needle"}));
+        assert_eq!(lines.len(), 3, "{lines:?}");
+        let cut = format!(
+            "big.txt:2: needle{} [Line truncated: 199006 characters omitted]",
+            "x".repeat(994)
+        );
+        assert_eq!(lines[0], cut);
+        assert_eq!(lines[1], "big.txt:3: needle at the end");
+        assert_eq!(lines[2], "small.txt:1: needle");
     }
 
     #[test]

@@ -10,6 +10,7 @@
 mod glob;
 mod grep;
 mod guard;
+mod linecut;
 mod ls;
 mod read_file;
 mod read_many_files;
@@ -155,6 +156,7 @@ pub(crate) mod testutil {
             cancel: CancelFlag::new(),
             output: None,
             deadline: None,
+            network: false,
         };
         Ws { _dir: dir, ctx }
     }

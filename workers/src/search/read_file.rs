@@ -14,7 +14,9 @@
 //!   rest of the state directory is protected (see [`super::guard`]).
 //!
 //! The file is streamed: only the requested lines are kept, and of those only what the
-//! truncation may keep; the rest is counted for the marker.
+//! truncation may keep; the rest is counted for the marker. No line is held whole: at
+//! most `limits.line_max` bytes of one are ever in memory, and the output ends (with
+//! the marker) at the first line longer than that.
 
 use std::fs::File;
 use std::io::{BufRead, BufReader, Cursor, Read};
@@ -98,7 +100,11 @@ pub fn read_text(
     check_text(&head, shown)?;
     let mut reader = BufReader::new(Cursor::new(head).chain(file));
     let limits = &ctx.init.limits;
-    let sel = select(&mut reader, range, limits.file_max + 4, ctx, shown)?;
+    let caps = Caps {
+        keep: limits.file_max + 4,
+        line: limits.line_max.max(1),
+    };
+    let sel = select(&mut reader, range, caps, ctx, shown)?;
     if sel.lines == 0 && range.start > 1 {
         return Err(ToolError::invalid(format!(
             "startLine {} is past the end of `{shown}` ({} lines)",
@@ -106,13 +112,12 @@ pub fn read_text(
         )));
     }
     let text = String::from_utf8_lossy(&sel.kept);
-    let cut = text_counted(
-        &text,
-        sel.bytes,
-        sel.lines,
-        limits.file_max,
-        limits.file_keep,
-    );
+    // A line cut at `line_max` ends the output there (unless the file limit cuts first).
+    let (max, keep) = match sel.cut_at {
+        Some(at) if at <= limits.file_max => (at, at),
+        _ => (limits.file_max, limits.file_keep),
+    };
+    let cut = text_counted(&text, sel.bytes, sel.lines, max, keep);
     Ok(ReadText {
         cut,
         lines: sel.lines,
@@ -128,13 +133,24 @@ struct Selection {
     lines: u64,
     /// Lines seen in the file (all of them when the range ran past the end).
     seen: u64,
+    /// Where `kept` ends inside a line longer than the line cap (nothing is kept after
+    /// it).
+    cut_at: Option<usize>,
 }
 
-/// Read lines `range` from `reader`, keeping at most `cap` bytes of them.
+/// How much [`select`] keeps: of the range, and of any one line.
+#[derive(Clone, Copy)]
+struct Caps {
+    keep: usize,
+    line: usize,
+}
+
+/// Read lines `range` from `reader`, keeping at most `caps.keep` bytes of them and at
+/// most `caps.line` bytes of any line (counting the rest).
 fn select(
     reader: &mut impl BufRead,
     range: LineRange,
-    cap: usize,
+    caps: Caps,
     ctx: &ToolContext,
     shown: &str,
 ) -> Result<Selection, ToolError> {
@@ -143,18 +159,17 @@ fn select(
         bytes: 0,
         lines: 0,
         seen: 0,
+        cut_at: None,
     };
     let mut line = Vec::new();
     while sel.seen < range.end {
         line.clear();
-        let n = reader
-            .read_until(b'\n', &mut line)
-            .map_err(|e| io_error(e, shown))?;
+        let n = read_line_capped(reader, &mut line, caps.line).map_err(|e| io_error(e, shown))?;
         if n == 0 {
             break;
         }
         sel.seen += 1;
-        if sel.seen.is_multiple_of(4096) {
+        if sel.seen.is_multiple_of(4096) || n > caps.line {
             ctx.cancel.check()?;
         }
         if sel.seen < range.start {
@@ -162,10 +177,47 @@ fn select(
         }
         sel.bytes += n as u64;
         sel.lines += 1;
-        let room = cap.saturating_sub(sel.kept.len()).min(n);
+        if sel.cut_at.is_some() {
+            continue;
+        }
+        let room = caps.keep.saturating_sub(sel.kept.len()).min(line.len());
         sel.kept.extend_from_slice(&line[..room]);
+        if n > line.len() && room == line.len() {
+            sel.cut_at = Some(sel.kept.len());
+        }
     }
     Ok(sel)
+}
+
+/// Read one line (through its `\n`) into `line`, keeping at most `cap` bytes of it;
+/// returns the line's full length (0 at the end of the file).
+pub fn read_line_capped(
+    reader: &mut impl BufRead,
+    line: &mut Vec<u8>,
+    cap: usize,
+) -> std::io::Result<usize> {
+    let mut total = 0;
+    loop {
+        let buf = match reader.fill_buf() {
+            Ok(b) => b,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+            Err(e) => return Err(e),
+        };
+        if buf.is_empty() {
+            return Ok(total);
+        }
+        let (used, done) = match buf.iter().position(|&b| b == b'\n') {
+            Some(i) => (i + 1, true),
+            None => (buf.len(), false),
+        };
+        let room = cap.saturating_sub(line.len()).min(used);
+        line.extend_from_slice(&buf[..room]);
+        total += used;
+        reader.consume(used);
+        if done {
+            return Ok(total);
+        }
+    }
 }
 
 /// `BinaryFile` for a NUL byte or invalid UTF-8 in `head` (a character cut by the end of
@@ -263,6 +315,40 @@ mod tests {
                 .content
                 .contains("artifacts")
         );
+    }
+
+    #[test]
+    fn a_long_line_is_cut_at_line_max_without_holding_it() {
+        let w = ws_with(
+            Limits {
+                file_max: 1000,
+                file_keep: 500,
+                line_max: 100,
+                ..Limits::default()
+            },
+            &[],
+        );
+        let long = "x".repeat(5000);
+        w.write("f", format!("first\n{long}\nlast\n"));
+        let o = w.run("read_file", json!({"path": "f"}));
+        assert!(o.error.is_none(), "{}", o.content);
+        let want = format!(
+            "first\n{}\n[Output truncated: 2 lines and 4906 characters omitted]",
+            &long[..100]
+        );
+        assert_eq!(o.content, want);
+        let t = o.truncated.unwrap();
+        assert_eq!((t.omitted_lines, t.omitted_bytes), (2, 4906));
+        // Past the long line, a range reads normally.
+        let o = w.run("read_file", json!({"path": "f", "startLine": 3}));
+        assert_eq!(o.content, "last\n");
+        let mut r = std::io::Cursor::new(b"abcdef\ngh".to_vec());
+        let mut line = Vec::new();
+        assert_eq!(super::read_line_capped(&mut r, &mut line, 3).unwrap(), 7);
+        assert_eq!(line, b"abc");
+        line.clear();
+        assert_eq!(super::read_line_capped(&mut r, &mut line, 3).unwrap(), 2);
+        assert_eq!(line, b"gh");
     }
 
     #[test]

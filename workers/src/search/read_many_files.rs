@@ -4,7 +4,8 @@
 //! and the call still succeeds; each file is truncated on its own (as `read_file`), and
 //! `truncated` sums what was left out. A path named explicitly follows `read_file`'s
 //! rules (an artifact file is readable, `.git` is refused); globs only ever match what
-//! discovery shows.
+//! discovery shows. The whole output is capped too (`limits.many_max`): past it the
+//! text ends with the marker, which counts what the remaining sections held.
 
 use serde_json::{Value, json};
 use toolvisor_protocol::Truncated;
@@ -17,7 +18,10 @@ use crate::{ToolContext, ToolError};
 
 pub fn run(args: &Value, ctx: &ToolContext) -> Result<Outcome, ToolError> {
     let paths = path_args(args)?;
-    let mut out = Output::default();
+    let mut out = Output {
+        cap: ctx.init.limits.many_max,
+        ..Output::default()
+    };
     for p in paths {
         ctx.cancel.check()?;
         if is_glob(p) {
@@ -84,6 +88,10 @@ struct Output {
     files: u64,
     errors: u64,
     truncated: Option<Truncated>,
+    /// `limits.many_max`: the most `text` may hold.
+    cap: usize,
+    /// What did not fit under the cap (bytes, lines), once it was reached.
+    over: Option<(u64, u64)>,
 }
 
 impl Output {
@@ -116,11 +124,37 @@ impl Output {
         self.errors += 1;
     }
 
+    /// Append a section, or the part of it under the cap (then only count the rest).
     fn section(&mut self, p: &str, body: &str) {
-        self.text.push_str(&format!("=== {p} ===\n{body}\n"));
+        let section = format!("=== {p} ===\n{body}\n");
+        let room = self.cap.saturating_sub(self.text.len());
+        if self.over.is_none() && section.len() <= room {
+            self.text.push_str(&section);
+            return;
+        }
+        let (bytes, lines) = self.over.get_or_insert((0, 0));
+        let kept = match room {
+            _ if *bytes > 0 || *lines > 0 => 0,
+            r => crate::truncate::floor_boundary(&section, r),
+        };
+        let rest = &section[kept..];
+        *bytes += rest.len() as u64;
+        *lines += crate::truncate::count_lines(rest.as_bytes());
+        if kept > 0 {
+            self.text.push_str(&section[..kept]);
+        }
     }
 
-    fn finish(self) -> Outcome {
+    fn finish(mut self) -> Outcome {
+        if let Some((bytes, lines)) = self.over {
+            if !self.text.ends_with('\n') {
+                self.text.push('\n');
+            }
+            self.text.push_str(&crate::truncate::marker(lines, bytes));
+            let sum = self.truncated.get_or_insert_with(Truncated::default);
+            sum.omitted_bytes += bytes;
+            sum.omitted_lines += lines;
+        }
         let mut o = Outcome::ok(self.text);
         o.truncated = self.truncated;
         o.display = match self.errors {
@@ -167,6 +201,33 @@ mod tests {
             "{}",
             o.content
         );
+    }
+
+    #[test]
+    fn the_whole_output_is_capped_with_one_marker() {
+        let w = ws_with(
+            Limits {
+                many_max: 100,
+                ..Limits::default()
+            },
+            &[],
+        );
+        let names: Vec<String> = (0..20).map(|i| format!("f{i:02}.txt")).collect();
+        for n in &names {
+            w.write(n, "0123456789\n");
+        }
+        let o = w.run("read_many_files", json!({"paths": names}));
+        assert!(o.error.is_none(), "{}", o.content);
+        let (kept, marker) = o.content.rsplit_once('\n').unwrap();
+        assert!(kept.len() <= 100, "{}", o.content);
+        assert!(marker.starts_with("[Output truncated: "), "{marker}");
+        assert_eq!(o.content.matches("[Output truncated").count(), 1);
+        let t = o.truncated.unwrap();
+        let whole: usize = names
+            .iter()
+            .map(|n| format!("=== {n} ===\n0123456789\n\n").len())
+            .sum();
+        assert_eq!(t.omitted_bytes as usize + kept.len() + 1, whole);
     }
 
     #[test]

@@ -1,4 +1,5 @@
-//! Self-confinement of a worker process at start (Landlock). OWNER: exec helper.
+//! Landlock: self-confinement of a worker process at start, and the stricter domain
+//! the reap shim stacks for the commands it runs.
 //!
 //! Only writes are handled (reads stay allowed everywhere, so `search` can still read
 //! anything the resolver lets it). Per group:
@@ -12,7 +13,7 @@
 //! second, stricter domain ([`command_writable`], passed as `--confine --write P...`)
 //! before it starts the command. Landlock domains only ever narrow, so the command
 //! ends with the intersection: everything but the state directory (unless the state
-//! directory sits inside a root, where Landlock cannot carve it out; DESIGN §2).
+//! directory sits inside a root, where Landlock cannot carve it out).
 //!
 //! `ABI::V5` on purpose: V9 would also block connecting to unix sockets.
 
@@ -31,7 +32,14 @@ const TARGET_ABI: ABI = ABI::V5;
 ///
 /// Call it at the start of the worker process, before building the tokio runtime:
 /// before ABI V8 a domain only applies to the calling thread (and what it spawns).
-pub fn confine(init: &WorkerInit) -> Option<u32> {
+///
+/// An exec worker whose commands get namespaces stays out of Landlock: a Landlock
+/// domain forbids `mount` and `pivot_root`, which the shims it starts need to build
+/// each command's root (the commands themselves get a domain inside it).
+pub fn confine(init: &WorkerInit, cgroups: &[PathBuf]) -> Option<u32> {
+    if init.group == "exec" && init.exec.sandbox.namespaces {
+        return None;
+    }
     let paths = match init.group.as_str() {
         "edit" => {
             let mut p = roots(init);
@@ -41,6 +49,7 @@ pub fn confine(init: &WorkerInit) -> Option<u32> {
         "exec" => {
             let mut p = command_writable(init);
             p.push(init.state_dir.clone());
+            p.extend(cgroups.iter().cloned());
             p
         }
         _ => Vec::new(), // search, and anything unknown: read-only
@@ -73,7 +82,7 @@ fn roots(init: &WorkerInit) -> Vec<PathBuf> {
 }
 
 /// `~/x` → `$HOME/x`; `~` alone → `$HOME`; None when HOME is needed but unset.
-fn expand_home(p: &Path, home: Option<&Path>) -> Option<PathBuf> {
+pub(crate) fn expand_home(p: &Path, home: Option<&Path>) -> Option<PathBuf> {
     match p.strip_prefix("~") {
         Ok(rest) => home.map(|h| h.join(rest)),
         Err(_) => Some(p.to_path_buf()),
@@ -83,7 +92,19 @@ fn expand_home(p: &Path, home: Option<&Path>) -> Option<PathBuf> {
 /// Allow writes only beneath `paths` (missing ones ignored) for this thread and what
 /// it starts from now on. Returns the ABI enforced, None when Landlock is unavailable.
 pub fn restrict_writes(paths: &[PathBuf]) -> Option<u32> {
-    let write = AccessFs::from_write(TARGET_ABI);
+    restrict(paths, TARGET_ABI)
+}
+
+/// [`restrict_writes`] for a command inside its namespace sandbox, where it also may
+/// connect only to Unix sockets beneath `paths` (Landlock ABI 9, on kernels that have
+/// it): a daemon's socket elsewhere on the read-only host (`/run/docker.sock`) is then
+/// out of reach too. Older kernels apply what they support.
+pub fn restrict_command(paths: &[PathBuf]) -> Option<u32> {
+    restrict(paths, ABI::V9)
+}
+
+fn restrict(paths: &[PathBuf], abi: ABI) -> Option<u32> {
+    let write = AccessFs::from_write(abi);
     let result = Ruleset::default()
         .set_compatibility(CompatLevel::BestEffort)
         .handle_access(write)
@@ -92,7 +113,7 @@ pub fn restrict_writes(paths: &[PathBuf]) -> Option<u32> {
         .and_then(|r| r.restrict_self());
     match result {
         Ok(status) if status.ruleset != RulesetStatus::NotEnforced => {
-            Some(abi_number(status.landlock))
+            Some(abi_number(status.landlock, abi))
         }
         Ok(_) => {
             tracing::warn!("Landlock is not available on this kernel: writes are not confined");
@@ -106,12 +127,22 @@ pub fn restrict_writes(paths: &[PathBuf]) -> Option<u32> {
 }
 
 /// The ABI actually in force: the kernel's, capped at the one we target.
-fn abi_number(status: LandlockStatus) -> u32 {
-    let abi = ABI::from(status).min(TARGET_ABI);
-    [ABI::V1, ABI::V2, ABI::V3, ABI::V4, ABI::V5]
-        .iter()
-        .position(|a| *a == abi)
-        .map_or(0, |i| i as u32 + 1)
+fn abi_number(status: LandlockStatus, target: ABI) -> u32 {
+    let abi = ABI::from(status).min(target);
+    [
+        ABI::V1,
+        ABI::V2,
+        ABI::V3,
+        ABI::V4,
+        ABI::V5,
+        ABI::V6,
+        ABI::V7,
+        ABI::V8,
+        ABI::V9,
+    ]
+    .iter()
+    .position(|a| *a == abi)
+    .map_or(0, |i| i as u32 + 1)
 }
 
 #[cfg(test)]
@@ -252,7 +283,7 @@ mod tests {
         // SAFETY: as in confined_sh.
         unsafe {
             cmd.pre_exec(move || {
-                let abi = confine(&i);
+                let abi = confine(&i, &[]);
                 if abi.is_none() {
                     return Err(std::io::Error::from_raw_os_error(libc::ENOSYS));
                 }

@@ -1,0 +1,33 @@
+//! The command sandbox as `serve` finds it at start: whether this host lets commands
+//! have their own namespaces (one probe, whatever `workers.exec.sandbox` says, so a
+//! reload may switch it on), and the one warning when `auto` falls back.
+
+use std::path::{Path, PathBuf};
+
+use crate::config::{Config, SandboxMode};
+
+/// Probe the host; `Err` says why commands cannot have namespaces here.
+pub async fn probe(
+    exe: &Path,
+    workspace: &Path,
+    state_dir: &Path,
+    config: &Config,
+) -> Result<(), String> {
+    let (exe, ws) = (exe.to_path_buf(), workspace.to_path_buf());
+    let hidden: Vec<PathBuf> = vec![state_dir.canonicalize().unwrap_or(state_dir.to_path_buf())];
+    let result = tokio::task::spawn_blocking(move || {
+        toolvisor_workers::sandbox::probe::probe(&exe, &ws, &hidden)
+    })
+    .await
+    .unwrap_or_else(|e| Err(format!("the probe failed: {e}")));
+    match (&result, config.workers.exec.sandbox) {
+        (Err(why), SandboxMode::Auto) => tracing::warn!(
+            "commands run without their own namespaces (Landlock and the reap shim only; see docs/SANDBOX.md): {why}"
+        ),
+        (Ok(()), SandboxMode::Off) => tracing::info!(
+            "workers.exec.sandbox = \"off\": commands run without their own namespaces"
+        ),
+        _ => {}
+    }
+    result
+}

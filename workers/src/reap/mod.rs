@@ -1,0 +1,335 @@
+//! `toolvisor reap [OPTIONS] -- CMD...`: the single-threaded shim every command runs
+//! under (see docs/SANDBOX.md).
+//!
+//! Why a separate process: a child subreaper must reap whatever it adopts, and
+//! `waitpid(-1)` inside the tokio worker would steal the exit statuses tokio waits for;
+//! and a new user namespace can only be entered by a single-threaded process. This
+//! shim has no runtime and one thread of its own.
+//!
+//! What it does, in both modes:
+//! 1. becomes a child subreaper, gets SIGTERM as its parent-death signal (and checks
+//!    `--ppid` against the race before the `prctl`);
+//! 2. sets the command's rlimits (`--rlimits`);
+//! 3. when the command exits, or the shim gets SIGTERM/SIGINT/SIGHUP (cancel, timeout,
+//!    worker death), kills everything the command started (TERM, then KILL after the
+//!    grace), and exits with the command's status: the same exit code, or death by the
+//!    same signal, so the worker sees exactly what the command did;
+//! 4. writes a [`report::Report`] (resources used, or why the sandbox could not be set
+//!    up) to `--report-fd`.
+//!
+//! With `--sandbox SPEC` ([`pidns`]) the command runs in new namespaces and its tree is
+//! the PID namespace; without ([`tree`]), under Landlock (`--confine --write P...`)
+//! with the tree found through `/proc`.
+
+mod pidns;
+pub mod report;
+mod signals;
+mod tree;
+
+use std::os::unix::process::CommandExt;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use nix::sys::signal::{SaFlags, SigAction, SigHandler, SigSet, Signal, kill, sigaction};
+use nix::sys::wait::WaitStatus;
+use nix::unistd::{Pid, getpid, getppid};
+
+use crate::sandbox::spec::{Rlimits, SandboxSpec};
+pub use signals::{SelfPipe, Woken};
+pub use tree::{descendants, kill_tree, read_ppid};
+
+/// Exit code when the shim's own arguments are wrong (EX_USAGE).
+const EX_USAGE: i32 = 64;
+/// Exit code when the command cannot be started (like a shell).
+const EX_NOEXEC: i32 = 127;
+/// Exit code when the sandbox or the limits cannot be set up: the command never ran.
+pub const EX_SETUP: i32 = 125;
+/// The environment marker the supervisor looks for at start to kill leftovers.
+pub const MARKER_VAR: &str = "TOOLVISOR_INSTANCE";
+/// Default grace between SIGTERM and SIGKILL (docs/PROTOCOL.md §9).
+pub const DEFAULT_GRACE: Duration = Duration::from_secs(2);
+
+/// Parsed `toolvisor reap` arguments.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct ShimArgs {
+    /// The worker's pid: if our parent is already someone else, the worker died
+    /// before our parent-death signal was armed.
+    pub ppid: Option<i32>,
+    /// Value of `TOOLVISOR_INSTANCE` for the command.
+    pub instance: Option<String>,
+    pub grace: Duration,
+    /// Apply a Landlock write allow-list (`paths`) before starting the command.
+    pub confine: bool,
+    pub write: Vec<PathBuf>,
+    /// Run the command in new namespaces, with this view of the file system.
+    pub sandbox: Option<SandboxSpec>,
+    pub rlimits: Rlimits,
+    /// Where to write the [`report::Report`] (an inherited pipe).
+    pub report_fd: Option<i32>,
+    /// The command and its arguments.
+    pub argv: Vec<String>,
+}
+
+impl ShimArgs {
+    /// The command line [`parse`] reads back (without the program name).
+    pub fn to_args(&self) -> Result<Vec<String>, String> {
+        let mut out = Vec::new();
+        if let Some(p) = self.ppid {
+            out.extend(["--ppid".to_owned(), p.to_string()]);
+        }
+        if let Some(i) = &self.instance {
+            out.extend(["--instance".to_owned(), i.clone()]);
+        }
+        out.extend(["--grace-ms".to_owned(), self.grace.as_millis().to_string()]);
+        if self.confine {
+            out.push("--confine".to_owned());
+        }
+        for w in &self.write {
+            out.extend(["--write".to_owned(), w.to_string_lossy().into_owned()]);
+        }
+        if let Some(s) = &self.sandbox {
+            out.extend(["--sandbox".to_owned(), to_json(s)?]);
+        }
+        if !self.rlimits.is_empty() {
+            out.extend(["--rlimits".to_owned(), to_json(&self.rlimits)?]);
+        }
+        if let Some(fd) = self.report_fd {
+            out.extend(["--report-fd".to_owned(), fd.to_string()]);
+        }
+        out.push("--".to_owned());
+        out.extend(self.argv.iter().cloned());
+        Ok(out)
+    }
+}
+
+fn to_json<T: serde::Serialize>(v: &T) -> Result<String, String> {
+    serde_json::to_string(v).map_err(|e| e.to_string())
+}
+
+/// Parse `[--ppid N] [--instance ID] [--grace-ms N] [--confine] [--write P]...
+/// [--sandbox JSON] [--rlimits JSON] [--report-fd N] -- CMD...`.
+pub fn parse(args: Vec<String>) -> Result<ShimArgs, String> {
+    let mut out = ShimArgs {
+        grace: DEFAULT_GRACE,
+        ..ShimArgs::default()
+    };
+    let mut it = args.into_iter();
+    while let Some(a) = it.next() {
+        let mut value = |name: &str| it.next().ok_or_else(|| format!("{name} needs a value"));
+        match a.as_str() {
+            "--" => {
+                out.argv = it.collect();
+                break;
+            }
+            "--ppid" => out.ppid = Some(value("--ppid")?.parse().map_err(|_| "bad --ppid")?),
+            "--instance" => out.instance = Some(value("--instance")?),
+            "--grace-ms" => {
+                let ms: u64 = value("--grace-ms")?.parse().map_err(|_| "bad --grace-ms")?;
+                out.grace = Duration::from_millis(ms);
+            }
+            "--confine" => out.confine = true,
+            "--write" => out.write.push(PathBuf::from(value("--write")?)),
+            "--sandbox" => {
+                let v = value("--sandbox")?;
+                out.sandbox =
+                    Some(serde_json::from_str(&v).map_err(|e| format!("bad --sandbox: {e}"))?);
+            }
+            "--rlimits" => {
+                let v = value("--rlimits")?;
+                out.rlimits =
+                    serde_json::from_str(&v).map_err(|e| format!("bad --rlimits: {e}"))?;
+            }
+            "--report-fd" => {
+                let v = value("--report-fd")?;
+                out.report_fd = Some(v.parse().map_err(|_| "bad --report-fd")?);
+            }
+            other => return Err(format!("unknown option {other:?}")),
+        }
+    }
+    if out.argv.is_empty() {
+        return Err("usage: toolvisor reap [OPTIONS] -- COMMAND [ARGS...]".into());
+    }
+    Ok(out)
+}
+
+/// Entry point of `toolvisor reap`; returns the exit code (or does not return when
+/// the command died by a signal: the shim then dies by the same signal).
+pub fn main(args: Vec<String>) -> i32 {
+    match parse(args) {
+        Ok(a) => run(&a),
+        Err(msg) => {
+            eprintln!("toolvisor reap: {msg}");
+            EX_USAGE
+        }
+    }
+}
+
+/// Run the shim with parsed arguments.
+pub fn run(a: &ShimArgs) -> i32 {
+    if let Err(e) = nix::sys::prctl::set_child_subreaper(true) {
+        eprintln!("toolvisor reap: cannot become a child subreaper: {e}");
+    }
+    let _ = nix::sys::prctl::set_pdeathsig(Signal::SIGTERM);
+    if a.ppid.is_some_and(|p| getppid().as_raw() != p) {
+        return 128 + Signal::SIGTERM as i32; // the worker is gone already
+    }
+    let report = report::Writer::new(a.report_fd);
+    let pipe = match SelfPipe::install() {
+        Ok(p) => p,
+        Err(e) => return report.setup_failed(&format!("cannot install signal handlers: {e}")),
+    };
+    match &a.sandbox {
+        Some(spec) => pidns::run(a, spec, pipe, &report),
+        None => run_plain(a, &pipe, &report),
+    }
+}
+
+/// The fallback: Landlock and the subreaper, no namespaces.
+fn run_plain(a: &ShimArgs, pipe: &SelfPipe, report: &report::Writer) -> i32 {
+    if a.confine {
+        crate::sandbox::restrict_writes(&a.write);
+    }
+    if let Err(e) = a.rlimits.apply() {
+        return report.setup_failed(&e);
+    }
+    let child = match spawn(&a.argv, a.instance.as_deref()) {
+        Ok(pid) => pid,
+        Err(e) => {
+            eprintln!("toolvisor reap: cannot run {:?}: {e}", a.argv[0]);
+            report.resources();
+            return EX_NOEXEC;
+        }
+    };
+    let mut status = None;
+    while status.is_none() {
+        tree::reap_all(child, &mut status);
+        if status.is_some() || pipe.wait(None).terminate {
+            break;
+        }
+    }
+    kill_tree(getpid(), child, a.grace, pipe, &mut status);
+    report.resources();
+    finish(status)
+}
+
+/// Start the command in its own process group; the handlers we installed are reset
+/// to the default by `execve`, and std resets the signal mask.
+fn spawn(argv: &[String], instance: Option<&str>) -> std::io::Result<Pid> {
+    let mut cmd = std::process::Command::new(&argv[0]);
+    cmd.args(&argv[1..]).process_group(0);
+    if let Some(id) = instance {
+        cmd.env(MARKER_VAR, id);
+    }
+    // The shim reaps with waitpid(-1); the std handle is never waited on.
+    let child = cmd.spawn()?;
+    Ok(Pid::from_raw(child.id() as i32))
+}
+
+/// Exit like the command did: same code, or death by the same signal.
+fn finish(status: Option<WaitStatus>) -> i32 {
+    match status {
+        Some(WaitStatus::Exited(_, code)) => code,
+        Some(WaitStatus::Signaled(_, sig, _)) => die_by(sig),
+        _ => 128 + Signal::SIGKILL as i32,
+    }
+}
+
+/// Re-raise `sig` on ourselves with its default action; the fallback code is the
+/// shell's convention for a signal death.
+fn die_by(sig: Signal) -> i32 {
+    let _ = nix::sys::resource::setrlimit(nix::sys::resource::Resource::RLIMIT_CORE, 0, 0);
+    let dfl = SigAction::new(SigHandler::SigDfl, SaFlags::empty(), SigSet::empty());
+    // SAFETY: restoring the default disposition installs no handler.
+    let _ = unsafe { sigaction(sig, &dfl) };
+    let mut set = SigSet::empty();
+    set.add(sig);
+    let _ = set.thread_unblock();
+    let _ = kill(getpid(), sig);
+    128 + sig as i32
+}
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use super::*;
+
+    /// Name of the env var that turns [`shim_entry`] into a shim (JSON array of args).
+    pub(crate) const TEST_SHIM_VAR: &str = "TOOLVISOR_TEST_SHIM";
+
+    /// Not a test: when the test binary is re-executed with `TOOLVISOR_TEST_SHIM`, this
+    /// "test" becomes `toolvisor reap`. The launcher redirects libtest's own stdout
+    /// and stderr to /dev/null and hands the real ones over as fds 3 and 4.
+    #[test]
+    fn shim_entry() {
+        let Ok(json) = std::env::var(TEST_SHIM_VAR) else {
+            return;
+        };
+        let args: Vec<String> = serde_json::from_str(&json).expect("shim args");
+        // SAFETY: the other thread of this process (libtest's main) only waits for us.
+        unsafe { std::env::remove_var(TEST_SHIM_VAR) };
+        for (from, to) in [(3, 1), (4, 2)] {
+            // SAFETY: plain fd juggling at start, before anything else uses them.
+            unsafe {
+                libc::dup2(from, to);
+                libc::close(from);
+            }
+        }
+        std::process::exit(main(args));
+    }
+
+    #[test]
+    fn parse_options_and_command() {
+        let a = parse(
+            [
+                "--ppid",
+                "7",
+                "--instance",
+                "abc",
+                "--grace-ms",
+                "50",
+                "--confine",
+                "--write",
+                "/tmp",
+                "--",
+                "sh",
+                "-c",
+                "echo hi",
+            ]
+            .map(String::from)
+            .to_vec(),
+        )
+        .unwrap();
+        assert_eq!(a.ppid, Some(7));
+        assert_eq!(a.instance.as_deref(), Some("abc"));
+        assert_eq!(a.grace, Duration::from_millis(50));
+        assert!(a.confine);
+        assert_eq!(a.write, vec![PathBuf::from("/tmp")]);
+        assert_eq!(a.argv, ["sh", "-c", "echo hi"]);
+        assert!(parse(vec!["--".into()]).is_err());
+        assert!(parse(vec!["--bogus".into(), "--".into(), "x".into()]).is_err());
+        assert_eq!(main(vec![]), EX_USAGE);
+    }
+
+    #[test]
+    fn arguments_round_trip() {
+        let a = ShimArgs {
+            ppid: Some(9),
+            instance: Some("i-1".into()),
+            grace: Duration::from_millis(2000),
+            confine: true,
+            write: vec!["/w".into()],
+            sandbox: Some(SandboxSpec {
+                roots: vec!["/w".into()],
+                hidden: vec!["/w/.toolvisor".into()],
+                cwd: "/w".into(),
+                ..SandboxSpec::default()
+            }),
+            rlimits: Rlimits {
+                fsize: Some(1 << 20),
+                ..Rlimits::default()
+            },
+            report_fd: Some(5),
+            argv: vec!["sh".into(), "-c".into(), "true".into()],
+        };
+        assert_eq!(parse(a.to_args().unwrap()).unwrap(), a);
+    }
+}

@@ -1,0 +1,20 @@
+//! Confinement: of worker processes (Landlock, at their start) and of the commands the
+//! exec worker runs (see docs/SANDBOX.md).
+//!
+//! A command runs, where the host allows it, in new user, mount, PID, network, IPC,
+//! UTS and cgroup namespaces that the reap shim builds ([`ns`], [`plan`], [`mount`]):
+//! the host file system read-only, the workspace roots and `workers.exec.writable`
+//! writable, the [`protect`]ed paths inside them read-only (pinned against renames),
+//! the state directory and the socket hidden, a private `/tmp`, a fresh `/proc`, and
+//! only `lo` unless the network is allowed. [`probe`] tells `serve` whether the host
+//! allows it; where it does not, commands run under [`landlock`] and the shim only.
+
+pub mod landlock;
+pub mod mount;
+pub mod ns;
+pub mod plan;
+pub mod probe;
+pub mod protect;
+pub mod spec;
+
+pub use landlock::{command_writable, confine, restrict_writes};

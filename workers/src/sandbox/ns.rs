@@ -1,0 +1,151 @@
+//! The namespace side of a command's sandbox, as the reap shim uses it:
+//! [`unshare`] in the shim (single-threaded: a new user namespace needs that), then in
+//! the first process of the new PID namespace [`setup`] (the file system view, the
+//! host name, `lo`) and, last before the command starts, [`drop_privileges`].
+
+use std::os::fd::AsRawFd;
+use std::path::Path;
+
+use rustix::thread::{CapabilitySet, CapabilitySets, UnshareFlags};
+
+use super::plan::{self, HostView, Inputs};
+use super::spec::SandboxSpec;
+
+/// The namespaces every sandboxed command gets (the network one unless allowed).
+fn flags(network: bool) -> UnshareFlags {
+    let mut f = UnshareFlags::NEWUSER
+        | UnshareFlags::NEWNS
+        | UnshareFlags::NEWPID
+        | UnshareFlags::NEWIPC
+        | UnshareFlags::NEWUTS
+        | UnshareFlags::NEWCGROUP;
+    if !network {
+        f |= UnshareFlags::NEWNET;
+    }
+    f
+}
+
+/// Enter new namespaces (the PID one applies to the children started next) and map
+/// our own uid and gid into the user namespace, unchanged. Call it single-threaded.
+pub fn unshare(spec: &SandboxSpec) -> Result<(), String> {
+    if spec.fail {
+        return Err(format!(
+            "new user namespaces are refused (test hook {})",
+            super::spec::TEST_FAIL_VAR
+        ));
+    }
+    let (uid, gid) = (rustix::process::getuid(), rustix::process::getgid());
+    // SAFETY: no `FILES` flag, and the shim has one thread: nothing shares fds with us.
+    unsafe { rustix::thread::unshare_unsafe(flags(spec.network)) }
+        .map_err(|e| format!("cannot create namespaces: {e}"))?;
+    write_proc("setgroups", "deny")?;
+    write_proc("uid_map", &format!("{0} {0} 1\n", uid.as_raw()))?;
+    write_proc("gid_map", &format!("{0} {0} 1\n", gid.as_raw()))
+}
+
+fn write_proc(name: &str, text: &str) -> Result<(), String> {
+    std::fs::write(format!("/proc/self/{name}"), text)
+        .map_err(|e| format!("cannot write /proc/self/{name}: {e}"))
+}
+
+/// In the PID namespace's first process: build and enter the command's root, go to
+/// its working directory (the same directory as before, checked by device and inode),
+/// name the host, and bring up `lo` in a new network namespace.
+pub fn setup(spec: &SandboxSpec) -> Result<(), String> {
+    let before = rustix::fs::stat(".").map_err(|e| format!("cannot stat the cwd: {e}"))?;
+    let inputs = Inputs {
+        roots: &spec.roots,
+        writable: &spec.writable,
+        protected: &spec.protected,
+        read_only: &spec.read_only,
+        hidden: &spec.hidden,
+        network: spec.network,
+    };
+    let steps = plan::plan(&inputs, &HostView);
+    super::mount::build(&steps)?;
+    enter_cwd(&spec.cwd, (before.st_dev, before.st_ino))?;
+    rustix::system::sethostname(b"toolvisor")
+        .map_err(|e| format!("cannot set the host name: {e}"))?;
+    if !spec.network {
+        loopback_up()?;
+    }
+    Ok(())
+}
+
+/// `chdir` to `cwd` inside the new root; it must be the directory we started in.
+fn enter_cwd(cwd: &Path, was: (u64, u64)) -> Result<(), String> {
+    rustix::process::chdir(cwd)
+        .map_err(|e| format!("cannot enter {} in the sandbox: {e}", cwd.display()))?;
+    let now = rustix::fs::stat(".").map_err(|e| format!("cannot stat the cwd: {e}"))?;
+    if (now.st_dev, now.st_ino) != was {
+        return Err(format!(
+            "{} changed while the sandbox was set up",
+            cwd.display()
+        ));
+    }
+    Ok(())
+}
+
+/// `ip link set lo up`, with the two ioctls it amounts to.
+fn loopback_up() -> Result<(), String> {
+    use std::os::fd::FromRawFd;
+    let fail = |what: &str| {
+        let e = std::io::Error::last_os_error();
+        format!("cannot bring up lo ({what}): {e}")
+    };
+    // SAFETY: a plain socket call; the result is checked before it is owned.
+    let raw = unsafe { libc::socket(libc::AF_INET, libc::SOCK_DGRAM | libc::SOCK_CLOEXEC, 0) };
+    if raw < 0 {
+        return Err(fail("socket"));
+    }
+    // SAFETY: `raw` is a fresh descriptor nobody else owns.
+    let fd = unsafe { std::os::fd::OwnedFd::from_raw_fd(raw) };
+    // SAFETY: an all-zero `ifreq` is valid (a name of NULs and a zero union).
+    let mut ifr: libc::ifreq = unsafe { std::mem::zeroed() };
+    for (d, s) in ifr.ifr_name.iter_mut().zip(b"lo\0") {
+        *d = *s as libc::c_char;
+    }
+    // SAFETY: the ioctls read and write a valid `ifreq` that outlives them; the union
+    // member used is the one these requests define.
+    unsafe {
+        if libc::ioctl(fd.as_raw_fd(), libc::SIOCGIFFLAGS, &mut ifr) < 0 {
+            return Err(fail("get flags"));
+        }
+        ifr.ifr_ifru.ifru_flags |= (libc::IFF_UP | libc::IFF_RUNNING) as libc::c_short;
+        if libc::ioctl(fd.as_raw_fd(), libc::SIOCSIFFLAGS, &ifr) < 0 {
+            return Err(fail("set flags"));
+        }
+    }
+    Ok(())
+}
+
+/// Give up every capability for good: the bounding and ambient sets emptied, the
+/// effective, permitted and inheritable sets cleared, root's automatic capabilities
+/// on `execve` disabled and locked, no new privileges. The command, even as uid 0 of
+/// its user namespace, can then mount, unmount and remount nothing.
+pub fn drop_privileges() -> Result<(), String> {
+    use rustix::thread::{CapabilitiesSecureBits as B, set_capabilities_secure_bits};
+    let bits =
+        B::NO_ROOT | B::NO_ROOT_LOCKED | B::NO_CAP_AMBIENT_RAISE | B::NO_CAP_AMBIENT_RAISE_LOCKED;
+    set_capabilities_secure_bits(bits).map_err(|e| format!("cannot set securebits: {e}"))?;
+    for cap in 0..64u32 {
+        // SAFETY: prctl with integer arguments; EINVAL past the last capability.
+        let r = unsafe { libc::prctl(libc::PR_CAPBSET_DROP, cap as libc::c_ulong, 0, 0, 0) };
+        if r != 0 && std::io::Error::last_os_error().raw_os_error() != Some(libc::EINVAL) {
+            return Err(format!(
+                "cannot drop capability {cap} from the bounding set: {}",
+                std::io::Error::last_os_error()
+            ));
+        }
+    }
+    rustix::thread::clear_ambient_capability_set()
+        .map_err(|e| format!("cannot clear the ambient capabilities: {e}"))?;
+    let none = CapabilitySets {
+        effective: CapabilitySet::empty(),
+        permitted: CapabilitySet::empty(),
+        inheritable: CapabilitySet::empty(),
+    };
+    rustix::thread::set_capabilities(None, none)
+        .map_err(|e| format!("cannot drop capabilities: {e}"))?;
+    rustix::thread::set_no_new_privs(true).map_err(|e| format!("cannot set no_new_privs: {e}"))
+}
