@@ -420,24 +420,42 @@ action = "allow"
 /// A Python program, run by a command, that sends `grant`, `confirm` and `restart` on
 /// the socket and prints each answer's type (and error type), then a ping's.
 const PRIVILEGED: &str = r#"
-import sys
+import socket, struct, sys
 sys.path.insert(0, sys.argv[2])
-from example_client import Connection
-c = Connection(sys.argv[1], 10)
-c.hello()
+from toolvisor._msgpack import pack, unpack
+c = socket.socket(socket.AF_UNIX)
+c.settimeout(10)
+c.connect(sys.argv[1])
+def send(m):
+    b = pack(m)
+    c.sendall(struct.pack(">I", len(b)) + b)
+def recv():
+    def exactly(n):
+        buf = b""
+        while len(buf) < n:
+            part = c.recv(n - len(buf))
+            if not part:
+                raise EOFError
+            buf += part
+        return buf
+    (n,) = struct.unpack(">I", exactly(4))
+    return unpack(exactly(n))
+send({"type": "hello", "protocol": 1, "client": "priv"})
+recv()
 out = []
 for m in [{"type": "grant", "id": "g", "tools": ["run_command"], "ttl_ms": 60000, "reusable": True},
           {"type": "confirm", "interaction": "none", "approve": True},
           {"type": "restart", "id": "r"},
           {"type": "ping", "id": "p"}]:
-    c.send(m)
-    a = c.recv()
+    send(m)
+    a = recv()
     out.append("%s:%s" % (a["type"], (a.get("error") or {}).get("type")))
 print(" ".join(out))
 "#;
 
+/// The Python package's sources: `priv.py` borrows its MessagePack codec.
 fn scripts_dir() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("scripts")
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("clients/python/src")
 }
 
 #[test]
