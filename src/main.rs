@@ -1,3 +1,11 @@
+//! The `toolvisor` binary: the command line, the client commands and the MCP bridge,
+//! wired to the supervisor (`serve`) and to the workers it re-executes itself as
+//! (`toolvisor worker`, `toolvisor reap`).
+
+mod cli;
+mod commands;
+mod mcp;
+
 fn main() {
-    toolvisor_supervisor::cli::main()
+    cli::main()
 }

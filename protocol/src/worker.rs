@@ -15,6 +15,19 @@ use std::path::PathBuf;
 /// The file descriptor on which a worker finds its control socket.
 pub const CONTROL_FD: i32 = 3;
 
+/// The environment variable every command carries: the supervisor instance that
+/// started it, so a later instance can find and kill what a killed one left behind,
+/// and a connection can be told to come from a command.
+pub const MARKER_VAR: &str = "TOOLVISOR_INSTANCE";
+
+/// The name prefix of every per-command cgroup (and of the daemon's own leaf,
+/// `<prefix>daemon`), so the supervisor can tell a command's process by its cgroup.
+pub const COMMAND_CGROUP_PREFIX: &str = "toolvisor-";
+
+/// Test hook: `probe` or `command` makes the command sandbox fail to set up there
+/// (docs/SANDBOX.md). The supervisor passes it to workers.
+pub const SANDBOX_TEST_FAIL_VAR: &str = "TOOLVISOR_SANDBOX_TEST_FAIL";
+
 pub const KNOWN_TO_WORKER: &[&str] = &["init", "run", "cancel", "shutdown"];
 pub const KNOWN_FROM_WORKER: &[&str] = &["ready", "output", "done"];
 

@@ -13,16 +13,16 @@ use toolvisor_protocol::tools::{self, ToolSpec};
 use toolvisor_protocol::worker::{ExecSettings, Roots, SandboxSettings, WorkerInit};
 
 use crate::audit::Audit;
+use crate::call::confirm::Confirmations;
+use crate::call::grants::Grants;
+use crate::call::previews::PreviewStore;
 use crate::config::{Config, SandboxMode};
-use crate::confirm::Confirmations;
-use crate::events::Events;
-use crate::grants::Grants;
 use crate::policy::Policy;
-use crate::pool::{Pool, PoolSpec};
-use crate::previews::PreviewStore;
-use crate::restart::RestartPolicy;
-use crate::spawn::{SpawnSpec, Spawner};
-use crate::validate::Validators;
+use crate::registry::validate::Validators;
+use crate::session::events::Events;
+use crate::workers::pool::{Pool, PoolSpec};
+use crate::workers::restart::RestartPolicy;
+use crate::workers::spawn::{SpawnSpec, Spawner};
 
 /// Where things are, fixed for the life of the process.
 #[derive(Clone, Debug)]
@@ -108,7 +108,7 @@ impl Service {
                 policy: RestartPolicy::new(config.supervisor.clone()),
                 events: events.clone(),
                 deadline_grace: if *group == "exec" {
-                    crate::worker::EXEC_PATIENCE
+                    crate::workers::worker::EXEC_PATIENCE
                 } else {
                     Duration::ZERO
                 },

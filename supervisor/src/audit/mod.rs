@@ -9,7 +9,8 @@
 
 pub mod canonical;
 pub mod chain;
-pub mod cli;
+pub mod inspect;
+
 pub mod record;
 pub mod recover;
 pub mod redact;
@@ -30,7 +31,6 @@ use serde_json::{Map, Value};
 use tokio::sync::oneshot;
 
 use crate::config::AuditConfig;
-pub use cli::{TailOptions, tail_cmd, verify_cmd};
 pub use record::Record;
 pub use recover::Recovery;
 use writer::{Cmd, Pending, Shared};

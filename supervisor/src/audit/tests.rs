@@ -9,6 +9,7 @@ use std::time::{Duration, Instant};
 use serde_json::{Map, Value, json};
 
 use super::chain::{self, GENESIS};
+use super::inspect::{TailOptions, tail_cmd, verify_cmd};
 use super::record::{Completed, PolicyVerdict, Requested, WorkerRef};
 use super::redact;
 use super::segments;

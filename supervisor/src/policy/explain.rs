@@ -8,8 +8,8 @@ use toolvisor_protocol::message::{ExplainedPart, ServerMessage};
 use toolvisor_protocol::{ErrorBody, ErrorType, Id};
 
 use super::{CallFacts, Policy};
-use crate::gate::action_str;
-use crate::validate::Validators;
+use crate::call::gate::action_str;
+use crate::registry::validate::Validators;
 
 /// The `explanation` for a call of `tool` with `args`.
 pub fn explain(

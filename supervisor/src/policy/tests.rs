@@ -930,7 +930,7 @@ proptest! {
 // ---- explain ----
 
 fn explain(p: &Policy, tool: &str, args: Value) -> toolvisor_protocol::message::ServerMessage {
-    let v = crate::validate::Validators::new(&catalog()).unwrap();
+    let v = crate::registry::validate::Validators::new(&catalog()).unwrap();
     super::explain::explain("e".into(), p, &v, tool, &args)
 }
 

@@ -17,7 +17,7 @@ use std::time::{Duration, Instant};
 use toolvisor_protocol::worker::ExecLimits;
 
 /// Name prefix of every command group.
-pub const PREFIX: &str = "toolvisor-";
+pub use toolvisor_protocol::worker::COMMAND_CGROUP_PREFIX as PREFIX;
 /// Processes of ours inside each group besides the command's: the shim and the PID
 /// namespace's first process.
 const OWN_PROCESSES: u64 = 2;

@@ -36,7 +36,7 @@ use nix::unistd::{Pid, getpid, getppid};
 
 use crate::sandbox::spec::{Rlimits, SandboxSpec};
 pub use signals::{SelfPipe, Woken};
-pub use tree::{descendants, kill_tree, read_ppid};
+pub use tree::{descendants, kill_tree};
 
 /// Exit code when the shim's own arguments are wrong (EX_USAGE).
 const EX_USAGE: i32 = 64;
@@ -45,7 +45,7 @@ const EX_NOEXEC: i32 = 127;
 /// Exit code when the sandbox or the limits cannot be set up: the command never ran.
 pub const EX_SETUP: i32 = 125;
 /// The environment marker the supervisor looks for at start to kill leftovers.
-pub const MARKER_VAR: &str = "TOOLVISOR_INSTANCE";
+pub use toolvisor_protocol::worker::MARKER_VAR;
 /// Default grace between SIGTERM and SIGKILL (docs/PROTOCOL.md §9).
 pub const DEFAULT_GRACE: Duration = Duration::from_secs(2);
 

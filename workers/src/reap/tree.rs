@@ -4,6 +4,7 @@
 
 use std::collections::{HashMap, HashSet};
 use std::time::{Duration, Instant};
+use toolvisor_os::procfs;
 
 use nix::sys::signal::{Signal, kill, killpg};
 use nix::sys::wait::{WaitPidFlag, WaitStatus, waitpid};
@@ -143,31 +144,9 @@ fn leads_to(
 
 /// pid → parent pid for every process in /proc.
 fn process_parents() -> HashMap<i32, i32> {
-    let mut map = HashMap::new();
-    let Ok(dir) = std::fs::read_dir("/proc") else {
-        return map;
-    };
-    for entry in dir.flatten() {
-        let Some(pid) = entry
-            .file_name()
-            .to_str()
-            .and_then(|s| s.parse::<i32>().ok())
-        else {
-            continue;
-        };
-        if let Some(ppid) = read_ppid(pid) {
-            map.insert(pid, ppid);
-        }
-    }
-    map
-}
-
-/// The parent pid from `/proc/<pid>/stat` (the field after the state, after the last
-/// `)`, since the command name may contain spaces and parentheses).
-pub fn read_ppid(pid: i32) -> Option<i32> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    let rest = &stat[stat.rfind(')')? + 1..];
-    rest.split_whitespace().nth(1)?.parse().ok()
+    procfs::pids()
+        .filter_map(|pid| Some((pid, procfs::ppid(pid)?)))
+        .collect()
 }
 
 #[cfg(test)]
@@ -177,7 +156,7 @@ mod tests {
     #[test]
     fn ppid_is_parsed_after_parenthesised_names() {
         let me = std::process::id() as i32;
-        assert_eq!(read_ppid(me), Some(nix::unistd::getppid().as_raw()));
+        assert_eq!(procfs::ppid(me), Some(nix::unistd::getppid().as_raw()));
         let parents = HashMap::from([(10, 5), (11, 10), (12, 1), (5, 1)]);
         let mut memo = HashMap::new();
         assert!(leads_to(11, 5, &parents, &mut memo));

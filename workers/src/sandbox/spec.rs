@@ -38,7 +38,7 @@ pub struct SandboxSpec {
 /// The environment variable that makes sandbox setups fail, for tests: `probe` (the
 /// start-up probe fails: a host without namespaces) or `command` (every command's
 /// setup fails after a successful probe).
-pub const TEST_FAIL_VAR: &str = "TOOLVISOR_SANDBOX_TEST_FAIL";
+pub use toolvisor_protocol::worker::SANDBOX_TEST_FAIL_VAR as TEST_FAIL_VAR;
 
 impl SandboxSpec {
     /// The parts common to every command of this worker.

@@ -8,6 +8,7 @@ use crate::config::{Config, SandboxMode};
 
 /// Probe the host; `Err` says why commands cannot have namespaces here.
 pub async fn probe(
+    run_probe: fn(&Path, &Path, &[PathBuf]) -> Result<(), String>,
     exe: &Path,
     workspace: &Path,
     state_dir: &Path,
@@ -15,11 +16,9 @@ pub async fn probe(
 ) -> Result<(), String> {
     let (exe, ws) = (exe.to_path_buf(), workspace.to_path_buf());
     let hidden: Vec<PathBuf> = vec![state_dir.canonicalize().unwrap_or(state_dir.to_path_buf())];
-    let result = tokio::task::spawn_blocking(move || {
-        toolvisor_workers::sandbox::probe::probe(&exe, &ws, &hidden)
-    })
-    .await
-    .unwrap_or_else(|e| Err(format!("the probe failed: {e}")));
+    let result = tokio::task::spawn_blocking(move || run_probe(&exe, &ws, &hidden))
+        .await
+        .unwrap_or_else(|e| Err(format!("the probe failed: {e}")));
     match (&result, config.workers.exec.sandbox) {
         (Err(why), SandboxMode::Auto) => tracing::warn!(
             "commands run without their own namespaces (Landlock and the reap shim only; see docs/SANDBOX.md): {why}"

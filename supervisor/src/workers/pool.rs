@@ -16,11 +16,11 @@ use toolvisor_protocol::message::Status;
 use toolvisor_protocol::worker::{Outcome, WorkerInit};
 use toolvisor_protocol::{ErrorBody, ErrorType};
 
-use crate::events::Events;
-use crate::fairq::{FairQueue, Ticket};
-use crate::restart::RestartPolicy;
-use crate::spawn::{SpawnSpec, Spawner};
-use crate::worker::{
+use crate::session::events::Events;
+use crate::workers::fairq::{FairQueue, Ticket};
+use crate::workers::restart::RestartPolicy;
+use crate::workers::spawn::{SpawnSpec, Spawner};
+use crate::workers::worker::{
     Reconfig, Reply, RestartReason, WorkerActor, WorkerArgs, WorkerMsg, WorkerShared, WorkerState,
 };
 
@@ -143,7 +143,7 @@ impl Pool {
         let queue_deadline = Instant::now() + job.timeout;
         // The `run` frame is the same on every attempt (and a re-run): encode it once,
         // moving the arguments (they can be megabytes) rather than copying them.
-        let frame = match crate::worker::run_frame(
+        let frame = match crate::workers::worker::run_frame(
             job.call,
             &job.name,
             &job.tool,
@@ -636,7 +636,7 @@ async fn cancelled(
 ) -> Outcome {
     slot.cancel(call, false);
     let fallback = err(ErrorType::Cancelled, "the call was cancelled");
-    let wait = crate::worker::patience(&slot.group) + Duration::from_millis(500);
+    let wait = crate::workers::worker::patience(&slot.group) + Duration::from_millis(500);
     match tokio::time::timeout(wait, rx).await {
         Ok(Ok(Reply::Done(mut o))) => {
             if o.status != Status::Cancelled {

@@ -16,10 +16,10 @@ use toolvisor_protocol::message::{
 };
 use toolvisor_protocol::{ErrorType, Id, PROTOCOL_VERSION};
 
-use crate::batch::{BatchCall, Deliver, split_duplicates};
-use crate::outbox::{Frame, Outbox};
-use crate::router::{SessionInfo, to_result};
+use crate::call::batch::{BatchCall, Deliver, split_duplicates};
+use crate::call::router::{SessionInfo, to_result};
 use crate::service::Service;
+use crate::session::outbox::{Frame, Outbox};
 
 pub enum SessionMsg {
     Frame(Result<ClientMessage, DecodeError>),
@@ -37,7 +37,7 @@ pub struct SessionArgs {
     pub uid: u32,
     pub pid: Option<i32>,
     /// A person, or a command toolvisor runs (privileged messages refused).
-    pub peer: crate::peer::Peer,
+    pub peer: crate::session::peer::Peer,
 }
 
 pub struct SessionActor;
@@ -48,7 +48,7 @@ pub struct SessionState {
     info: Option<Arc<SessionInfo>>,
     id: String,
     uid: u32,
-    peer: crate::peer::Peer,
+    peer: crate::session::peer::Peer,
     /// Open calls (single or in a batch); each counts against `max_open_calls`.
     open: HashMap<Id, CancellationToken>,
     /// Open batches; each token is the parent of its calls' tokens.
@@ -179,7 +179,7 @@ impl SessionState {
             (Some(info), m) => (info.clone(), m),
         };
         let (info, m) = info;
-        if let Some(refusal) = crate::peer::refusal(&self.peer, &m, &self.id) {
+        if let Some(refusal) = crate::session::peer::refusal(&self.peer, &m, &self.id) {
             self.out.send(&refusal);
             return;
         }
@@ -206,11 +206,13 @@ impl SessionState {
             ClientMessage::Cancel { id } => self.cancel(id),
             ClientMessage::Status { id } => {
                 let (svc, out) = (self.service.clone(), self.out.clone());
-                tokio::spawn(async move { out.send(&crate::status::status(&svc, id).await) });
+                tokio::spawn(
+                    async move { out.send(&crate::serve::status::status(&svc, id).await) },
+                );
             }
             ClientMessage::Restart { id, group } => self.restart(id, group),
             ClientMessage::Subscribe { id, topics } => {
-                crate::subscribe::start(&self.service, &self.out, id, topics);
+                crate::session::subscribe::start(&self.service, &self.out, id, topics);
             }
             ClientMessage::Batch { id, calls } => self.batch(myself, &info, id, calls),
             ClientMessage::Grant {
@@ -221,7 +223,7 @@ impl SessionState {
                 ttl_ms,
                 reusable,
             } => {
-                let req = crate::grants::GrantRequest {
+                let req = crate::call::grants::GrantRequest {
                     tools,
                     trace_id,
                     paths: paths.unwrap_or_default(),

@@ -10,7 +10,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::service::Service;
-use crate::worker::{RestartReason, WorkerMsg, WorkerShared, WorkerState};
+use crate::workers::worker::{RestartReason, WorkerMsg, WorkerShared, WorkerState};
 
 /// How often the workers are sampled. Internal on purpose: the limit is what operators
 /// tune; the sampling period only bounds how long a worker may sit above it.
@@ -63,7 +63,7 @@ pub async fn check(service: &Arc<Service>) {
     let pids: Vec<u32> = workers.iter().map(|w| w.pid().unwrap_or(0)).collect();
     let rss = {
         let pids = pids.clone();
-        tokio::task::spawn_blocking(move || crate::status::sample(&pids))
+        tokio::task::spawn_blocking(move || crate::serve::status::sample(&pids))
             .await
             .unwrap_or_default()
     };

@@ -28,10 +28,10 @@ use toolvisor_protocol::frame;
 use toolvisor_protocol::message::Guards;
 use toolvisor_protocol::worker::{FromWorker, KNOWN_FROM_WORKER, Outcome, ToWorker, WorkerInit};
 
-use crate::events::{Events, WorkerEvent};
-use crate::fairq::FairQueue;
-use crate::restart::{Next, RestartPolicy};
-use crate::spawn::{SpawnSpec, Spawner};
+use crate::session::events::{Events, WorkerEvent};
+use crate::workers::fairq::FairQueue;
+use crate::workers::restart::{Next, RestartPolicy};
+use crate::workers::spawn::{SpawnSpec, Spawner};
 
 /// How long a started worker has to say `ready`.
 pub const READY_TIMEOUT: Duration = Duration::from_secs(5);

@@ -92,8 +92,8 @@ impl std::fmt::Debug for Confirmations {
 impl Confirmations {
     /// `timeout` is `policy.confirm_timeout_ms`.
     pub fn new(timeout: Duration) -> Confirmations {
-        let prefix =
-            crate::grants::random_hex(4).unwrap_or_else(|_| format!("{:x}", std::process::id()));
+        let prefix = crate::call::grants::random_hex(4)
+            .unwrap_or_else(|_| format!("{:x}", std::process::id()));
         Confirmations {
             timeout,
             prefix,

@@ -14,13 +14,13 @@ use toolvisor_protocol::worker::Outcome;
 use toolvisor_protocol::{ErrorBody, ErrorType};
 
 use crate::audit::record::{ConfirmAnswered, ConfirmRequested, GrantUsed};
+use crate::call::confirm::{Answer, ConfirmDetails};
+use crate::call::grants::TokenUse;
+use crate::call::router::SessionInfo;
 use crate::config::Action;
-use crate::confirm::{Answer, ConfirmDetails};
-use crate::events::obj;
-use crate::grants::TokenUse;
 use crate::policy::{CallFacts, Decision, how_to_allow};
-use crate::router::SessionInfo;
 use crate::service::Service;
+use crate::session::events::obj;
 
 fn denied(kind: ErrorType, message: impl Into<String>) -> Outcome {
     Outcome::err(ErrorBody::new(kind, message))
@@ -82,7 +82,7 @@ impl Service {
                 Ok(action) => {
                     decision.action = action;
                     decision.reason = format!("{} (passed by a grant token)", decision.reason);
-                    let grant_id = crate::grants::fingerprint(token);
+                    let grant_id = crate::call::grants::fingerprint(token);
                     self.audit.record_detached(&GrantUsed {
                         grant_id: &grant_id,
                         call_id,
@@ -116,7 +116,7 @@ impl Service {
 
     /// The path an `apply_file_change` will write, from its pending preview.
     fn add_change_location(&self, req: &CallRequest, decision: &mut Decision) {
-        let token = crate::router::change_token(&req.args);
+        let token = crate::call::router::change_token(&req.args);
         if let Ok(change) = self.previews().peek(token, Instant::now()) {
             decision.locations = vec![change.path.clone()];
             decision.description = format!("Apply the previewed change to {}", change.path);
@@ -223,7 +223,7 @@ impl Service {
                 .and_then(Value::as_str)
                 .map(str::to_owned),
             "apply_file_change" => {
-                let token = crate::router::change_token(&req.args);
+                let token = crate::call::router::change_token(&req.args);
                 self.previews()
                     .peek(token, Instant::now())
                     .ok()
@@ -252,14 +252,14 @@ impl Service {
         &self,
         session: &SessionInfo,
         id: toolvisor_protocol::Id,
-        req: &crate::grants::GrantRequest,
+        req: &crate::call::grants::GrantRequest,
     ) -> ServerMessage {
         let issued = match self.grants.issue(req, Instant::now()) {
             Ok(i) => i,
             Err(e) => return ServerMessage::error(Some(id), e.error_type(), e.to_string()),
         };
         let expires_at = issued.expires_at;
-        let grant_id = crate::grants::fingerprint(&issued.token);
+        let grant_id = crate::call::grants::fingerprint(&issued.token);
         self.audit
             .record_detached(&crate::audit::record::GrantIssued {
                 grant_id: &grant_id,

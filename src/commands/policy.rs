@@ -8,9 +8,9 @@ use toolvisor_protocol::message::{ClientMessage, ServerMessage};
 use toolvisor_protocol::tools::catalog;
 
 use crate::cli::{PolicyCommand, Resolved};
-use crate::policy::Policy;
-use crate::policy::explain::{explain, render};
-use crate::validate::Validators;
+use toolvisor_supervisor::policy::Policy;
+use toolvisor_supervisor::policy::explain::{explain, render};
+use toolvisor_supervisor::registry::validate::Validators;
 
 pub fn run(cmd: &PolicyCommand, r: &Resolved, local: bool) -> i32 {
     let PolicyCommand::Explain { tool, args, json } = cmd;
@@ -54,7 +54,8 @@ fn explain_locally(
     tool: &str,
     args: &serde_json::Value,
 ) -> Result<ServerMessage, (i32, String)> {
-    let roots = crate::service::workspace_roots(&r.workspace, &r.config).map_err(|e| (2, e))?;
+    let roots = toolvisor_supervisor::service::workspace_roots(&r.workspace, &r.config)
+        .map_err(|e| (2, e))?;
     let policy =
         Policy::new(&r.config.policy, &roots).map_err(|e| (2, format!("bad [policy]: {e}")))?;
     let validators = Validators::new(&catalog()).map_err(|e| (70, e.to_string()))?;

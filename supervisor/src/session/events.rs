@@ -7,7 +7,7 @@ use serde_json::{Map, Value, json};
 use tokio::sync::broadcast;
 use toolvisor_protocol::message::Topic;
 
-use crate::worker::WorkerShared;
+use crate::workers::worker::WorkerShared;
 
 /// Events kept for slow subscribers before they start losing them.
 const CAPACITY: usize = 1024;

@@ -13,11 +13,11 @@ use toolvisor_protocol::tools::{self, Risk, ToolSpec};
 use toolvisor_protocol::worker::Outcome;
 use toolvisor_protocol::{ErrorBody, ErrorType, Id};
 
-use crate::call_audit::CallRecord;
-use crate::outbox::Outbox;
-use crate::pool::{Job, JobEnd};
-use crate::previews::{PendingChange, PreviewStore};
+use crate::call::previews::{PendingChange, PreviewStore};
+use crate::call::record::CallRecord;
 use crate::service::Service;
+use crate::session::outbox::Outbox;
+use crate::workers::pool::{Job, JobEnd};
 
 /// Who is calling.
 #[derive(Clone, Debug)]
@@ -119,10 +119,10 @@ impl Service {
         }
         let (decision, gate) = self.gate(&session, &req, spec, &rec.call_id, &cancel).await;
         let reason = decision.reason.clone();
-        rec.decision = crate::gate::action_str(decision.action);
+        rec.decision = crate::call::gate::action_str(decision.action);
         rec.reason = &reason;
         rec.rule = decision.rule.as_deref();
-        extra.insert("policy".into(), crate::gate::meta(&decision));
+        extra.insert("policy".into(), crate::call::gate::meta(&decision));
         if let Err(o) = gate {
             let seq = rec.rejected(&self.audit, &o).await;
             return to_result(req.id, o, extra, started, seq);
@@ -272,7 +272,7 @@ impl Service {
     }
 
     /// `list_processes`: each exec worker knows only its own background jobs, so ask
-    /// every ready one and merge the listings ([`crate::processes`]). Still one call
+    /// every ready one and merge the listings ([`crate::call::processes`]). Still one call
     /// (one audit pair), whose `worker` is the first that listed its jobs. With no
     /// worker ready, the usual path waits for one or answers `WorkerUnavailable`.
     async fn list_processes(
@@ -309,7 +309,7 @@ impl Service {
         }
         let worker = first_lister(&ends);
         let outcomes = ends.into_iter().map(|(_, e)| e.outcome).collect();
-        (crate::processes::merge(outcomes), worker)
+        (crate::call::processes::merge(outcomes), worker)
     }
 
     pub(crate) fn previews(&self) -> std::sync::MutexGuard<'_, PreviewStore> {

@@ -6,7 +6,13 @@
 //! configuration and restarts every worker, one per group at a time; SIGUSR1 logs a
 //! status dump; SIGUSR2 rotates the audit log. The memory watchdog runs alongside.
 
-use std::path::PathBuf;
+pub mod leftovers;
+pub mod reload;
+pub mod sandbox;
+pub mod state_dir;
+pub mod status;
+
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -14,10 +20,10 @@ use ractor::Actor;
 use tokio::signal::unix::{SignalKind, signal};
 
 use crate::config::Config;
-use crate::listener::{Listener, ListenerArgs};
+use crate::serve::state_dir::StateDir;
 use crate::service::{Paths, Service};
-use crate::spawn::Spawner;
-use crate::state::StateDir;
+use crate::session::listener::{Listener, ListenerArgs};
+use crate::workers::spawn::Spawner;
 
 /// Everything `serve` needs from the command line.
 pub struct ServeArgs {
@@ -25,6 +31,18 @@ pub struct ServeArgs {
     pub config_file: PathBuf,
     pub config: Config,
     pub socket: Option<PathBuf>,
+    pub host: HostHooks,
+}
+
+/// Host preparation that lives with the workers (the supervisor does not link them):
+/// the binary passes the workers' functions in.
+#[derive(Clone, Copy)]
+pub struct HostHooks {
+    /// Whether commands can have their own namespaces here: runs the shim once.
+    /// `Err` says why not.
+    pub probe_sandbox: fn(exe: &Path, workspace: &Path, hidden: &[PathBuf]) -> Result<(), String>,
+    /// Prepare a delegated cgroup v2 tree for per-command cgroups, where there is one.
+    pub prepare_cgroups: fn(),
 }
 
 /// Run the service; returns the process exit code.
@@ -80,7 +98,7 @@ async fn serve(args: ServeArgs, state: StateDir) -> i32 {
     let state_dir = state.dir.clone();
     let socket = args.socket.clone().unwrap_or_else(|| state.socket.clone());
     let instance = instance_marker(&state_dir);
-    crate::leftovers::kill(&instance);
+    crate::serve::leftovers::kill(&instance);
     let spawner = match Spawner::start(tokio::runtime::Handle::current()) {
         Ok(s) => s,
         Err(e) => {
@@ -88,8 +106,15 @@ async fn serve(args: ServeArgs, state: StateDir) -> i32 {
             return 70;
         }
     };
-    let namespaces = crate::sandbox::probe(&exe, &args.workspace, &state_dir, &args.config).await;
-    toolvisor_workers::exec::cgroup::prepare_delegated_v2();
+    let namespaces = sandbox::probe(
+        args.host.probe_sandbox,
+        &exe,
+        &args.workspace,
+        &state_dir,
+        &args.config,
+    )
+    .await;
+    (args.host.prepare_cgroups)();
     let paths = Paths {
         workspace: args.workspace.clone(),
         state_dir: state_dir.clone(),
@@ -140,7 +165,7 @@ async fn serve(args: ServeArgs, state: StateDir) -> i32 {
             return 70;
         }
     };
-    let watchdog = tokio::spawn(crate::watchdog::run(service.clone()));
+    let watchdog = tokio::spawn(crate::workers::watchdog::run(service.clone()));
     tracing::info!(socket = %socket.display(), workspace = %args.workspace.display(), pid = std::process::id(), "serving");
     let code = obey_signals(&service, signals).await;
     // Stop accepting by taking the socket's name away: new clients get "no such file".
@@ -256,9 +281,9 @@ async fn obey_signals(service: &Arc<Service>, s: Signals) -> i32 {
         tokio::select! {
             _ = term.recv() => { tracing::info!("SIGTERM: draining"); return 0; }
             _ = int.recv() => { tracing::info!("SIGINT: draining"); return 0; }
-            _ = hup.recv() => crate::reload::reload_and_restart(service).await,
+            _ = hup.recv() => crate::serve::reload::reload_and_restart(service).await,
             _ = usr1.recv() => {
-                let status = crate::status::status(service, "sigusr1".into()).await;
+                let status = crate::serve::status::status(service, "sigusr1".into()).await;
                 tracing::info!("status: {}", serde_json::to_string(&status).unwrap_or_default());
             }
             _ = usr2.recv() => {

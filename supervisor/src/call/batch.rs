@@ -22,9 +22,9 @@ use toolvisor_protocol::Id;
 use toolvisor_protocol::message::{CallRequest, ToolResult, Topic};
 use toolvisor_protocol::tools::Risk;
 
+use crate::call::router::{SessionInfo, internal_result};
 use crate::config::Action;
 use crate::policy::CallFacts;
-use crate::router::{SessionInfo, internal_result};
 use crate::service::Service;
 
 /// Hands one call's result to its session (which unregisters the id, then sends it).

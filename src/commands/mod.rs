@@ -1,5 +1,7 @@
 //! The client commands of the CLI, each a short conversation over the socket.
 
+pub mod policy;
+
 use std::io::{IsTerminal, Write};
 
 use serde_json::Value;

@@ -5,7 +5,7 @@ use std::path::{Path, PathBuf};
 
 use clap::{Parser, Subcommand, ValueEnum};
 
-use crate::config::Config;
+use toolvisor_supervisor::config::Config;
 
 #[derive(Parser, Debug)]
 #[command(
@@ -216,10 +216,9 @@ pub fn resolve(cli: &Cli) -> Result<Resolved, String> {
     let config = Config::load(&config_file).map_err(|e| e.to_string())?;
     let state_dir = absolute(&workspace, &config.server.state_dir);
     let state_dir = state_dir.canonicalize().unwrap_or(state_dir);
-    let socket = cli
-        .socket
-        .clone()
-        .unwrap_or_else(|| crate::state::socket_path(&state_dir, &workspace));
+    let socket = cli.socket.clone().unwrap_or_else(|| {
+        toolvisor_supervisor::serve::state_dir::socket_path(&state_dir, &workspace)
+    });
     Ok(Resolved {
         workspace,
         config_file,
@@ -318,7 +317,11 @@ fn run(cli: &Cli) -> i32 {
         }
     };
     if serve {
-        return crate::serve::run(crate::serve::ServeArgs {
+        return toolvisor_supervisor::serve::run(toolvisor_supervisor::serve::ServeArgs {
+            host: toolvisor_supervisor::serve::HostHooks {
+                probe_sandbox: toolvisor_workers::sandbox::probe::probe,
+                prepare_cgroups: toolvisor_workers::exec::cgroup::prepare_delegated_v2,
+            },
             workspace: r.workspace,
             config_file: r.config_file,
             config: r.config,
@@ -329,7 +332,7 @@ fn run(cli: &Cli) -> i32 {
         return audit(command, &r);
     }
     if let Command::Policy { command } = &cli.command {
-        return crate::policy_cmd::run(command, &r, cli.config.is_some());
+        return crate::commands::policy::run(command, &r, cli.config.is_some());
     }
     if matches!(cli.command, Command::Mcp) {
         return crate::mcp::run(r.socket);
@@ -343,7 +346,7 @@ fn audit(cmd: &AuditCommand, r: &Resolved) -> i32 {
     let mut out = std::io::stdout();
     match cmd {
         AuditCommand::Verify { files } => {
-            crate::audit::cli::verify_cmd(&state_dir, files, &mut out)
+            toolvisor_supervisor::audit::inspect::verify_cmd(&state_dir, files, &mut out)
         }
         AuditCommand::Tail {
             follow,
@@ -352,14 +355,14 @@ fn audit(cmd: &AuditCommand, r: &Resolved) -> i32 {
             json,
             lines,
         } => {
-            let opts = crate::audit::cli::TailOptions {
+            let opts = toolvisor_supervisor::audit::inspect::TailOptions {
                 follow: *follow,
                 trace_id: trace.clone(),
                 call_id: call.clone(),
                 json: *json,
                 lines: Some(*lines),
             };
-            crate::audit::cli::tail_cmd(&state_dir, opts, &mut out)
+            toolvisor_supervisor::audit::inspect::tail_cmd(&state_dir, opts, &mut out)
         }
     }
 }

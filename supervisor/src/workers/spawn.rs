@@ -33,7 +33,7 @@ const BASE_ENV: &[&str] = &[
     // Forces the edit worker's named-temp-file fallback (workers/src/edit/atomic.rs).
     "TOOLVISOR_EDIT_NAMED_TEMPS",
     // Makes command sandboxes fail to set up, for tests (docs/SANDBOX.md).
-    toolvisor_workers::sandbox::spec::TEST_FAIL_VAR,
+    toolvisor_protocol::worker::SANDBOX_TEST_FAIL_VAR,
 ];
 
 /// A freshly started worker process.

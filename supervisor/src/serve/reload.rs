@@ -9,7 +9,7 @@ use crate::audit::record::{ConfigReloadFailed, ConfigReloaded};
 use crate::config::Config;
 use crate::policy::Policy;
 use crate::service::Service;
-use crate::worker::Reconfig;
+use crate::workers::worker::Reconfig;
 use toolvisor_protocol::worker::WorkerInit;
 
 /// Read and check the configuration file again, policy included.

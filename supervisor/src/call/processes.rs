@@ -8,7 +8,7 @@
 //! The worker owns the table's format; the merge only reorders whole lines it wrote
 //! (paired with their `meta.processes` entries by handle), so the two cannot drift.
 //!
-//! [`Pool::run_on_ready`]: crate::pool::Pool::run_on_ready
+//! [`Pool::run_on_ready`]: crate::workers::pool::Pool::run_on_ready
 
 use serde_json::Value;
 use toolvisor_protocol::message::Status;

@@ -9,7 +9,7 @@ use ractor::{Actor, ActorProcessingErr, ActorRef, SupervisionEvent};
 use tokio::net::UnixListener;
 
 use crate::service::Service;
-use crate::session::{SessionActor, SessionArgs};
+use crate::session::actor::{SessionActor, SessionArgs};
 
 pub enum ListenerMsg {}
 
@@ -76,7 +76,7 @@ async fn accept_loop(listener: UnixListener, service: Arc<Service>, me: ActorRef
             tracing::warn!(uid = cred.uid(), pid = ?cred.pid(), "refused a connection from another uid");
             continue; // dropping the stream closes it
         }
-        let peer = crate::peer::classify(
+        let peer = crate::session::peer::classify(
             &stream,
             cred.pid(),
             &service.exec_worker_pids(),

@@ -11,8 +11,8 @@ use tokio::sync::broadcast::error::RecvError;
 use toolvisor_protocol::Id;
 use toolvisor_protocol::message::{ServerMessage, Topic};
 
-use crate::outbox::Outbox;
 use crate::service::Service;
+use crate::session::outbox::Outbox;
 
 pub fn start(svc: &Arc<Service>, out: &Outbox, id: Id, topics: Vec<Topic>) {
     let mut rx = svc.events.subscribe();

@@ -10,7 +10,7 @@ use toolvisor_protocol::{ErrorBody, ErrorType};
 
 use crate::audit::record::{Completed, PolicyVerdict, Rejected, Requested, WorkerRef};
 use crate::audit::{Audit, AuditError};
-use crate::router::SessionInfo;
+use crate::call::router::SessionInfo;
 
 /// The audit identity of one call.
 pub struct CallRecord<'a> {

@@ -14,6 +14,8 @@
 //! privileged messages need a peer that proves it is not one.
 
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use toolvisor_os::procfs;
+use toolvisor_protocol::worker::{COMMAND_CGROUP_PREFIX, MARKER_VAR};
 
 use toolvisor_protocol::ErrorType;
 use toolvisor_protocol::message::{ClientMessage, ServerMessage};
@@ -86,21 +88,19 @@ pub fn classify(
 /// The checks, on a live pid. Its environment may be unreadable (a non-dumpable
 /// process): then the parent chain and the cgroup decide.
 fn inspect(pid: i32, exec_workers: &[u32], instance: &str) -> Peer {
-    if toolvisor_workers::reap::read_ppid(pid).is_none() {
+    if procfs::ppid(pid).is_none() {
         return Peer::Command(format!("process {pid} cannot be inspected"));
     }
     if let Some(w) = ancestor_in(pid, exec_workers) {
         return Peer::Command(format!("process {pid} runs under exec worker {w}"));
     }
-    let marker = format!("{}={instance}", toolvisor_workers::reap::MARKER_VAR);
-    let env = std::fs::read(format!("/proc/{pid}/environ")).unwrap_or_default();
-    if env.split(|&b| b == 0).any(|v| v == marker.as_bytes()) {
+    let marker = format!("{MARKER_VAR}={instance}");
+    if procfs::environ(pid).iter().any(|v| v == marker.as_bytes()) {
         return Peer::Command(format!("process {pid} carries a command's marker"));
     }
-    let own = format!("/{}", toolvisor_workers::exec::cgroup::PREFIX);
-    let cgroup = std::fs::read_to_string(format!("/proc/{pid}/cgroup")).unwrap_or_default();
-    if cgroup
-        .lines()
+    let own = format!("/{COMMAND_CGROUP_PREFIX}");
+    if procfs::cgroups(pid)
+        .iter()
         .any(|l| l.contains(&own) && !l.ends_with("daemon"))
     {
         return Peer::Command(format!("process {pid} is in a command's cgroup"));
@@ -117,7 +117,7 @@ fn ancestor_in(pid: i32, workers: &[u32]) -> Option<u32> {
         {
             return Some(c);
         }
-        match toolvisor_workers::reap::read_ppid(cur) {
+        match procfs::ppid(cur) {
             Some(p) if p > 0 && p != cur => cur = p,
             _ => return None,
         }
@@ -206,7 +206,7 @@ mod tests {
     fn a_marked_child_is_a_command() {
         let mut child = std::process::Command::new("sleep")
             .arg("30")
-            .env(toolvisor_workers::reap::MARKER_VAR, "inst-7")
+            .env(MARKER_VAR, "inst-7")
             .spawn()
             .unwrap();
         let pid = child.id() as i32;

@@ -1,0 +1,5 @@
+//! What the supervisor and the workers both read from the kernel. One reader of
+//! `/proc` for both sides, so the parsing rules (a command name may hold spaces and
+//! parentheses; a process may vanish between two reads) live in one place.
+
+pub mod procfs;

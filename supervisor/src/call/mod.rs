@@ -1,0 +1,12 @@
+//! The path of one call inside the supervisor, from an admitted request to its one
+//! result: routing ([`router`]), the policy gate with its confirmations, grants and
+//! previews, batches, and the audit records each call leaves.
+
+pub mod batch;
+pub mod confirm;
+pub mod gate;
+pub mod grants;
+pub mod previews;
+pub mod processes;
+pub mod record;
+pub mod router;

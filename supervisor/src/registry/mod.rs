@@ -1,0 +1,3 @@
+//! The tool registry: every tool a client can call, with its compiled validator.
+
+pub mod validate;

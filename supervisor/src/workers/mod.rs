@@ -1,0 +1,11 @@
+//! Worker processes and their supervision: one [`pool`] per tool group, one
+//! [`worker`] actor per process (spawned by [`spawn`], restarted by the [`restart`]
+//! policy, watched for memory by [`watchdog`]), and the fair wait queue ([`fairq`]) in
+//! front of each group.
+
+pub mod fairq;
+pub mod pool;
+pub mod restart;
+pub mod spawn;
+pub mod watchdog;
+pub mod worker;
