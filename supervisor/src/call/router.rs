@@ -141,7 +141,7 @@ impl Service {
             let seq = rec.rejected(self.audit(), &o).await;
             return to_result(req.id.clone(), o, extra, started, seq);
         }
-        if let Err(e) = rec.requested_durably(&self.audit()).await {
+        if let Err(e) = rec.requested_durably(self.audit()).await {
             let o = fail(
                 ErrorType::InternalError,
                 format!("audit unavailable: no tool may start ({e})"),
