@@ -1,355 +1,33 @@
-//! One worker process, owned by one `WorkerActor`.
+//! The actor that owns one worker process: spawn, `init`, `ready`, death, backoff,
+//! restart.
 //!
-//! The actor runs the process's life: spawn, `init`, `ready`, death, backoff, restart.
-//! Calls do not pass through its mailbox: a dispatcher registers the call in the
-//! current [`Link`] and writes the `run` frame itself, and the link's reader task hands
-//! each `done` straight to the waiting call. Death is seen first as EOF on the control
-//! socket; the process is then killed for sure and its exit status collected, and
-//! every call still in flight on it is answered at once.
-//!
-//! A planned replacement (operator `restart`, SIGHUP, the memory watchdog) never blocks
-//! the mailbox: the worker stops taking calls, a task reports when the last one ended,
-//! then the process gets `Shutdown` (the exec worker kills and logs its background
-//! jobs) and `SIGKILL` only if it is still there after its group's [`patience`]. Every
-//! start is tagged with a generation, so a start scheduled by a backoff or cool-down
-//! that an operator restart overtook is dropped, and one worker never runs two
-//! processes.
+//! Death is seen first as EOF on the control socket; the process is then killed for
+//! sure and its exit status collected, every call still in flight on it is answered at
+//! once, and the restart policy says when it starts again. Every start is tagged with
+//! a generation, so a message about an older process (a start scheduled by a backoff
+//! that an operator restart overtook, a late exit) is dropped, and one worker never
+//! runs two processes. Replacements on purpose are in [`replace`].
 
-use std::collections::HashMap;
-use std::sync::atomic::{AtomicU8, AtomicU32, Ordering};
-use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::Instant;
 
 use ractor::{Actor, ActorProcessingErr, ActorRef};
-use serde_json::Value;
-use tokio::io::AsyncWriteExt;
-use tokio::sync::{mpsc, oneshot, watch};
+use tokio::sync::watch;
 use toolvisor_protocol::frame;
 use toolvisor_protocol::message::Guards;
-use toolvisor_protocol::worker::{
-    AnnouncedTool, FromWorker, KNOWN_FROM_WORKER, Outcome, ToWorker, WorkerInit,
-};
-use toolvisor_protocol::{ErrorBody, ErrorType};
+use toolvisor_protocol::worker::{AnnouncedTool, ToWorker, WorkerInit};
 
+use super::link::{Link, ReaderArgs};
+use super::shared::{WorkerShared, WorkerState};
+use super::{READY_TIMEOUT, kill_group, lock, patience};
 use crate::session::events::{Events, WorkerEvent};
-use crate::workers::fairq::FairQueue;
 use crate::workers::restart::{Next, RestartPolicy};
 use crate::workers::spawn::{SpawnSpec, Spawner};
+use replace::Planned;
+pub use replace::RestartReason;
 
-/// How long a started worker has to say `ready`.
-pub const READY_TIMEOUT: Duration = Duration::from_secs(5);
-/// How long a worker may ignore a cancel before it is killed.
-pub const CANCEL_GRACE: Duration = Duration::from_secs(2);
-/// The same for an exec worker: a command that ignores SIGTERM is killed by its shim
-/// 2 s after it (the worker's own backstop kills the shim 6 s later) and the worker
-/// then drains its pipes; a call never costs the other calls their worker.
-pub const EXEC_PATIENCE: Duration = Duration::from_secs(12);
-
-/// How long the supervisor waits for a worker of `group` to answer a cancel, or a call
-/// past its deadline, before it gives up on the process.
-pub fn patience(group: &str) -> Duration {
-    if group == "exec" {
-        EXEC_PATIENCE
-    } else {
-        CANCEL_GRACE
-    }
-}
-
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-#[repr(u8)]
-pub enum WorkerState {
-    Starting = 0,
-    Ready = 1,
-    Restarting = 2,
-    Failed = 3,
-    Stopping = 4,
-}
-
-impl WorkerState {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            WorkerState::Starting => "starting",
-            WorkerState::Ready => "ready",
-            WorkerState::Restarting => "restarting",
-            WorkerState::Failed => "failed",
-            WorkerState::Stopping => "stopping",
-        }
-    }
-
-    fn from_u8(v: u8) -> Self {
-        match v {
-            0 => WorkerState::Starting,
-            1 => WorkerState::Ready,
-            2 => WorkerState::Restarting,
-            3 => WorkerState::Failed,
-            _ => WorkerState::Stopping,
-        }
-    }
-}
-
-/// How a call on a worker ended, as the dispatcher sees it.
-#[derive(Debug)]
-pub enum Reply {
-    Done(Outcome),
-    /// The process died with the call in flight.
-    Crashed(String),
-}
-
-/// A call registered on a link.
-struct Pending {
-    reply: Option<oneshot::Sender<Reply>>,
-    output: Option<mpsc::Sender<(String, String)>>,
-    /// Cancelled when nobody waits for the call any more: its streamed output, held up
-    /// by a client that does not read, must not hold up the link (other calls' frames,
-    /// its own `done`).
-    abandoned: tokio_util::sync::CancellationToken,
-}
-
-/// The connection to one running worker process.
-pub struct Link {
-    pub pid: u32,
-    tx: mpsc::Sender<Vec<u8>>,
-    pending: Mutex<HashMap<u64, Pending>>,
-    /// Woken whenever the last call in flight ends.
-    idle: tokio::sync::Notify,
-    /// The group's wait queue: a freed slot is the next waiter's turn.
-    queue: Arc<FairQueue>,
-}
-
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|p| p.into_inner())
-}
-
-impl Link {
-    /// Hand a worker's message to the call it belongs to.
-    async fn deliver(&self, msg: FromWorker) {
-        match msg {
-            FromWorker::Done { call, outcome } => {
-                let pending = {
-                    let mut map = lock(&self.pending);
-                    let p = map.remove(&call);
-                    if map.is_empty() {
-                        self.idle.notify_waiters();
-                    }
-                    p
-                };
-                self.queue.wake_turn();
-                if let Some(reply) = pending.and_then(|p| p.reply) {
-                    let _ = reply.send(Reply::Done(outcome));
-                }
-            }
-            FromWorker::Output { call, stream, data } => {
-                let out = lock(&self.pending)
-                    .get(&call)
-                    .and_then(|p| p.output.clone().map(|o| (o, p.abandoned.clone())));
-                if let Some((out, abandoned)) = out {
-                    tokio::select! {
-                        _ = out.send((stream, data)) => {}
-                        _ = abandoned.cancelled() => {}
-                    }
-                }
-            }
-            FromWorker::Ready { .. } | FromWorker::Tools { .. } => {}
-        }
-    }
-
-    /// Answer every call still registered: the process is gone.
-    fn fail_all(&self, why: &str) {
-        let pending: Vec<Pending> = lock(&self.pending).drain().map(|(_, p)| p).collect();
-        self.idle.notify_waiters();
-        self.queue.wake_turn();
-        for p in pending {
-            if let Some(reply) = p.reply {
-                let _ = reply.send(Reply::Crashed(why.to_owned()));
-            }
-        }
-    }
-
-    pub fn in_flight(&self) -> usize {
-        lock(&self.pending).len()
-    }
-
-    fn has(&self, call: u64) -> bool {
-        lock(&self.pending).contains_key(&call)
-    }
-
-    /// Resolves once no call is in flight.
-    async fn until_idle(&self) {
-        loop {
-            let notified = self.idle.notified();
-            if self.in_flight() == 0 {
-                return;
-            }
-            notified.await;
-        }
-    }
-}
-
-/// What the pool and status see of a worker, shared with its actor.
-pub struct WorkerShared {
-    pub group: String,
-    pub index: u32,
-    state: AtomicU8,
-    pub restarts: AtomicU32,
-    link: Mutex<Option<Arc<Link>>>,
-    /// Bumped on every state change, so waiters for a ready worker wake.
-    changed: watch::Sender<u64>,
-    /// When a failed worker will try again (for `retry_after_ms`).
-    retry_at: Mutex<Option<Instant>>,
-    pub actor: Mutex<Option<ActorRef<WorkerMsg>>>,
-    /// The protections the current process reported in its `ready`.
-    pub guards: Mutex<Guards>,
-    /// The group's wait queue (shared by the pool's workers).
-    pub queue: Arc<FairQueue>,
-}
-
-impl WorkerShared {
-    pub fn new(
-        group: &str,
-        index: u32,
-        changed: watch::Sender<u64>,
-        queue: Arc<FairQueue>,
-    ) -> Arc<Self> {
-        Arc::new(WorkerShared {
-            group: group.to_owned(),
-            index,
-            state: AtomicU8::new(WorkerState::Starting as u8),
-            restarts: AtomicU32::new(0),
-            link: Mutex::new(None),
-            changed,
-            retry_at: Mutex::new(None),
-            actor: Mutex::new(None),
-            guards: Mutex::new(Guards::default()),
-            queue,
-        })
-    }
-
-    pub fn state(&self) -> WorkerState {
-        WorkerState::from_u8(self.state.load(Ordering::SeqCst))
-    }
-
-    fn set_state(&self, s: WorkerState) {
-        self.state.store(s as u8, Ordering::SeqCst);
-        self.changed.send_modify(|n| *n += 1);
-        if s == WorkerState::Ready {
-            self.queue.wake_turn();
-        }
-    }
-
-    pub fn link(&self) -> Option<Arc<Link>> {
-        lock(&self.link).clone()
-    }
-
-    pub fn pid(&self) -> Option<u32> {
-        self.link().map(|l| l.pid)
-    }
-
-    pub fn in_flight(&self) -> usize {
-        self.link().map_or(0, |l| l.in_flight())
-    }
-
-    /// The actor that owns this worker (none while a panicked one is replaced).
-    pub fn actor_ref(&self) -> Option<ActorRef<WorkerMsg>> {
-        lock(&self.actor).clone()
-    }
-
-    pub fn retry_after(&self) -> Option<Duration> {
-        lock(&self.retry_at).map(|t| t.saturating_duration_since(Instant::now()))
-    }
-
-    /// Register a call on the current process and send its encoded `run` frame (see
-    /// [`run_frame`]). `None` when the worker is not ready (the caller picks another
-    /// or waits).
-    pub async fn submit(
-        &self,
-        bytes: Vec<u8>,
-        call: u64,
-        output: Option<mpsc::Sender<(String, String)>>,
-    ) -> Option<oneshot::Receiver<Reply>> {
-        if self.state() != WorkerState::Ready {
-            return None;
-        }
-        let link = self.link()?;
-        let (reply, rx) = oneshot::channel();
-        lock(&link.pending).insert(
-            call,
-            Pending {
-                reply: Some(reply),
-                output,
-                abandoned: tokio_util::sync::CancellationToken::new(),
-            },
-        );
-        if link.tx.send(bytes).await.is_err() {
-            lock(&link.pending).remove(&call);
-            return None;
-        }
-        Some(rx)
-    }
-
-    /// Ask the worker to stop a call. When `abandon`, nobody waits for its answer any
-    /// more; a worker that still has not answered after its group's [`patience`] is
-    /// killed.
-    pub fn cancel(self: &Arc<Self>, call: u64, abandon: bool) {
-        let Some(link) = self.link() else { return };
-        if abandon && let Some(p) = lock(&link.pending).get_mut(&call) {
-            p.reply = None;
-            p.output = None;
-            p.abandoned.cancel();
-        }
-        if let Ok(bytes) = frame::encode(&ToWorker::Cancel { call }) {
-            let _ = link.tx.try_send(bytes);
-        }
-        let this = self.clone();
-        let wait = patience(&self.group);
-        tokio::spawn(async move {
-            tokio::time::sleep(wait).await;
-            // A deadline, not synchronisation: the worker had its chance to answer.
-            if let Some(now) = this.link()
-                && Arc::ptr_eq(&now, &link)
-                && link.has(call)
-            {
-                tracing::warn!(group = %this.group, index = this.index, pid = link.pid, call,
-                    "worker ignored a cancel for {wait:?}; killing it");
-                kill_group(link.pid);
-            }
-        });
-    }
-}
-
-/// SIGKILL a worker's process group (it leads its own group).
-pub fn kill_group(pid: u32) {
-    let _ = nix::sys::signal::killpg(
-        nix::unistd::Pid::from_raw(pid as i32),
-        nix::sys::signal::Signal::SIGKILL,
-    );
-}
-
-/// Why a worker process is replaced on purpose (said in its `worker_exited` record).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum RestartReason {
-    /// `toolvisor restart [GROUP]`: also revives a `failed` worker.
-    Operator,
-    /// SIGHUP after a successful reload: also revives a `failed` worker.
-    Reload,
-    /// The memory watchdog saw it above `max_rss_mb`; only a ready worker is replaced.
-    Memory,
-}
-
-impl RestartReason {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            RestartReason::Operator => "operator_restart",
-            RestartReason::Reload => "reload",
-            RestartReason::Memory => "memory",
-        }
-    }
-
-    /// Whether this restart starts the intensity count afresh (an operator or a
-    /// reload may fix what made the worker fail; memory growth says nothing of it).
-    fn resets_policy(self) -> bool {
-        !matches!(self, RestartReason::Memory)
-    }
-}
+mod replace;
 
 /// How a process ended: exit code or signal (one of them `None`).
 type ExitStatus = (Option<i32>, Option<i32>);
@@ -409,14 +87,6 @@ pub struct Reconfig {
     pub init: WorkerInit,
     pub passthrough: Vec<String>,
     pub supervisor: crate::config::SupervisorConfig,
-}
-
-/// A replacement under way: the process of `generation` is let finish its calls, then
-/// asked to shut down (so the exec worker kills and logs its background jobs).
-struct Planned {
-    reason: RestartReason,
-    generation: u64,
-    shutdown_sent: bool,
 }
 
 /// Everything a worker actor needs to (re)start its process.
@@ -622,7 +292,7 @@ impl WorkerActorState {
         self.kill_reason = None;
         let generation = self.generation;
         self.args.shared.set_state(WorkerState::Starting);
-        *lock(&self.args.shared.retry_at) = None;
+        self.args.shared.set_retry_at(None);
         let spawned = match self.args.spawner.spawn(self.args.spec.clone()).await {
             Ok(s) => s,
             Err(e) => {
@@ -650,32 +320,21 @@ impl WorkerActorState {
                 return;
             }
         };
-        let (rd, wr) = control.into_split();
-        let (tx, rx) = mpsc::channel::<Vec<u8>>(1024);
-        let link = Arc::new(Link {
-            pid: spawned.pid,
-            tx,
-            pending: Mutex::new(HashMap::new()),
-            idle: tokio::sync::Notify::new(),
-            queue: self.args.shared.queue.clone(),
-        });
+        let reader = ReaderArgs {
+            actor: myself.clone(),
+            generation,
+            max_frame: self.args.init.limits.max_frame_bytes,
+            announce: self.args.announce.clone(),
+        };
+        let link = Link::open(spawned.pid, control, self.args.shared.queue.clone(), reader);
         let init = WorkerInit {
             generation: self.generation,
             ..self.args.init.clone()
         };
         if let Ok(init) = frame::encode(&ToWorker::Init(Box::new(init))) {
-            let _ = link.tx.send(init).await;
+            link.send(init).await;
         }
-        *lock(&self.args.shared.link) = Some(link.clone());
-        tokio::spawn(write_loop(wr, rx));
-        tokio::spawn(read_loop(
-            rd,
-            link,
-            myself.clone(),
-            generation,
-            self.args.init.limits.max_frame_bytes,
-            self.args.announce.clone(),
-        ));
+        self.args.shared.set_link(link);
         myself.send_after(READY_TIMEOUT, move || WorkerMsg::ReadyTimeout {
             generation,
         });
@@ -705,7 +364,7 @@ impl WorkerActorState {
         if let Some(pid) = pid {
             kill_group(pid); // anything it left in its group goes too
         }
-        if let Some(link) = lock(&self.args.shared.link).take() {
+        if let Some(link) = self.args.shared.take_link() {
             link.fail_all(&why);
         }
         let reason = match (&planned, self.kill_reason) {
@@ -741,7 +400,9 @@ impl WorkerActorState {
             }
             Next::Fail { retry_after } => {
                 tracing::error!(group = %self.args.shared.group, index = self.args.shared.index, "worker failed; retry after {retry_after:?}");
-                *lock(&self.args.shared.retry_at) = retry_after.map(|d| Instant::now() + d);
+                self.args
+                    .shared
+                    .set_retry_at(retry_after.map(|d| Instant::now() + d));
                 self.args.shared.set_state(WorkerState::Failed);
                 self.args
                     .events
@@ -752,142 +413,6 @@ impl WorkerActorState {
                 }
                 self.answer_waiters();
             }
-        }
-    }
-
-    /// A restart on purpose: let the calls in flight end, then replace the process. A
-    /// worker without a process (failed, or waiting out a backoff) starts at once.
-    async fn restart(
-        &mut self,
-        myself: &ActorRef<WorkerMsg>,
-        reason: RestartReason,
-        reply: Option<ractor::RpcReplyPort<()>>,
-    ) {
-        if reason == RestartReason::Memory && self.args.shared.state() != WorkerState::Ready {
-            return; // the watchdog looks again next time
-        }
-        self.waiters.extend(reply);
-        if self.stopping {
-            self.answer_waiters();
-            return;
-        }
-        if reason.resets_policy() {
-            self.args.policy.reset();
-        }
-        if self.planned_here() {
-            return; // one replacement serves every request made while it is under way
-        }
-        let link = self.args.shared.link();
-        match (self.child_pid, link) {
-            (Some(_), Some(link)) => {
-                tracing::info!(group = %self.args.shared.group, index = self.args.shared.index, reason = reason.as_str(), "replacing the worker once its calls are done");
-                self.planned = Some(Planned {
-                    reason,
-                    generation: self.generation,
-                    shutdown_sent: false,
-                });
-                self.args.shared.set_state(WorkerState::Restarting);
-                wake_when_idle(link, myself.clone(), self.generation);
-            }
-            (Some(pid), None) => kill_group(pid), // never connected: its exit restarts it
-            (None, _) => self.start(myself).await,
-        }
-    }
-
-    /// The process being replaced is idle: ask it to shut down, and kill it if it has
-    /// not exited within its group's [`patience`] (an exec worker first stops its
-    /// background jobs, each of which may take the 2 s grace).
-    fn idle(&mut self, myself: &ActorRef<WorkerMsg>) {
-        let generation = self.generation;
-        let Some(link) = self.args.shared.link() else {
-            return;
-        };
-        if self.stopping || !self.planned_here() {
-            return;
-        }
-        if link.in_flight() > 0 {
-            // A call slipped in between the state change and now: wait for it too.
-            wake_when_idle(link, myself.clone(), generation);
-            return;
-        }
-        if let Some(p) = self.planned.as_mut() {
-            p.shutdown_sent = true;
-        }
-        if let Ok(bytes) = frame::encode(&ToWorker::Shutdown)
-            && link.tx.try_send(bytes).is_err()
-            && let Some(pid) = self.child_pid
-        {
-            kill_group(pid);
-        }
-        let wait = patience(&self.args.shared.group);
-        myself.send_after(wait, move || WorkerMsg::ShutdownOverdue { generation });
-    }
-
-    /// Retirement: `stopping` at once (no new process, no `ready`, no restart), the
-    /// process stopped once its calls are done (the idle wake-up comes back here), then
-    /// the actor ends; the pool, seeing it stop while `Stopping`, does not replace it.
-    async fn retire(&mut self, myself: &ActorRef<WorkerMsg>) {
-        if !self.retiring {
-            tracing::info!(group = %self.args.shared.group, index = self.args.shared.index, "retiring the worker once its calls are done");
-        }
-        self.retiring = true;
-        self.stopping = true;
-        self.args.shared.set_state(WorkerState::Stopping);
-        match self.args.shared.link() {
-            Some(link) if link.in_flight() > 0 => {
-                wake_when_idle(link, myself.clone(), self.generation)
-            }
-            _ => {
-                self.stop("retired").await;
-                myself.stop(Some("retired".into()));
-            }
-        }
-    }
-
-    /// Service shutdown: ask the process to shut down, kill it after [`CANCEL_GRACE`],
-    /// and record its exit before answering, so that `supervisor_stopped` comes last.
-    async fn stop(&mut self, reason: &str) {
-        self.stopping = true;
-        self.args.shared.set_state(WorkerState::Stopping);
-        let link = lock(&self.args.shared.link).take();
-        if let Some(pid) = self.child_pid.take() {
-            if let Some(link) = &link
-                && let Ok(bytes) = frame::encode(&ToWorker::Shutdown)
-            {
-                let _ = link.tx.try_send(bytes);
-            }
-            let status = match self.wait_exit(CANCEL_GRACE).await {
-                Some(s) => s,
-                None => {
-                    kill_group(pid);
-                    self.wait_exit(Duration::from_secs(1))
-                        .await
-                        .unwrap_or((None, Some(9)))
-                }
-            };
-            kill_group(pid);
-            // Its `Exited` message, if still queued, is about an older process now.
-            self.generation += 1;
-            self.args.events.worker_exited(
-                &self.args.shared,
-                Some(pid),
-                status.0,
-                status.1,
-                reason,
-            );
-        }
-        if let Some(link) = link {
-            link.fail_all(&format!("the worker is stopping ({reason})"));
-        }
-        self.answer_waiters();
-    }
-
-    /// The exit status of the current process, waiting up to `limit` for it.
-    async fn wait_exit(&mut self, limit: Duration) -> Option<ExitStatus> {
-        let exited = self.exited.as_mut()?;
-        match tokio::time::timeout(limit, exited.wait_for(|s| s.is_some())).await {
-            Ok(Ok(s)) => *s,
-            _ => None,
         }
     }
 }
@@ -915,108 +440,4 @@ fn watch_exit(
         });
     });
     rx
-}
-
-/// Tell the actor once `link` has no call in flight (or its process died and every
-/// call was answered), without blocking the actor's mailbox meanwhile.
-fn wake_when_idle(link: Arc<Link>, me: ActorRef<WorkerMsg>, generation: u64) {
-    tokio::spawn(async move {
-        link.until_idle().await;
-        let _ = me.cast(WorkerMsg::Idle { generation });
-    });
-}
-
-async fn write_loop(mut wr: tokio::net::unix::OwnedWriteHalf, mut rx: mpsc::Receiver<Vec<u8>>) {
-    let mut buf = Vec::with_capacity(64 * 1024);
-    while let Some(first) = rx.recv().await {
-        buf.extend_from_slice(&first);
-        while buf.len() < 256 * 1024 {
-            match rx.try_recv() {
-                Ok(more) => buf.extend_from_slice(&more),
-                Err(_) => break,
-            }
-        }
-        if wr.write_all(&buf).await.is_err() {
-            return;
-        }
-        buf.clear();
-    }
-}
-
-async fn read_loop(
-    mut rd: tokio::net::unix::OwnedReadHalf,
-    link: Arc<Link>,
-    actor: ActorRef<WorkerMsg>,
-    generation: u64,
-    max_frame: usize,
-    announce: Option<Announce>,
-) {
-    let max = max_frame.max(toolvisor_protocol::DEFAULT_MAX_FRAME_BYTES) * 2;
-    loop {
-        let body = match frame::read_frame(&mut rd, max).await {
-            Ok(Some(b)) => b,
-            Ok(None) | Err(_) => break,
-        };
-        match frame::decode::<FromWorker>(&body, KNOWN_FROM_WORKER) {
-            Ok(FromWorker::Ready { pid, guards, tools }) => {
-                if let Some(announce) = &announce {
-                    announce(tools);
-                }
-                let _ = actor.cast(WorkerMsg::Ready {
-                    generation,
-                    pid,
-                    guards,
-                });
-            }
-            Ok(FromWorker::Tools { tools }) => {
-                if let Some(announce) = &announce {
-                    announce(tools);
-                }
-            }
-            Ok(msg) => link.deliver(msg).await,
-            Err(e) => {
-                tracing::warn!(pid = link.pid, "bad frame from worker: {e}");
-                // A `done` that does not decode still ends its call, at once.
-                if let Some(call) = done_call(&body) {
-                    let why = format!("the worker sent a result that does not decode: {e}");
-                    let outcome = Outcome::err(ErrorBody::new(ErrorType::InternalError, why));
-                    link.deliver(FromWorker::Done { call, outcome }).await;
-                }
-            }
-        }
-    }
-    let _ = actor.cast(WorkerMsg::Eof { generation });
-}
-
-/// The call a `done` frame names, read without the rest of the frame.
-fn done_call(body: &[u8]) -> Option<u64> {
-    #[derive(serde::Deserialize)]
-    struct Done {
-        #[serde(rename = "type")]
-        kind: String,
-        call: u64,
-    }
-    let d: Done = rmp_serde::from_slice(body).ok()?;
-    (d.kind == "done").then_some(d.call)
-}
-
-/// The encoded `run` frame of one call, for the pool to [`WorkerShared::submit`].
-pub fn run_frame(
-    call: u64,
-    name: &str,
-    tool: &str,
-    args: Value,
-    stream: bool,
-    timeout_ms: u64,
-    network: bool,
-) -> Result<Vec<u8>, frame::FrameError> {
-    frame::encode(&ToWorker::Run {
-        call,
-        name: name.to_owned(),
-        tool: tool.to_owned(),
-        args,
-        stream,
-        timeout_ms: Some(timeout_ms),
-        network,
-    })
 }
