@@ -9,6 +9,7 @@ pub mod error;
 pub mod frame;
 pub mod id;
 pub mod message;
+pub mod time;
 pub mod tools;
 pub mod worker;
 

@@ -1,10 +1,11 @@
-//! Typed audit records (DESIGN §7). Callers build a struct and hand it to
+//! Typed audit records (docs/AUDIT.md). Callers build a struct and hand it to
 //! [`super::Audit::record`]; the field names live here only, so a misspelt field is a
 //! compile error rather than a record no tool can query.
 
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, SystemTime};
 
 use serde_json::{Map, Value, json};
+use toolvisor_protocol::time::rfc3339_millis;
 
 use super::{canonical, redact};
 
@@ -15,37 +16,6 @@ pub trait Record {
     const KIND: &'static str;
     /// The record's own fields.
     fn fields(&self) -> Map<String, Value>;
-}
-
-/// `ts` and every other time in the log: RFC 3339, UTC, milliseconds
-/// (`2026-08-07T12:34:56.789Z`). Times before 1970 print as the epoch.
-pub fn rfc3339_millis(t: SystemTime) -> String {
-    let d = t.duration_since(UNIX_EPOCH).unwrap_or_default();
-    let secs = d.as_secs();
-    let (y, m, day) = civil_from_days((secs / 86_400) as i64);
-    let sod = secs % 86_400;
-    format!(
-        "{y:04}-{m:02}-{day:02}T{:02}:{:02}:{:02}.{:03}Z",
-        sod / 3600,
-        sod % 3600 / 60,
-        sod % 60,
-        d.subsec_millis()
-    )
-}
-
-/// Days since 1970-01-01 → (year, month, day), proleptic Gregorian (H. Hinnant's
-/// `civil_from_days`), so no date crate is needed for one formatter.
-fn civil_from_days(days: i64) -> (i64, u32, u32) {
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z.rem_euclid(146_097);
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let d = doy - (153 * mp + 2) / 5 + 1;
-    let m = if mp < 10 { mp + 3 } else { mp - 9 };
-    let y = yoe + era * 400 + i64::from(m <= 2);
-    (y, m as u32, d as u32)
 }
 
 fn obj(v: Value) -> Map<String, Value> {
@@ -359,35 +329,12 @@ pub(crate) fn recovered(reason: &str, details: Value) -> Map<String, Value> {
 
 #[cfg(test)]
 mod tests {
+    use std::time::UNIX_EPOCH;
+
     use super::*;
 
     fn at(secs: u64, ms: u64) -> SystemTime {
         UNIX_EPOCH + Duration::from_secs(secs) + Duration::from_millis(ms)
-    }
-
-    #[test]
-    fn timestamps_are_rfc3339_utc_millis() {
-        assert_eq!(rfc3339_millis(at(0, 0)), "1970-01-01T00:00:00.000Z");
-        assert_eq!(
-            rfc3339_millis(at(951_782_400, 7)),
-            "2000-02-29T00:00:00.007Z"
-        );
-        assert_eq!(
-            rfc3339_millis(at(1_700_000_000, 999)),
-            "2023-11-14T22:13:20.999Z"
-        );
-        assert_eq!(
-            rfc3339_millis(at(4_107_542_399, 0)),
-            "2100-02-28T23:59:59.000Z"
-        );
-        assert_eq!(
-            rfc3339_millis(at(1_709_164_800, 0)),
-            "2024-02-29T00:00:00.000Z"
-        );
-        assert_eq!(
-            rfc3339_millis(at(1_735_689_599, 0)),
-            "2024-12-31T23:59:59.000Z"
-        );
     }
 
     #[test]

@@ -17,7 +17,9 @@ use tokio::sync::oneshot;
 
 use super::AuditError;
 use super::chain::{self, RESERVED};
-use super::record::{self, rfc3339_millis};
+use toolvisor_protocol::time::rfc3339_millis;
+
+use super::record;
 use super::segments;
 use super::verify::Link;
 use crate::config::{AuditConfig, Fsync};

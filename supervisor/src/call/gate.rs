@@ -249,7 +249,7 @@ impl Service {
         ServerMessage::Token {
             id,
             token: issued.token,
-            expires_at: crate::audit::record::rfc3339_millis(expires_at),
+            expires_at: toolvisor_protocol::time::rfc3339_millis(expires_at),
         }
     }
 

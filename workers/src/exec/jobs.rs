@@ -278,7 +278,7 @@ impl Jobs {
             let m = j.meta();
             let running = !j.finished();
             let bytes = j.bytes.load(Ordering::Acquire);
-            let started = rfc3339(j.started);
+            let started = toolvisor_protocol::time::rfc3339(j.started);
             let exit = match (m.get("exit_code").and_then(Value::as_i64), m.get("signal")) {
                 (Some(c), _) => c.to_string(),
                 (None, Some(s)) => format!("sig {s}"),
@@ -548,45 +548,9 @@ fn one_line(s: &str, max: usize) -> String {
     }
 }
 
-/// RFC 3339 UTC with seconds, e.g. `2025-01-31T12:00:00Z`.
-pub(crate) fn rfc3339(t: SystemTime) -> String {
-    let secs = t
-        .duration_since(SystemTime::UNIX_EPOCH)
-        .map_or(0, |d| d.as_secs()) as i64;
-    let (days, rem) = (secs.div_euclid(86_400), secs.rem_euclid(86_400));
-    let (y, m, d) = civil_from_days(days);
-    format!(
-        "{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}Z",
-        rem / 3600,
-        rem % 3600 / 60,
-        rem % 60
-    )
-}
-
-/// Days since 1970-01-01 → (year, month, day) (H. Hinnant's algorithm).
-fn civil_from_days(z: i64) -> (i64, u32, u32) {
-    let z = z + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z.rem_euclid(146_097);
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let d = (doy - (153 * mp + 2) / 5 + 1) as u32;
-    let m = if mp < 10 { mp + 3 } else { mp - 9 } as u32;
-    let y = yoe + era * 400 + i64::from(m <= 2);
-    (y, m, d)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn rfc3339_formats_utc() {
-        assert_eq!(rfc3339(SystemTime::UNIX_EPOCH), "1970-01-01T00:00:00Z");
-        let t = SystemTime::UNIX_EPOCH + Duration::from_secs(1_709_210_096);
-        assert_eq!(rfc3339(t), "2024-02-29T12:34:56Z");
-    }
 
     #[test]
     fn one_line_flattens_and_cuts() {
