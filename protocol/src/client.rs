@@ -78,8 +78,8 @@ impl Client {
     }
 
     pub async fn send(&mut self, msg: &ClientMessage) -> Result<(), ClientError> {
-        let bytes = frame::encode(msg)?;
-        self.send_raw(&bytes).await
+        crate::writer::write_message(&mut self.wr, msg).await?;
+        Ok(())
     }
 
     /// Send bytes as they are (tests use this for malformed frames).

@@ -6,7 +6,7 @@
 
 use serde::Serialize;
 use serde::de::DeserializeOwned;
-use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+use tokio::io::{AsyncRead, AsyncReadExt};
 
 /// Deepest nesting of arrays and maps a frame may have.
 pub const MAX_DEPTH: usize = 32;
@@ -44,14 +44,32 @@ pub enum DecodeError {
 
 /// Serialize `msg` as a named map and prefix the length.
 pub fn encode<T: Serialize>(msg: &T) -> Result<Vec<u8>, FrameError> {
-    let mut buf = vec![0u8; 4];
-    rmp_serde::encode::write_named(&mut buf, msg)?;
-    let len = u32::try_from(buf.len() - 4).map_err(|_| FrameError::TooLarge {
-        len: buf.len() - 4,
-        max: u32::MAX as usize,
-    })?;
-    buf[..4].copy_from_slice(&len.to_be_bytes());
+    let mut buf = Vec::new();
+    encode_into(&mut buf, msg)?;
     Ok(buf)
+}
+
+/// Append `msg`'s frame (length, then body) to `buf`: the one place a frame is
+/// length-prefixed, so a writer can gather many frames in one buffer without a copy
+/// each. On error `buf` is left as it was.
+pub fn encode_into<T: Serialize>(buf: &mut Vec<u8>, msg: &T) -> Result<(), FrameError> {
+    let start = buf.len();
+    buf.extend_from_slice(&[0u8; 4]);
+    let done = rmp_serde::encode::write_named(buf, msg)
+        .map_err(FrameError::from)
+        .and_then(|()| {
+            let len = buf.len() - start - 4;
+            let prefix = u32::try_from(len).map_err(|_| FrameError::TooLarge {
+                len,
+                max: u32::MAX as usize,
+            })?;
+            buf[start..start + 4].copy_from_slice(&prefix.to_be_bytes());
+            Ok(())
+        });
+    if done.is_err() {
+        buf.truncate(start);
+    }
+    done
 }
 
 /// Read one frame body. `Ok(None)` is a clean end of stream between frames.
@@ -82,11 +100,6 @@ pub async fn read_frame<R: AsyncRead + Unpin>(
         _ => FrameError::Io(e),
     })?;
     Ok(Some(body))
-}
-
-/// Write one already-encoded frame.
-pub async fn write_frame<W: AsyncWrite + Unpin>(wr: &mut W, frame: &[u8]) -> std::io::Result<()> {
-    wr.write_all(frame).await
 }
 
 /// Decode a frame body into `T`, classifying failures as the protocol requires.

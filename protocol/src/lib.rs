@@ -12,6 +12,7 @@ pub mod message;
 pub mod time;
 pub mod tools;
 pub mod worker;
+pub mod writer;
 
 pub use error::{ErrorBody, ErrorType};
 pub use frame::{DecodeError, FrameError, MAX_DEPTH};

@@ -13,7 +13,6 @@ use std::time::{Duration, Instant};
 use toolvisor_protocol::tools;
 
 use serde_json::Value;
-use tokio::io::AsyncWriteExt;
 use tokio::net::UnixStream;
 use tokio::sync::mpsc;
 use toolvisor_protocol::frame;
@@ -21,6 +20,7 @@ use toolvisor_protocol::message::Guards;
 use toolvisor_protocol::worker::{
     CONTROL_FD, FromWorker, KNOWN_TO_WORKER, Outcome, ToWorker, WorkerInit,
 };
+use toolvisor_protocol::writer::write_queued;
 
 use crate::context::{CancelFlag, OutputSink, ToolContext, ToolError};
 use crate::exec::ExecState;
@@ -331,27 +331,12 @@ fn panicked() -> Outcome {
     ToolError::internal("the tool failed unexpectedly (it panicked)").into()
 }
 
-async fn write_loop(mut wr: tokio::net::unix::OwnedWriteHalf, mut rx: mpsc::Receiver<FromWorker>) {
-    let mut buf = Vec::with_capacity(64 * 1024);
-    while let Some(msg) = rx.recv().await {
-        push(&mut buf, &msg);
-        // Coalesce whatever else is ready into one write.
-        while buf.len() < 256 * 1024 {
-            match rx.try_recv() {
-                Ok(m) => push(&mut buf, &m),
-                Err(_) => break,
-            }
+/// Write the worker's frames to the control socket until the queue closes.
+async fn write_loop(wr: tokio::net::unix::OwnedWriteHalf, rx: mpsc::Receiver<FromWorker>) {
+    write_queued(wr, rx, |out, msg| {
+        if let Err(e) = out.push(&msg) {
+            tracing::error!("worker: cannot encode a frame: {e}");
         }
-        if wr.write_all(&buf).await.is_err() {
-            return;
-        }
-        buf.clear();
-    }
-}
-
-fn push(buf: &mut Vec<u8>, msg: &FromWorker) {
-    match frame::encode(msg) {
-        Ok(bytes) => buf.extend_from_slice(&bytes),
-        Err(e) => tracing::error!("worker: cannot encode a frame: {e}"),
-    }
+    })
+    .await
 }

@@ -6,7 +6,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use ractor::{Actor, ActorProcessingErr, ActorRef};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::io::AsyncReadExt;
 use tokio::net::UnixStream;
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
@@ -14,6 +14,7 @@ use toolvisor_protocol::frame::{self, DecodeError, FrameError};
 use toolvisor_protocol::message::{
     CallRequest, ClientMessage, KNOWN_CLIENT_TYPES, ServerMessage, ToolFormat, ToolResult,
 };
+use toolvisor_protocol::writer::FrameWriter;
 use toolvisor_protocol::{ErrorType, Id, PROTOCOL_VERSION};
 
 use crate::call::batch::{BatchCall, Deliver, split_duplicates};
@@ -493,12 +494,12 @@ async fn read_loop(rd: tokio::net::unix::OwnedReadHalf, max: usize, session: Act
 }
 
 async fn write_loop(
-    mut wr: tokio::net::unix::OwnedWriteHalf,
+    wr: tokio::net::unix::OwnedWriteHalf,
     mut rx: mpsc::Receiver<Frame>,
     closed: CancellationToken,
     session: ActorRef<SessionMsg>,
 ) {
-    let mut buf = Vec::with_capacity(64 * 1024);
+    let mut out = FrameWriter::new(wr);
     // Streamed output's budget shares, given back once their bytes are written.
     let mut written_budget = Vec::new();
     loop {
@@ -509,13 +510,13 @@ async fn write_loop(
         let Some(first) = first else { break };
         // An empty frame is the outbox's "close after flush" mark.
         let mut last = first.bytes.is_empty();
-        buf.extend_from_slice(&first.bytes);
+        out.push_encoded(&first.bytes);
         written_budget.extend(first.budget);
-        while !last && buf.len() < 256 * 1024 {
+        while !last && out.has_room() {
             match rx.try_recv() {
                 Ok(more) => {
                     last = more.bytes.is_empty();
-                    buf.extend_from_slice(&more.bytes);
+                    out.push_encoded(&more.bytes);
                     written_budget.extend(more.budget);
                 }
                 Err(_) => break,
@@ -524,20 +525,15 @@ async fn write_loop(
         // A client that stopped reading leaves this write pending forever; the outbox
         // closing (it overflowed) must still end the connection.
         let wrote = tokio::select! {
-            r = wr.write_all(&buf) => r.is_ok(),
+            r = out.flush() => r.is_ok(),
             _ = closed.cancelled() => false,
         };
         if !wrote || last {
             break;
         }
-        buf.clear();
         written_budget.clear();
-        if buf.capacity() > 1 << 20 {
-            // A large result passed: do not keep its buffer for the connection's life.
-            buf = Vec::with_capacity(64 * 1024);
-        }
     }
-    let _ = wr.shutdown().await;
+    let _ = out.shutdown().await;
     closed.cancel();
     let _ = session.cast(SessionMsg::Closed);
 }

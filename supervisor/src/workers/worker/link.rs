@@ -12,13 +12,13 @@ use std::sync::{Arc, Mutex};
 
 use ractor::ActorRef;
 use serde_json::Value;
-use tokio::io::AsyncWriteExt;
 use tokio::net::UnixStream;
-use tokio::net::unix::{OwnedReadHalf, OwnedWriteHalf};
+use tokio::net::unix::OwnedReadHalf;
 use tokio::sync::{mpsc, oneshot};
 use tokio_util::sync::CancellationToken;
 use toolvisor_protocol::frame;
 use toolvisor_protocol::worker::{FromWorker, KNOWN_FROM_WORKER, Outcome, ToWorker};
+use toolvisor_protocol::writer::write_queued;
 use toolvisor_protocol::{ErrorBody, ErrorType};
 
 use super::actor::{Announce, WorkerMsg};
@@ -80,7 +80,7 @@ impl Link {
             idle: tokio::sync::Notify::new(),
             queue,
         });
-        tokio::spawn(write_loop(wr, rx));
+        tokio::spawn(write_queued(wr, rx, |out, frame| out.push_encoded(&frame)));
         tokio::spawn(read_loop(rd, link.clone(), reader));
         link
     }
@@ -190,25 +190,6 @@ impl Link {
             }
             notified.await;
         }
-    }
-}
-
-/// Write queued frames in batches: whatever is queued when the socket is free goes
-/// in one write (up to 256 KiB), so many small calls cost few syscalls.
-async fn write_loop(mut wr: OwnedWriteHalf, mut rx: mpsc::Receiver<Vec<u8>>) {
-    let mut buf = Vec::with_capacity(64 * 1024);
-    while let Some(first) = rx.recv().await {
-        buf.extend_from_slice(&first);
-        while buf.len() < 256 * 1024 {
-            match rx.try_recv() {
-                Ok(more) => buf.extend_from_slice(&more),
-                Err(_) => break,
-            }
-        }
-        if wr.write_all(&buf).await.is_err() {
-            return;
-        }
-        buf.clear();
     }
 }
 
