@@ -1,8 +1,12 @@
-//! `/proc`: the live processes, a process's parent, environment and cgroups. Every
-//! reader answers `None` (or nothing) for a process that is gone or unreadable: the
-//! caller decides what an unknown process means.
+//! `/proc`: the live processes, a process's parent, children, environment and
+//! cgroups, and what this process's own descriptors name. Every reader answers `None`
+//! (or nothing) for a process that is gone or unreadable: the caller decides what an
+//! unknown process means.
 
 use std::fs;
+use std::os::fd::RawFd;
+use std::os::unix::ffi::OsStrExt;
+use std::path::PathBuf;
 
 /// Every live process id, in the order `/proc` lists them.
 pub fn pids() -> impl Iterator<Item = i32> {
@@ -42,6 +46,45 @@ pub fn cgroups(pid: i32) -> Vec<String> {
         .unwrap_or_default()
 }
 
+/// The children of every thread of `pid`, from the kernel's own lists
+/// (`/proc/<pid>/task/*/children`): cheaper than a scan of every process when the
+/// answer is usually "none". `None` when a list cannot be read (the kernel lacks them,
+/// or the process is gone): then only a scan of [`pids`] can tell.
+pub fn children(pid: i32) -> Option<Vec<i32>> {
+    let mut out = Vec::new();
+    for task in fs::read_dir(format!("/proc/{pid}/task")).ok()? {
+        let list = fs::read_to_string(task.ok()?.path().join("children")).ok()?;
+        out.extend(
+            list.split_whitespace()
+                .filter_map(|p| p.parse::<i32>().ok()),
+        );
+    }
+    Some(out)
+}
+
+/// The path an open descriptor of this process names now (`/proc/self/fd/<fd>`), for
+/// checking where an open really landed. `None` without `/proc`, for a deleted file,
+/// or for an object with no path (a pipe, a socket).
+pub fn fd_path(fd: RawFd) -> Option<PathBuf> {
+    let target = fs::read_link(format!("/proc/self/fd/{fd}")).ok()?;
+    // Deleted files read as "/x (deleted)"; anything not absolute is an anonymous object.
+    (target.is_absolute() && !target.as_os_str().as_bytes().ends_with(b" (deleted)"))
+        .then_some(target)
+}
+
+/// The pid a pidfd of this process names now (the `Pid:` line of its fdinfo); `None`
+/// once the process has exited (the kernel then reports -1) or without `/proc`.
+pub fn pidfd_pid(fd: RawFd) -> Option<i32> {
+    let info = fs::read_to_string(format!("/proc/self/fdinfo/{fd}")).ok()?;
+    let pid: i32 = info
+        .lines()
+        .find_map(|l| l.strip_prefix("Pid:"))?
+        .trim()
+        .parse()
+        .ok()?;
+    (pid > 0).then_some(pid)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -58,5 +101,29 @@ mod tests {
         assert!(pids().any(|p| p == me));
         assert!(ppid(me).is_some_and(|p| p > 0));
         assert!(!environ(me).is_empty());
+    }
+
+    #[test]
+    fn a_spawned_child_is_listed_among_the_children() {
+        let me = std::process::id() as i32;
+        let mut child = std::process::Command::new("sleep")
+            .arg("30")
+            .spawn()
+            .unwrap();
+        let listed = children(me).map(|c| c.contains(&(child.id() as i32)));
+        child.kill().unwrap();
+        child.wait().unwrap();
+        // Kernels built without the children lists answer None: only a scan can tell.
+        assert_ne!(listed, Some(false));
+    }
+
+    #[test]
+    fn an_open_file_names_its_real_path() {
+        use std::os::fd::AsRawFd;
+        let exe = std::env::current_exe().unwrap().canonicalize().unwrap();
+        let f = std::fs::File::open(&exe).unwrap();
+        assert_eq!(fd_path(f.as_raw_fd()), Some(exe));
+        let (r, _w) = std::io::pipe().unwrap();
+        assert_eq!(fd_path(r.as_raw_fd()), None, "a pipe has no path");
     }
 }

@@ -143,16 +143,9 @@ fn peer_pidfd(stream: &impl AsRawFd) -> Option<OwnedFd> {
     (r == 0 && fd >= 0).then(|| unsafe { OwnedFd::from_raw_fd(fd) })
 }
 
-/// The pid a pidfd names now (`Pid:` of its fdinfo); None once the process has exited.
+/// The pid a pidfd names now; None once the process has exited.
 fn pidfd_pid(fd: &OwnedFd) -> Option<i32> {
-    let info = std::fs::read_to_string(format!("/proc/self/fdinfo/{}", fd.as_raw_fd())).ok()?;
-    let pid: i32 = info
-        .lines()
-        .find_map(|l| l.strip_prefix("Pid:"))?
-        .trim()
-        .parse()
-        .ok()?;
-    (pid > 0).then_some(pid)
+    procfs::pidfd_pid(fd.as_raw_fd())
 }
 
 #[cfg(test)]

@@ -6,7 +6,6 @@
 use std::ffi::OsString;
 use std::fs::File;
 use std::os::fd::{AsFd, AsRawFd, OwnedFd};
-use std::os::unix::ffi::OsStrExt;
 use std::path::{Component, Path, PathBuf};
 
 use rustix::fs::{Mode, OFlags};
@@ -130,13 +129,10 @@ fn open_or_mkdir(
     }
 }
 
-/// The real path of an open fd, from `/proc/self/fd` (None without `/proc`).
+/// The real path of an open fd, from `/proc/self/fd` (None without `/proc`, for a
+/// deleted file or an object with no path).
 pub fn real_path(fd: &impl AsRawFd) -> Option<PathBuf> {
-    let link = format!("/proc/self/fd/{}", fd.as_raw_fd());
-    let target = std::fs::read_link(link).ok()?;
-    // Deleted files read as "/x (deleted)"; anything not absolute is an anonymous object.
-    (target.is_absolute() && !target.as_os_str().as_bytes().ends_with(b" (deleted)"))
-        .then_some(target)
+    toolvisor_os::procfs::fd_path(fd.as_raw_fd())
 }
 
 /// Flags of every open for reading: non-blocking, so a FIFO cannot hang the worker

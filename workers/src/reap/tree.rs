@@ -91,12 +91,7 @@ fn signal_all(command: Pid, found: &[i32], sig: Signal, termed: &mut HashSet<i32
 /// Whether `me` has no child at all, per the kernel's own lists (one per thread);
 /// `false` when a list cannot be read (then the caller scans).
 fn has_no_children(me: Pid) -> bool {
-    let Ok(tasks) = std::fs::read_dir(format!("/proc/{}/task", me.as_raw())) else {
-        return false;
-    };
-    tasks.flatten().all(|t| {
-        std::fs::read_to_string(t.path().join("children")).is_ok_and(|l| l.trim().is_empty())
-    })
+    procfs::children(me.as_raw()).is_some_and(|c| c.is_empty())
 }
 
 /// Every process whose parent chain leads to `root` (zombies included), from /proc.
