@@ -13,7 +13,7 @@ use serde_json::{Value, json};
 
 use super::chain::{GENESIS, sha256_hex};
 use super::record;
-use super::segments::{self, Head};
+use super::segments::{self, Head, HeadError};
 use super::verify::{self, Entry, Link, Problem, Scan};
 use super::writer::{Pending, Shared, Writer, file_name};
 use super::{AuditError, io_err};
@@ -33,7 +33,7 @@ pub struct Recovery {
     /// The damaged active file, renamed to this rotated-segment name.
     pub set_aside: Option<PathBuf>,
     /// `audit.head` could not be read.
-    pub head_unreadable: Option<String>,
+    pub head_unreadable: Option<HeadError>,
     /// The last seq after recovery's own records.
     pub last_seq: u64,
 }

@@ -240,7 +240,7 @@ fn read_head_noting(dir: &Path, report: &mut Report) -> Option<Head> {
     match segments::read_head(dir) {
         Ok(h) => h,
         Err(e) => {
-            report.warnings.push(e);
+            report.warnings.push(e.to_string());
             None
         }
     }
