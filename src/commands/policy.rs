@@ -55,7 +55,7 @@ fn explain_locally(
     args: &serde_json::Value,
 ) -> Result<ServerMessage, (i32, String)> {
     let roots = toolvisor_supervisor::workers::init::workspace_roots(&r.workspace, &r.config)
-        .map_err(|e| (2, e))?;
+        .map_err(|e| (2, e.to_string()))?;
     let registry = Registry::new(builtin()).map_err(|e| (70, e.to_string()))?;
     let names = toolvisor_supervisor::service::tool_names(&r.config, &registry);
     let policy = Policy::new(&r.config.policy, &roots, &names)

@@ -52,7 +52,7 @@ pub struct Paths {
 #[derive(Debug, thiserror::Error)]
 pub enum StartError {
     #[error("{0}")]
-    Workers(String),
+    Workers(#[from] crate::workers::init::InitError),
     #[error("bad [policy]: {0}")]
     Policy(String),
     #[error("the built-in tools do not load: {0}")]

@@ -16,7 +16,8 @@ use toolvisor_protocol::worker::WorkerInit;
 fn load(service: &Service) -> Result<(Config, Policy, WorkerInit), String> {
     let paths = service.paths();
     let cfg = Config::load(&paths.config_file).map_err(|e| e.to_string())?;
-    let init = crate::workers::init::worker_init(paths, &cfg, service.instance())?;
+    let init = crate::workers::init::worker_init(paths, &cfg, service.instance())
+        .map_err(|e| e.to_string())?;
     let names = service.tool_names(&cfg);
     let policy =
         Policy::new(&cfg.policy, &init.roots, &names).map_err(|e| format!("bad [policy]: {e}"))?;

@@ -8,8 +8,26 @@ use toolvisor_protocol::worker::{ExecSettings, Roots, SandboxSettings, WorkerIni
 use crate::config::{Config, SandboxMode};
 use crate::service::Paths;
 
+/// Why the workers' `init` cannot be made from a configuration: serve does not start
+/// (exit 78), a reload keeps the old configuration.
+#[derive(Debug, thiserror::Error)]
+pub enum InitError {
+    /// A configured root does not resolve (missing, or not searchable).
+    #[error("workspace root {}: {source}", path.display())]
+    Root {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    /// `workers.exec.sandbox = "required"` on a host that refuses command namespaces.
+    #[error(
+        "workers.exec.sandbox = \"required\", but commands cannot have their own namespaces here: {why}"
+    )]
+    SandboxRequired { why: String },
+}
+
 /// The roots of `workspace` as `config` names them, canonical.
-pub fn workspace_roots(workspace: &Path, config: &Config) -> Result<Roots, String> {
+pub fn workspace_roots(workspace: &Path, config: &Config) -> Result<Roots, InitError> {
     let root = |p: &Path| {
         let p = if p.is_absolute() {
             p.to_owned()
@@ -17,7 +35,7 @@ pub fn workspace_roots(workspace: &Path, config: &Config) -> Result<Roots, Strin
             workspace.join(p)
         };
         p.canonicalize()
-            .map_err(|e| format!("workspace root {}: {e}", p.display()))
+            .map_err(|source| InitError::Root { path: p, source })
     };
     Ok(Roots {
         private: root(&config.workspace.private)?,
@@ -27,7 +45,11 @@ pub fn workspace_roots(workspace: &Path, config: &Config) -> Result<Roots, Strin
 }
 
 /// The `init` every worker gets (its group filled in per pool).
-pub fn worker_init(paths: &Paths, config: &Config, instance: &str) -> Result<WorkerInit, String> {
+pub fn worker_init(
+    paths: &Paths,
+    config: &Config,
+    instance: &str,
+) -> Result<WorkerInit, InitError> {
     let roots = workspace_roots(&paths.workspace, config)?;
     let mut protected = vec![paths.state_dir.clone()];
     if let Ok(c) = paths.config_file.canonicalize() {
@@ -76,15 +98,13 @@ fn sandbox_settings(
     paths: &Paths,
     config: &Config,
     config_file: Option<PathBuf>,
-) -> Result<SandboxSettings, String> {
+) -> Result<SandboxSettings, InitError> {
     let exec = &config.workers.exec;
     let namespaces = match (exec.sandbox, &paths.namespaces) {
         (SandboxMode::Off, _) => false,
         (_, Ok(())) => true,
         (SandboxMode::Required, Err(why)) => {
-            return Err(format!(
-                "workers.exec.sandbox = \"required\", but commands cannot have their own namespaces here: {why}"
-            ));
+            return Err(InitError::SandboxRequired { why: why.clone() });
         }
         (SandboxMode::Auto, Err(_)) => false,
     };
