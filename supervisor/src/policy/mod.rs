@@ -93,7 +93,7 @@ impl Policy {
             mode: cfg.mode,
             confirm_timeout: Duration::from_millis(cfg.confirm_timeout_ms),
             rules: RuleSet::new(&cfg.rules, tools)?,
-            scopes: Scopes::new(roots)?,
+            scopes: Scopes::new(roots).map_err(|e| e.to_string())?,
         })
     }
 

@@ -103,6 +103,15 @@ impl fmt::Display for ScopedPath {
     }
 }
 
+/// A relative root could not be made absolute: the current directory is unreadable.
+#[derive(Debug, thiserror::Error)]
+#[error("cannot resolve root {}: {source}", root.display())]
+pub struct ScopesError {
+    pub root: PathBuf,
+    #[source]
+    pub source: std::io::Error,
+}
+
 /// The configured roots, normalised once, used to resolve path parameters.
 #[derive(Clone, Debug)]
 pub struct Scopes {
@@ -114,13 +123,16 @@ pub struct Scopes {
 impl Scopes {
     /// Normalise the roots. Relative roots are taken against the current directory,
     /// since the policy must compare them with absolute paths from calls.
-    pub fn new(roots: &Roots) -> Result<Scopes, String> {
-        let abs = |p: &Path| -> Result<PathBuf, String> {
+    pub fn new(roots: &Roots) -> Result<Scopes, ScopesError> {
+        let abs = |p: &Path| -> Result<PathBuf, ScopesError> {
             let p = if p.is_absolute() {
                 p.to_path_buf()
             } else {
                 std::env::current_dir()
-                    .map_err(|e| format!("cannot resolve root {}: {e}", p.display()))?
+                    .map_err(|source| ScopesError {
+                        root: p.to_path_buf(),
+                        source,
+                    })?
                     .join(p)
             };
             Ok(normalise_abs(&p))
