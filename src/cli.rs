@@ -6,6 +6,7 @@ use std::path::{Path, PathBuf};
 use clap::{Parser, Subcommand, ValueEnum};
 
 use toolvisor_supervisor::config::Config;
+use toolvisor_supervisor::serve::sandbox::NoNamespaces;
 
 #[derive(Parser, Debug)]
 #[command(
@@ -319,7 +320,10 @@ fn run(cli: &Cli) -> i32 {
     if serve {
         return toolvisor_supervisor::serve::run(toolvisor_supervisor::serve::ServeArgs {
             host: toolvisor_supervisor::serve::HostHooks {
-                probe_sandbox: toolvisor_workers::sandbox::probe::probe,
+                probe_sandbox: |exe, workspace, hidden| {
+                    toolvisor_workers::sandbox::probe::probe(exe, workspace, hidden)
+                        .map_err(|e| NoNamespaces(e.to_string()))
+                },
                 prepare_cgroups: toolvisor_workers::exec::cgroup::prepare_delegated_v2,
             },
             workspace: r.workspace,

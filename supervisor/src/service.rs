@@ -45,7 +45,7 @@ pub struct Paths {
     pub exe: PathBuf,
     /// Whether commands can have their own namespaces here (probed once at start),
     /// or why not.
-    pub namespaces: Result<(), String>,
+    pub namespaces: Result<(), crate::serve::sandbox::NoNamespaces>,
 }
 
 /// Why the service could not start (serve exits 78: the configuration cannot work).

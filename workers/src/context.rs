@@ -114,8 +114,8 @@ impl ToolError {
         Self::new(ErrorType::InvalidParams, message)
     }
 
-    pub fn internal(message: impl Into<String>) -> Self {
-        Self::new(ErrorType::InternalError, message)
+    pub fn internal(message: impl std::fmt::Display) -> Self {
+        Self::new(ErrorType::InternalError, message.to_string())
     }
 }
 

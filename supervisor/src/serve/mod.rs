@@ -13,7 +13,7 @@ pub mod sandbox;
 pub mod state_dir;
 pub mod status;
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -41,7 +41,7 @@ pub struct ServeArgs {
 pub struct HostHooks {
     /// Whether commands can have their own namespaces here: runs the shim once.
     /// `Err` says why not.
-    pub probe_sandbox: fn(exe: &Path, workspace: &Path, hidden: &[PathBuf]) -> Result<(), String>,
+    pub probe_sandbox: sandbox::ProbeFn,
     /// Prepare a delegated cgroup v2 tree for per-command cgroups, where there is one.
     pub prepare_cgroups: fn(),
 }

@@ -6,6 +6,7 @@ use std::path::{Path, PathBuf};
 use toolvisor_protocol::worker::{ExecSettings, Roots, SandboxSettings, WorkerInit};
 
 use crate::config::{Config, SandboxMode};
+use crate::serve::sandbox::NoNamespaces;
 use crate::service::Paths;
 
 /// Why the workers' `init` cannot be made from a configuration: serve does not start
@@ -23,7 +24,7 @@ pub enum InitError {
     #[error(
         "workers.exec.sandbox = \"required\", but commands cannot have their own namespaces here: {why}"
     )]
-    SandboxRequired { why: String },
+    SandboxRequired { why: NoNamespaces },
 }
 
 /// The roots of `workspace` as `config` names them, canonical.

@@ -70,9 +70,31 @@ pub struct ShimArgs {
     pub argv: Vec<String>,
 }
 
+/// Why the shim's command line could not be read (or written: an argument that does
+/// not serialise). The shim prints it and exits with `EX_USAGE`.
+#[derive(Debug, thiserror::Error)]
+pub enum ShimArgsError {
+    #[error("{0} needs a value")]
+    MissingValue(&'static str),
+    #[error("bad {0}")]
+    BadNumber(&'static str),
+    #[error("bad {option}: {source}")]
+    BadJson {
+        option: &'static str,
+        #[source]
+        source: serde_json::Error,
+    },
+    #[error("unknown option {0:?}")]
+    UnknownOption(String),
+    #[error("usage: toolvisor reap [OPTIONS] -- COMMAND [ARGS...]")]
+    NoCommand,
+    #[error(transparent)]
+    Encode(#[from] serde_json::Error),
+}
+
 impl ShimArgs {
     /// The command line [`parse`] reads back (without the program name).
-    pub fn to_args(&self) -> Result<Vec<String>, String> {
+    pub fn to_args(&self) -> Result<Vec<String>, ShimArgsError> {
         let mut out = Vec::new();
         if let Some(p) = self.ppid {
             out.extend(["--ppid".to_owned(), p.to_string()]);
@@ -102,29 +124,37 @@ impl ShimArgs {
     }
 }
 
-fn to_json<T: serde::Serialize>(v: &T) -> Result<String, String> {
-    serde_json::to_string(v).map_err(|e| e.to_string())
+fn to_json<T: serde::Serialize>(v: &T) -> Result<String, ShimArgsError> {
+    Ok(serde_json::to_string(v)?)
 }
 
 /// Parse `[--ppid N] [--instance ID] [--grace-ms N] [--confine] [--write P]...
 /// [--sandbox JSON] [--rlimits JSON] [--report-fd N] -- CMD...`.
-pub fn parse(args: Vec<String>) -> Result<ShimArgs, String> {
+pub fn parse(args: Vec<String>) -> Result<ShimArgs, ShimArgsError> {
     let mut out = ShimArgs {
         grace: DEFAULT_GRACE,
         ..ShimArgs::default()
     };
     let mut it = args.into_iter();
     while let Some(a) = it.next() {
-        let mut value = |name: &str| it.next().ok_or_else(|| format!("{name} needs a value"));
+        let mut value = |name: &'static str| it.next().ok_or(ShimArgsError::MissingValue(name));
         match a.as_str() {
             "--" => {
                 out.argv = it.collect();
                 break;
             }
-            "--ppid" => out.ppid = Some(value("--ppid")?.parse().map_err(|_| "bad --ppid")?),
+            "--ppid" => {
+                out.ppid = Some(
+                    value("--ppid")?
+                        .parse()
+                        .map_err(|_| ShimArgsError::BadNumber("--ppid"))?,
+                )
+            }
             "--instance" => out.instance = Some(value("--instance")?),
             "--grace-ms" => {
-                let ms: u64 = value("--grace-ms")?.parse().map_err(|_| "bad --grace-ms")?;
+                let ms: u64 = value("--grace-ms")?
+                    .parse()
+                    .map_err(|_| ShimArgsError::BadNumber("--grace-ms"))?;
                 out.grace = Duration::from_millis(ms);
             }
             "--confine" => out.confine = true,
@@ -132,22 +162,33 @@ pub fn parse(args: Vec<String>) -> Result<ShimArgs, String> {
             "--sandbox" => {
                 let v = value("--sandbox")?;
                 out.sandbox =
-                    Some(serde_json::from_str(&v).map_err(|e| format!("bad --sandbox: {e}"))?);
+                    Some(
+                        serde_json::from_str(&v).map_err(|source| ShimArgsError::BadJson {
+                            option: "--sandbox",
+                            source,
+                        })?,
+                    );
             }
             "--rlimits" => {
                 let v = value("--rlimits")?;
                 out.rlimits =
-                    serde_json::from_str(&v).map_err(|e| format!("bad --rlimits: {e}"))?;
+                    serde_json::from_str(&v).map_err(|source| ShimArgsError::BadJson {
+                        option: "--rlimits",
+                        source,
+                    })?;
             }
             "--report-fd" => {
                 let v = value("--report-fd")?;
-                out.report_fd = Some(v.parse().map_err(|_| "bad --report-fd")?);
+                out.report_fd = Some(
+                    v.parse()
+                        .map_err(|_| ShimArgsError::BadNumber("--report-fd"))?,
+                );
             }
-            other => return Err(format!("unknown option {other:?}")),
+            other => return Err(ShimArgsError::UnknownOption(other.to_owned())),
         }
     }
     if out.argv.is_empty() {
-        return Err("usage: toolvisor reap [OPTIONS] -- COMMAND [ARGS...]".into());
+        return Err(ShimArgsError::NoCommand);
     }
     Ok(out)
 }
@@ -190,7 +231,7 @@ fn run_plain(a: &ShimArgs, pipe: &SelfPipe, report: &report::Writer) -> i32 {
         crate::sandbox::restrict_writes(&a.write);
     }
     if let Err(e) = a.rlimits.apply() {
-        return report.setup_failed(&e);
+        return report.setup_failed(&e.to_string());
     }
     let child = match spawn(&a.argv, a.instance.as_deref()) {
         Ok(pid) => pid,

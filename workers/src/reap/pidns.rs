@@ -24,13 +24,13 @@ use super::report::Writer;
 use super::signals::SelfPipe;
 use super::tree::KILL_CAP;
 use super::{EX_NOEXEC, ShimArgs, finish};
-use crate::sandbox::ns;
 use crate::sandbox::spec::SandboxSpec;
+use crate::sandbox::{SandboxError, ns};
 
 /// Run `a` in new namespaces; returns the shim's exit code.
 pub fn run(a: &ShimArgs, spec: &SandboxSpec, pipe: SelfPipe, report: &Writer) -> i32 {
     if let Err(e) = ns::unshare(spec) {
-        return report.setup_failed(&e);
+        return report.setup_failed(&e.to_string());
     }
     let pipes = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC).and_then(|status| {
         nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC).map(|life| (status, life))
@@ -169,7 +169,7 @@ fn init(a: &ShimArgs, spec: &SandboxSpec, shims: SelfPipe, status: OwnedFd, life
 /// step needs: mounts first (they need the capabilities), then Landlock, the rlimits,
 /// a new session (no controlling terminal to push keystrokes into), and last the
 /// capabilities themselves.
-fn prepare(a: &ShimArgs, spec: &SandboxSpec) -> Result<(), String> {
+fn prepare(a: &ShimArgs, spec: &SandboxSpec) -> Result<(), SandboxError> {
     ns::setup(spec)?;
     if a.confine {
         let mut write = a.write.clone();
@@ -188,7 +188,8 @@ fn prepare(a: &ShimArgs, spec: &SandboxSpec) -> Result<(), String> {
         crate::sandbox::landlock::restrict_command(&write);
     }
     a.rlimits.apply()?;
-    nix::unistd::setsid().map_err(|e| format!("cannot start a session: {e}"))?;
+    nix::unistd::setsid()
+        .map_err(|e| SandboxError::step("cannot start a session", std::io::Error::other(e)))?;
     // Not dumpable: a command may not read this process's memory or descriptors.
     let _ = nix::sys::prctl::set_dumpable(false);
     ns::drop_privileges()
