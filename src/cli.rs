@@ -5,7 +5,7 @@ use std::path::{Path, PathBuf};
 
 use clap::{Parser, Subcommand, ValueEnum};
 
-use toolvisor_supervisor::config::Config;
+use toolvisor_supervisor::config::{Config, ConfigError};
 use toolvisor_supervisor::serve::sandbox::NoNamespaces;
 
 #[derive(Parser, Debug)]
@@ -199,22 +199,35 @@ pub struct Resolved {
     pub explicit_socket: Option<PathBuf>,
 }
 
-pub fn resolve(cli: &Cli) -> Result<Resolved, String> {
+/// Why the flags do not lead to a workspace and a configuration (a client exits 2,
+/// `serve` 78).
+#[derive(Debug, thiserror::Error)]
+pub enum ResolveError {
+    #[error("workspace {}: {source}", path.display())]
+    Workspace {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("config file {} does not exist", .0.display())]
+    NoConfigFile(PathBuf),
+    #[error(transparent)]
+    Config(#[from] ConfigError),
+}
+
+pub fn resolve(cli: &Cli) -> Result<Resolved, ResolveError> {
     let ws = cli.workspace.clone().unwrap_or_else(|| PathBuf::from("."));
     let workspace = ws
         .canonicalize()
-        .map_err(|e| format!("workspace {}: {e}", ws.display()))?;
+        .map_err(|source| ResolveError::Workspace { path: ws, source })?;
     let config_file = cli
         .config
         .clone()
         .unwrap_or_else(|| workspace.join("toolvisor.toml"));
     if cli.config.is_some() && !config_file.exists() {
-        return Err(format!(
-            "config file {} does not exist",
-            config_file.display()
-        ));
+        return Err(ResolveError::NoConfigFile(config_file));
     }
-    let config = Config::load(&config_file).map_err(|e| e.to_string())?;
+    let config = Config::load(&config_file)?;
     let state_dir = absolute(&workspace, &config.server.state_dir);
     let state_dir = state_dir.canonicalize().unwrap_or(state_dir);
     let socket = cli.socket.clone().unwrap_or_else(|| {
