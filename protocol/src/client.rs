@@ -10,21 +10,31 @@ use tokio::io::AsyncWriteExt;
 use tokio::net::UnixStream;
 use tokio::net::unix::{OwnedReadHalf, OwnedWriteHalf};
 
+/// Why a client could not talk to the supervisor. Each says which side failed, so the
+/// CLI can tell "not running" from "refused" from "a bug".
 #[derive(Debug, thiserror::Error)]
 pub enum ClientError {
+    /// No supervisor listens at the socket (or it may not be opened).
     #[error("cannot connect to {path}: {source}")]
     Connect {
+        /// The socket path tried.
         path: String,
+        /// Why the connect failed.
         source: std::io::Error,
     },
+    /// Reading or writing a frame failed.
     #[error(transparent)]
     Frame(#[from] FrameError),
+    /// The server sent a frame this client cannot decode (a version mismatch).
     #[error("undecodable message from the server: {0}")]
     Decode(#[from] crate::DecodeError),
+    /// The server hung up.
     #[error("the server closed the connection")]
     Closed,
+    /// The server answered `hello` with an error.
     #[error("the server refused: {0:?}")]
     Refused(crate::ErrorBody),
+    /// A message that makes no sense at this point of the exchange.
     #[error("unexpected message from the server: {0:?}")]
     Unexpected(Box<ServerMessage>),
 }
@@ -32,8 +42,11 @@ pub enum ClientError {
 /// Everything a call produced, in order.
 #[derive(Debug, Default)]
 pub struct CallTranscript {
+    /// Streamed `output` chunks as `(stream, data)`, in arrival order.
     pub outputs: Vec<(String, String)>,
+    /// The `confirm_required` messages the call raised (answered by someone else).
     pub confirmations: Vec<ServerMessage>,
+    /// The call's `result`; `None` if the connection ended first.
     pub result: Option<ToolResult>,
 }
 
@@ -43,6 +56,7 @@ pub struct Client {
     wr: OwnedWriteHalf,
     /// Messages read while waiting for something else.
     backlog: VecDeque<ServerMessage>,
+    /// The session id from `welcome` (what audit records and events name).
     pub session: String,
 }
 
@@ -77,6 +91,7 @@ impl Client {
         Ok(client)
     }
 
+    /// Send one message; answers are read with [`Client::recv`].
     pub async fn send(&mut self, msg: &ClientMessage) -> Result<(), ClientError> {
         crate::writer::write_message(&mut self.wr, msg).await?;
         Ok(())

@@ -11,15 +11,26 @@ use tokio::io::{AsyncRead, AsyncReadExt};
 /// Deepest nesting of arrays and maps a frame may have.
 pub const MAX_DEPTH: usize = 32;
 
-/// Failure to read or write one frame. After `TooLarge` the stream cannot be resynchronised.
+/// Failure to read or write one frame. After `TooLarge` the stream cannot be
+/// resynchronised.
 #[derive(Debug, thiserror::Error)]
 pub enum FrameError {
+    /// The length prefix announces more than the reader accepts (`max_frame_bytes`):
+    /// the body is never buffered, and the connection is closed.
     #[error("frame of {len} bytes exceeds the limit of {max} bytes")]
-    TooLarge { len: usize, max: usize },
+    TooLarge {
+        /// The announced body length.
+        len: usize,
+        /// The limit it exceeds.
+        max: usize,
+    },
+    /// The stream ended between a frame's first byte and its last.
     #[error("connection closed in the middle of a frame")]
     Truncated,
+    /// The socket failed.
     #[error("i/o: {0}")]
     Io(#[from] std::io::Error),
+    /// A message could not be serialised (a bug on the sending side, never input).
     #[error("encode: {0}")]
     Encode(#[from] rmp_serde::encode::Error),
 }
@@ -32,12 +43,19 @@ pub enum DecodeError {
     Malformed(String),
     /// A map with a string `type` this side does not know; `id` is echoed.
     #[error("unknown message type `{kind}`")]
-    UnknownType { kind: String, id: Option<crate::Id> },
+    UnknownType {
+        /// The `type` as sent.
+        kind: String,
+        /// The request's `id`, so the error can be matched to it.
+        id: Option<crate::Id>,
+    },
     /// A map without a string `type`, or a known `type` whose fields are missing or of
     /// the wrong type; `id` is echoed.
     #[error("{message}")]
     BadFields {
+        /// What is wrong, for the client to read.
         message: String,
+        /// The request's `id`, so the error can be matched to it.
         id: Option<crate::Id>,
     },
 }

@@ -28,24 +28,38 @@ pub const COMMAND_CGROUP_PREFIX: &str = "toolvisor-";
 /// (docs/SANDBOX.md). The supervisor passes it to workers.
 pub const SANDBOX_TEST_FAIL_VAR: &str = "TOOLVISOR_SANDBOX_TEST_FAIL";
 
+/// The message types a worker decodes; another `type` is refused, not guessed at.
 pub const KNOWN_TO_WORKER: &[&str] = &["init", "run", "cancel", "shutdown"];
+/// The message types the supervisor decodes from a worker.
 pub const KNOWN_FROM_WORKER: &[&str] = &["ready", "tools", "output", "done"];
 
 /// Truncation thresholds and size caps (`[limits]`).
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct Limits {
+    /// `read_file` output over this many bytes is cut.
     pub file_max: usize,
+    /// Bytes of a cut file output that are kept.
     pub file_keep: usize,
+    /// Command output over this many bytes is cut (its full text goes to an artifact).
     pub shell_max: usize,
+    /// Bytes kept from the start of cut command output.
     pub shell_head: usize,
+    /// Bytes kept from the end of cut command output, where errors usually are.
     pub shell_tail: usize,
+    /// Listings (`ls`, `glob`) over this many entries are cut.
     pub list_max: usize,
+    /// Entries of a cut listing that are kept.
     pub list_keep: usize,
+    /// Searches (`grep`) over this many matches are cut.
     pub search_max: usize,
+    /// Matches of a cut search that are kept.
     pub search_keep: usize,
+    /// The largest frame either side accepts; a result is cut to fit half of it.
     pub max_frame_bytes: usize,
+    /// The most one artifact (a command's full output) may hold.
     pub artifacts_max_bytes: u64,
+    /// The most the artifacts directory may hold at any moment; the oldest files go first.
     pub artifacts_total_bytes: u64,
     /// `read_many_files` output as a whole, then the marker.
     pub many_max: usize,
@@ -77,9 +91,12 @@ impl Default for Limits {
 /// The roots paths resolve against; `private` is the workspace itself.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Roots {
+    /// The workspace (`private:/`, and paths without a scope).
     pub private: PathBuf,
+    /// The `shared:/` root, when configured: writable by commands like the workspace.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub shared: Option<PathBuf>,
+    /// The `public:/` root, when configured: readable, never writable by commands.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub public: Option<PathBuf>,
 }
@@ -87,9 +104,14 @@ pub struct Roots {
 /// Settings of the exec group a worker needs.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct ExecSettings {
+    /// Host variables commands inherit (`workers.exec.env_passthrough`); every other is
+    /// scrubbed.
     pub env_passthrough: Vec<String>,
+    /// Variables set for every command (`workers.exec.env`).
     pub env: BTreeMap<String, String>,
+    /// Paths outside the roots that commands may write (`workers.exec.writable`).
     pub writable: Vec<PathBuf>,
+    /// Background commands one worker keeps at once (`workers.exec.max_jobs`).
     pub max_jobs: usize,
     /// The supervisor instance's marker, put into every command's environment.
     pub instance: String,
@@ -116,6 +138,7 @@ pub struct SandboxSettings {
     pub config_file: Option<PathBuf>,
     /// Absolute paths commands never see: the state directory and the socket.
     pub hidden: Vec<PathBuf>,
+    /// Per-command resource limits (`[workers.exec.limits]`).
     pub limits: ExecLimits,
 }
 
@@ -123,9 +146,15 @@ pub struct SandboxSettings {
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct ExecLimits {
+    /// Memory of the whole command, all its processes, in MiB (a cgroup's limit where
+    /// one can be made, else `RLIMIT_AS` per process).
     pub memory_mb: u64,
+    /// Processes and threads a command may have at once.
     pub pids: u64,
+    /// CPU seconds of the whole command where a cgroup measures it (`RLIMIT_CPU` per
+    /// process always).
     pub cpu_s: u64,
+    /// The largest file a command may write, in MiB (`RLIMIT_FSIZE`).
     pub file_mb: u64,
 }
 
@@ -143,13 +172,19 @@ impl Default for ExecLimits {
 /// The first frame a worker receives.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct WorkerInit {
+    /// The tool group this worker serves (`search`, `edit`, `exec`, or an external one).
     pub group: String,
+    /// This worker's slot in its group: background process handles name it.
     pub index: u32,
+    /// Where paths resolve.
     pub roots: Roots,
     /// Paths no tool may show, read or write (state directory, config file).
     pub protected: Vec<PathBuf>,
+    /// The supervisor's state directory, where artifacts are written.
     pub state_dir: PathBuf,
+    /// The truncation thresholds and size caps.
     pub limits: Limits,
+    /// What the exec group needs (other groups ignore it).
     pub exec: ExecSettings,
     /// Which process of this worker slot this is (1 for the first, then one more per
     /// restart): background process handles use it so a handle never names two jobs.
@@ -161,13 +196,19 @@ pub struct WorkerInit {
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "type", rename_all = "snake_case")]
 pub enum ToWorker {
+    /// The worker's configuration; always the first frame.
     Init(Box<WorkerInit>),
+    /// Run one call; exactly one `done` answers it.
     Run {
+        /// The supervisor's number for the call, echoed in `output` and `done`.
         call: u64,
         /// The client's call id, used to name artifacts.
         name: String,
+        /// The tool's canonical name (an alias is resolved before).
         tool: String,
+        /// The arguments, already validated against the tool's schema.
         args: Value,
+        /// Send `output` frames as the tool produces them.
         #[serde(default)]
         stream: bool,
         /// Milliseconds the call may run (the effective deadline).
@@ -177,22 +218,31 @@ pub enum ToWorker {
         #[serde(default)]
         network: bool,
     },
+    /// Stop a call; its `done` still comes, with what it had.
     Cancel {
+        /// The call to stop.
         call: u64,
     },
+    /// Finish up and exit (the exec worker kills and logs its background jobs first).
     Shutdown,
 }
 
 /// How a call ended inside a worker.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Outcome {
+    /// How the call ended, as the client will see it.
     pub status: Status,
+    /// The result for the model.
     pub content: String,
+    /// The result for a person (may differ: a diff rendered, colour left out).
     pub display: String,
+    /// Why it failed, when it did.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error: Option<ErrorBody>,
+    /// What was cut, when something was.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub truncated: Option<Truncated>,
+    /// Machine-readable extras of the tool (exit code, counts, paths).
     #[serde(default)]
     pub meta: Map<String, Value>,
 }
@@ -238,7 +288,9 @@ impl Outcome {
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "type", rename_all = "snake_case")]
 pub enum FromWorker {
+    /// The worker is confined and takes calls.
     Ready {
+        /// The worker's own pid as it sees it (the supervisor audits the pid it spawned).
         pid: u32,
         /// The protections the worker applied to itself (an external worker's are
         /// ignored: the supervisor reports only what it enforces).
@@ -253,15 +305,23 @@ pub enum FromWorker {
     /// The worker's tool set changed (an MCP server's `tools/list_changed`): the full
     /// new list replaces the announced one.
     Tools {
+        /// The complete new list of tools.
         tools: Vec<AnnouncedTool>,
     },
+    /// A chunk of a streaming call's output.
     Output {
+        /// The call it belongs to.
         call: u64,
+        /// `stdout` or `stderr`.
         stream: String,
+        /// The text, as produced.
         data: String,
     },
+    /// A call ended; nothing more comes for it.
     Done {
+        /// The call that ended.
         call: u64,
+        /// How it ended.
         outcome: Outcome,
     },
 }
@@ -271,11 +331,15 @@ pub enum FromWorker {
 /// decides them by `risk`, the hints and `paths` like a built-in tool's.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct AnnouncedTool {
+    /// The tool's name, unique across every group.
     pub name: String,
+    /// A short human title for listings.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub title: Option<String>,
+    /// What the model reads to decide when to use the tool.
     #[serde(default)]
     pub description: String,
+    /// The JSON Schema of the arguments.
     #[serde(rename = "inputSchema")]
     pub input_schema: Value,
     #[serde(
@@ -283,7 +347,9 @@ pub struct AnnouncedTool {
         default,
         skip_serializing_if = "Option::is_none"
     )]
+    /// The JSON Schema of `meta`, when the tool declares one.
     pub output_schema: Option<Value>,
+    /// MCP hints: read-only, destructive, idempotent, open world.
     #[serde(default)]
     pub annotations: Annotations,
     /// The tool's own risk; the supervisor may only raise it (default `medium`).
@@ -298,12 +364,16 @@ pub struct AnnouncedTool {
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Annotations {
+    /// The tool changes nothing.
     #[serde(default)]
     pub read_only_hint: Option<bool>,
+    /// The tool may destroy data.
     #[serde(default)]
     pub destructive_hint: Option<bool>,
+    /// Calling it twice with the same arguments does no more than once.
     #[serde(default)]
     pub idempotent_hint: Option<bool>,
+    /// The tool reaches beyond the workspace (the network, other systems).
     #[serde(default)]
     pub open_world_hint: Option<bool>,
 }

@@ -5,11 +5,14 @@ use serde_json::{Map, Value, json};
 use super::args;
 use super::def::{ConfirmPreview, Hints, PolicyTraits, Risk, Route, ToolDef};
 
+/// The tool's name: what the registry, the rules, the audit log and the worker's
+/// dispatch know it by.
 pub const NAME: &str = "apply_file_change";
 
 /// The edit worker's internal operation that writes a kept change.
 pub const WORKER_OP: &str = "apply_change";
 
+/// The tool's whole definition, registered by [`super::builtin`].
 pub fn def() -> ToolDef {
     ToolDef {
         risk: Risk::Medium,

@@ -14,8 +14,11 @@ use crate::message::ToolFormat;
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Risk {
+    /// Allowed without asking in the default (`auto`) mode.
     Low,
+    /// Asks in the default mode; the `workspace` mode allows it.
     Medium,
+    /// Asks unless a rule allows it (or the mode is `yolo`).
     High,
 }
 
@@ -33,9 +36,13 @@ impl Risk {
 /// The MCP annotations of a tool: what a host may assume about a call.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Hints {
+    /// The tool changes nothing.
     pub read_only: bool,
+    /// The tool may destroy data (overwrite, delete, kill).
     pub destructive: bool,
+    /// Calling it twice with the same arguments does no more than once.
     pub idempotent: bool,
+    /// The tool reaches beyond the workspace (the network, other systems).
     pub open_world: bool,
 }
 
@@ -54,6 +61,7 @@ impl Hints {
 /// asked) and a confirmation lists it.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct PathParam {
+    /// The argument's name in the schema.
     pub name: String,
     /// The value a call that leaves the parameter out is treated as having.
     pub default: Option<String>,
@@ -91,7 +99,10 @@ pub enum Route {
     Preview,
     /// Apply the change a preview kept, named by the `token` argument; the worker runs
     /// it as its internal operation `op`.
-    ApplyPreview { op: &'static str },
+    ApplyPreview {
+        /// The worker's internal operation that applies the kept change.
+        op: &'static str,
+    },
     /// Ask every ready worker of the group and merge their answers (each worker knows
     /// only its own background jobs).
     EveryWorker,
@@ -100,6 +111,7 @@ pub enum Route {
 /// What a confirmation shows besides the description.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum ConfirmPreview {
+    /// The description says enough.
     None,
     /// The text of this argument (a command).
     Arg(&'static str),
@@ -120,27 +132,36 @@ pub struct PolicyTraits {
     /// Changes the files its path parameters name (an edit under `public:/` is high risk).
     pub edits_paths: bool,
 }
-
 /// One tool, whatever its origin.
 #[derive(Clone, Debug)]
 pub struct ToolDef {
+    /// The canonical name: what the registry, the rules and the audit log use.
     pub name: String,
     /// Its group: the pool of workers that runs it (`search`, `mcp:github`, …).
     pub group: String,
     /// A short human title (MCP `title`).
     pub title: String,
+    /// What the model reads to decide when and how to call the tool.
     pub description: String,
     /// JSON Schema (draft 2020-12) of the arguments; calls are validated against it.
     pub parameters: Value,
     /// JSON Schema of the structured result (MCP `outputSchema`).
     pub output: Value,
+    /// The risk of any call; [`PolicyTraits`] and the paths may raise it per call.
     pub risk: Risk,
+    /// What a host may assume about a call.
     pub hints: Hints,
+    /// Other names that find the tool (older or other agents' spellings).
     pub aliases: Vec<String>,
+    /// The parameters that name paths, resolved and confined by the policy.
     pub paths: Vec<PathParam>,
+    /// The one-line description a confirmation shows.
     pub describe: Describe,
+    /// How the supervisor runs a call.
     pub route: Route,
+    /// What a confirmation shows besides the description.
     pub confirm_preview: ConfirmPreview,
+    /// How the policy reads a call.
     pub policy: PolicyTraits,
     /// An argument that bounds the call's deadline in milliseconds (`timeout`).
     pub timeout_arg: Option<&'static str>,

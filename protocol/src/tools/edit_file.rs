@@ -5,6 +5,8 @@ use serde_json::{Map, Value, json};
 use super::args::{self, count, first};
 use super::def::{ConfirmPreview, Hints, PathParam, PolicyTraits, Risk, ToolDef};
 
+/// The tool's name: what the registry, the rules, the audit log and the worker's
+/// dispatch know it by.
 pub const NAME: &str = "edit_file";
 
 /// The arguments, shared with its preview.
@@ -32,6 +34,7 @@ pub fn parameters() -> Value {
     )
 }
 
+/// The tool's whole definition, registered by [`super::builtin`].
 pub fn def() -> ToolDef {
     ToolDef {
         risk: Risk::Medium,

@@ -5,8 +5,11 @@ use serde_json::{Map, Value, json};
 use super::args::{self, first, text};
 use super::def::{PathParam, ToolDef};
 
+/// The tool's name: what the registry, the rules, the audit log and the worker's
+/// dispatch know it by.
 pub const NAME: &str = "glob";
 
+/// The tool's whole definition, registered by [`super::builtin`].
 pub fn def() -> ToolDef {
     ToolDef {
         paths: vec![PathParam::or("directory", ".")],

@@ -5,8 +5,11 @@ use serde_json::{Map, Value, json};
 use super::args::{self, text};
 use super::def::{Hints, Risk, ToolDef};
 
+/// The tool's name: what the registry, the rules, the audit log and the worker's
+/// dispatch know it by.
 pub const NAME: &str = "kill_process";
 
+/// The tool's whole definition, registered by [`super::builtin`].
 pub fn def() -> ToolDef {
     ToolDef {
         risk: Risk::High,

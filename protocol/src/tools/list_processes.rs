@@ -5,8 +5,11 @@ use serde_json::{Map, Value, json};
 use super::args;
 use super::def::{Hints, Route, ToolDef};
 
+/// The tool's name: what the registry, the rules, the audit log and the worker's
+/// dispatch know it by.
 pub const NAME: &str = "list_processes";
 
+/// The tool's whole definition, registered by [`super::builtin`].
 pub fn def() -> ToolDef {
     ToolDef {
         hints: Hints::READ,

@@ -25,9 +25,11 @@ pub mod write_file;
 
 pub use def::{ConfirmPreview, Hints, PathParam, PolicyTraits, Risk, Route, ToolDef};
 
-/// The built-in groups.
+/// The built-in group of the read-only tools (read, list, search).
 pub const SEARCH: &str = "search";
+/// The built-in group of the tools that write files.
 pub const EDIT: &str = "edit";
+/// The built-in group of the tools that run commands (and manage background ones).
 pub const EXEC: &str = "exec";
 
 /// Every built-in tool, sorted by name.

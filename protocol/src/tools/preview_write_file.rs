@@ -5,8 +5,11 @@ use serde_json::{Map, Value};
 use super::args::first;
 use super::def::{PathParam, Route, ToolDef};
 
+/// The tool's name: what the registry, the rules, the audit log and the worker's
+/// dispatch know it by.
 pub const NAME: &str = "preview_write_file";
 
+/// The tool's whole definition, registered by [`super::builtin`].
 pub fn def() -> ToolDef {
     ToolDef {
         paths: vec![PathParam::new("path")],

@@ -5,8 +5,11 @@ use serde_json::{Map, Value, json};
 use super::args::{self, first, flag, text};
 use super::def::{ConfirmPreview, Hints, PathParam, PolicyTraits, Risk, ToolDef, result_schema};
 
+/// The tool's name: what the registry, the rules, the audit log and the worker's
+/// dispatch know it by.
 pub const NAME: &str = "run_command";
 
+/// The tool's whole definition, registered by [`super::builtin`].
 pub fn def() -> ToolDef {
     ToolDef {
         risk: Risk::High,

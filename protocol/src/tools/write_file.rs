@@ -5,6 +5,8 @@ use serde_json::{Map, Value, json};
 use super::args::{self, first, flag, text};
 use super::def::{ConfirmPreview, Hints, PathParam, PolicyTraits, Risk, ToolDef};
 
+/// The tool's name: what the registry, the rules, the audit log and the worker's
+/// dispatch know it by.
 pub const NAME: &str = "write_file";
 
 /// The arguments, shared with its preview.
@@ -19,6 +21,7 @@ pub fn parameters() -> Value {
     )
 }
 
+/// The tool's whole definition, registered by [`super::builtin`].
 pub fn def() -> ToolDef {
     ToolDef {
         risk: Risk::Medium,
