@@ -37,11 +37,15 @@ use crate::workers::worker::Announce;
 /// Where things are, fixed for the life of the process.
 #[derive(Clone, Debug)]
 pub struct Paths {
+    /// The workspace served (canonical).
     pub workspace: PathBuf,
+    /// The state directory (locked by this process).
     pub state_dir: PathBuf,
+    /// The socket clients connect to.
     pub socket: PathBuf,
     /// The config file in use, if one exists (protected from the tools).
     pub config_file: PathBuf,
+    /// This binary: workers and the reap shim are it, re-executed.
     pub exe: PathBuf,
     /// Whether commands can have their own namespaces here (probed once at start),
     /// or why not.
@@ -51,16 +55,28 @@ pub struct Paths {
 /// Why the service could not start (serve exits 78: the configuration cannot work).
 #[derive(Debug, thiserror::Error)]
 pub enum StartError {
+    /// The workers' `init` cannot be made (a root, the sandbox).
     #[error("{0}")]
     Workers(#[from] crate::workers::init::InitError),
+    /// The `[policy]` table does not compile (a rule names no tool, a bad regex).
     #[error("bad [policy]: {0}")]
     Policy(String),
+    /// A built-in definition is broken: a bug, caught before anything runs.
     #[error("the built-in tools do not load: {0}")]
     Registry(#[from] crate::registry::RegistryError),
+    /// A group's pool actor could not start.
     #[error("cannot start the {group} pool: {message}")]
-    Pool { group: String, message: String },
+    Pool {
+        /// The group.
+        group: String,
+        /// Why.
+        message: String,
+    },
 }
 
+/// The running service: what every session and call shares. Each piece of state has
+/// one owner module (policy, grants, confirmations, pools, audit); this only holds
+/// them and hands out access.
 pub struct Service {
     paths: Paths,
     config: RwLock<Arc<Config>>,
@@ -154,10 +170,12 @@ impl Service {
         Ok(service)
     }
 
+    /// Where things are.
     pub fn paths(&self) -> &Paths {
         &self.paths
     }
 
+    /// The policy in force now (a reload may replace it; a call keeps the one it got).
     pub fn policy(&self) -> Arc<Policy> {
         self.policy
             .read()
@@ -165,6 +183,7 @@ impl Service {
             .clone()
     }
 
+    /// The configuration in force now.
     pub fn config(&self) -> Arc<Config> {
         self.config
             .read()
@@ -189,14 +208,17 @@ impl Service {
         tool_names(config, &self.registry())
     }
 
+    /// The grant tokens issued.
     pub fn grants(&self) -> &Grants {
         &self.grants
     }
 
+    /// The calls waiting for a person's answer.
     pub fn confirmations(&self) -> &Confirmations {
         &self.confirmations
     }
 
+    /// Every group's pool, by group.
     pub fn pools(&self) -> &HashMap<String, Arc<Pool>> {
         &self.pools
     }
@@ -209,30 +231,37 @@ impl Service {
             .collect()
     }
 
+    /// One group's pool.
     pub fn pool(&self, group: &str) -> Option<&Arc<Pool>> {
         self.pools.get(group)
     }
 
+    /// Where events go (subscribers, and the audit log for worker events).
     pub fn events(&self) -> &Events {
         &self.events
     }
 
+    /// The audit log.
     pub fn audit(&self) -> &Audit {
         &self.audit
     }
 
+    /// When the service started (for `uptime_ms`).
     pub fn started(&self) -> Instant {
         self.started
     }
 
+    /// The marker every command of this run carries.
     pub fn instance(&self) -> &str {
         &self.instance
     }
 
+    /// A new number for a call, unique in this run (workers know calls by it).
     pub fn next_call(&self) -> u64 {
         self.next_call.fetch_add(1, Ordering::SeqCst)
     }
 
+    /// A new session id (`s1`, `s2`, …).
     pub fn next_session(&self) -> String {
         format!("s{}", self.next_session.fetch_add(1, Ordering::SeqCst))
     }
@@ -242,6 +271,7 @@ impl Service {
         self.drain.open()
     }
 
+    /// Calls open now, every session together.
     pub fn active_calls(&self) -> usize {
         self.drain.active()
     }
@@ -265,6 +295,7 @@ impl Service {
             .unwrap_or_default()
     }
 
+    /// Stop every group's workers (service shutdown).
     pub async fn stop_workers(&self) {
         for pool in self.pools.values() {
             pool.stop().await;

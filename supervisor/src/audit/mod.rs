@@ -53,7 +53,9 @@ pub enum AuditError {
     /// Opening or repairing the log failed.
     #[error("audit log {path}: {source}")]
     Io {
+        /// The file or directory.
         path: PathBuf,
+        /// What the system said.
         #[source]
         source: std::io::Error,
     },

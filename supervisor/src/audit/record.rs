@@ -30,6 +30,7 @@ fn obj(v: Value) -> Map<String, Value> {
 pub struct PolicyVerdict<'a> {
     /// `allow`, `deny` or `ask`.
     pub decision: &'a str,
+    /// Why, in words (masked like the arguments: it may quote the command).
     pub reason: &'a str,
     /// The rule that decided, if one did (null for the mode's default).
     pub rule: Option<&'a str>,
@@ -39,12 +40,19 @@ pub struct PolicyVerdict<'a> {
 /// a hash and a redacted preview.
 #[derive(Clone, Debug)]
 pub struct Requested<'a> {
+    /// The client's trace id, tying calls together (empty when none was given).
     pub trace_id: &'a str,
+    /// The call's id as the client sent it.
     pub call_id: &'a str,
+    /// The session the call came from.
     pub session: &'a str,
+    /// The client's name from `hello`.
     pub client: &'a str,
+    /// The tool's canonical name (an alias is resolved).
     pub tool: &'a str,
+    /// The arguments; only their hash and a redacted preview are written.
     pub args: &'a Value,
+    /// What the policy decided, and why.
     pub policy: PolicyVerdict<'a>,
 }
 
@@ -73,8 +81,11 @@ impl Record for Requested<'_> {
 /// no `requested`/`completed` pair.
 #[derive(Clone, Debug)]
 pub struct Rejected<'a> {
+    /// The call as it was asked for.
     pub call: Requested<'a>,
+    /// The status the client got (`error`, `denied`).
     pub status: &'a str,
+    /// The error type the client got.
     pub error_type: &'a str,
 }
 
@@ -91,21 +102,32 @@ impl Record for Rejected<'_> {
 /// The worker that ran a call.
 #[derive(Clone, Debug)]
 pub struct WorkerRef<'a> {
+    /// Its group.
     pub group: &'a str,
+    /// The process the supervisor spawned (none if it was gone before the call ended).
     pub pid: Option<u32>,
 }
 
 /// `completed`: durable before the client gets the result.
 #[derive(Clone, Debug)]
 pub struct Completed<'a> {
+    /// The call's id, pairing this record with its `requested`.
     pub call_id: &'a str,
+    /// The status the client got.
     pub status: &'a str,
+    /// The error type, when the call failed.
     pub error_type: Option<&'a str>,
+    /// The first line of the output or error (masked: it can echo a secret).
     pub summary: &'a str,
+    /// When the call was received.
     pub started_at: SystemTime,
+    /// When its result was ready.
     pub ended_at: SystemTime,
+    /// Where it ran, if it reached a worker.
     pub worker: Option<WorkerRef<'a>>,
+    /// The size of what the tool produced, before truncation.
     pub output_bytes: u64,
+    /// Whether the result was cut.
     pub truncated: bool,
 }
 
@@ -152,10 +174,15 @@ pub(crate) fn interrupted(call_id: &str, requested_at: &str) -> Map<String, Valu
 /// `confirm_requested`: a person was asked to approve a call.
 #[derive(Clone, Debug)]
 pub struct ConfirmRequested<'a> {
+    /// The client's trace id (empty when none).
     pub trace_id: &'a str,
+    /// The call waiting for the answer.
     pub call_id: &'a str,
+    /// Its tool.
     pub tool: &'a str,
+    /// Why it asks (masked: it may quote the command).
     pub reason: &'a str,
+    /// The rule that asked, if a rule did (else the mode did).
     pub rule: Option<&'a str>,
 }
 
@@ -169,11 +196,16 @@ impl Record for ConfirmRequested<'_> {
     }
 }
 
-/// `confirm_answered`: the answer (`approved`, `denied`, `timeout`, `withdrawn`) and who gave it.
+/// `confirm_answered`: the answer (`approved`, `denied`, `timeout`, `withdrawn`) and who
+/// gave it.
 #[derive(Clone, Debug)]
 pub struct ConfirmAnswered<'a> {
+    /// The call that was waiting.
     pub call_id: &'a str,
+    /// `approved`, `denied`, `timeout`, or `withdrawn` (the call or its session ended
+    /// first).
     pub answer: &'a str,
+    /// Who answered: the answering session, or the server for a timeout.
     pub by: &'a str,
 }
 
@@ -188,12 +220,19 @@ impl Record for ConfirmAnswered<'_> {
 /// whoever can read the log must not be able to use a grant.
 #[derive(Clone, Debug)]
 pub struct GrantIssued<'a> {
+    /// A fingerprint of the token.
     pub grant_id: &'a str,
+    /// The tools it covers.
     pub tools: &'a [String],
+    /// The trace it is limited to, if any.
     pub trace_id: Option<&'a str>,
+    /// The path prefixes it is limited to (empty: any path).
     pub paths: &'a [String],
+    /// When it stops working.
     pub expires_at: SystemTime,
+    /// Whether it survives its first use.
     pub reusable: bool,
+    /// The session that asked for it.
     pub issued_by: &'a str,
 }
 
@@ -211,8 +250,11 @@ impl Record for GrantIssued<'_> {
 /// `grant_used`: a call passed an `ask` with a grant.
 #[derive(Clone, Debug)]
 pub struct GrantUsed<'a> {
+    /// The grant's fingerprint.
     pub grant_id: &'a str,
+    /// The call it let through.
     pub call_id: &'a str,
+    /// The call's tool.
     pub tool: &'a str,
 }
 
@@ -226,8 +268,11 @@ impl Record for GrantUsed<'_> {
 /// `worker_started`.
 #[derive(Clone, Debug)]
 pub struct WorkerStarted<'a> {
+    /// Its group.
     pub group: &'a str,
+    /// Its slot in the group.
     pub index: usize,
+    /// The process the supervisor spawned.
     pub pid: u32,
 }
 
@@ -241,11 +286,18 @@ impl Record for WorkerStarted<'_> {
 /// `worker_exited`: exit `code` or `signal` (one of them is null).
 #[derive(Clone, Debug)]
 pub struct WorkerExited<'a> {
+    /// Its group.
     pub group: &'a str,
+    /// Its slot in the group.
     pub index: usize,
+    /// The process that ended.
     pub pid: u32,
+    /// Its exit code, if it exited.
     pub code: Option<i32>,
+    /// The signal that killed it, if one did.
     pub signal: Option<i32>,
+    /// Why: `crashed`, `not_ready`, `operator_restart`, `reload`, `memory`, `shutdown`,
+    /// `retired`.
     pub reason: &'a str,
 }
 
@@ -262,9 +314,13 @@ impl Record for WorkerExited<'_> {
 /// `supervisor_started`.
 #[derive(Clone, Debug)]
 pub struct SupervisorStarted<'a> {
+    /// The supervisor's pid.
     pub pid: u32,
+    /// toolvisor's version.
     pub version: &'a str,
+    /// The workspace it serves.
     pub workspace: &'a str,
+    /// The instance marker every command of this run carries (to find leftovers later).
     pub instance_id: &'a str,
 }
 
@@ -281,6 +337,7 @@ impl Record for SupervisorStarted<'_> {
 /// `supervisor_stopped`: why (`SIGTERM`, `SIGINT`, …).
 #[derive(Clone, Debug)]
 pub struct SupervisorStopped<'a> {
+    /// Why it stopped.
     pub reason: &'a str,
 }
 
@@ -294,7 +351,9 @@ impl Record for SupervisorStopped<'_> {
 /// `config_reloaded`: `config_sha256` lets an operator tie behaviour to a file version.
 #[derive(Clone, Debug)]
 pub struct ConfigReloaded<'a> {
+    /// The configuration file read.
     pub path: &'a str,
+    /// Its content's hash.
     pub config_sha256: &'a str,
 }
 
@@ -308,7 +367,9 @@ impl Record for ConfigReloaded<'_> {
 /// `config_reload_failed`: the old config stays in force.
 #[derive(Clone, Debug)]
 pub struct ConfigReloadFailed<'a> {
+    /// The configuration file read.
     pub path: &'a str,
+    /// Why it was refused.
     pub error: &'a str,
 }
 

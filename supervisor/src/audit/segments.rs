@@ -83,7 +83,9 @@ pub fn sync_dir(dir: &Path) -> io::Result<()> {
 /// What `audit.head` says.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Head {
+    /// The last committed record's `seq`.
     pub seq: u64,
+    /// Its hash.
     pub hash: String,
 }
 

@@ -31,7 +31,9 @@ pub type Deliver = Arc<dyn Fn(ToolResult) + Send + Sync>;
 
 /// One call of a batch with its own cancellation token (a child of the batch's).
 pub struct BatchCall {
+    /// The call.
     pub req: CallRequest,
+    /// Cancelled with the batch, or for this call alone.
     pub cancel: CancellationToken,
 }
 

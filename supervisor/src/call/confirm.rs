@@ -20,20 +20,27 @@ use toolvisor_protocol::tools::Risk;
 pub struct ConfirmDetails {
     /// The asking session; `remember: session` applies to it alone.
     pub session: String,
+    /// The call's id, as the client sent it.
     pub call_id: String,
     /// Canonical tool name.
     pub tool: String,
+    /// One line: what the call will do.
     pub description: String,
+    /// The call's risk (or the rule's).
     pub risk: Risk,
+    /// The resolved paths it touches.
     pub locations: Vec<String>,
     /// The command, or the diff for an edit.
     pub preview: Option<String>,
+    /// The arguments' hash: `remember: session` approves the same tool with the same
+    /// arguments only.
     pub args_sha256: String,
 }
 
 /// How a pending confirmation ended, as its waiter sees it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Answer {
+    /// A person said yes.
     Approved,
     /// A person said no → `PolicyDenied`.
     Rejected,
@@ -46,8 +53,11 @@ pub enum Answer {
 /// A pending confirmation, for replay to a new `confirmations` subscriber.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Pending {
+    /// Its id, for `confirm`.
     pub interaction: String,
+    /// What is asked.
     pub details: ConfirmDetails,
+    /// How long is left to answer.
     pub expires_in: Duration,
 }
 
@@ -102,6 +112,7 @@ impl Confirmations {
         }
     }
 
+    /// How long a confirmation waits for an answer.
     pub fn timeout(&self) -> Duration {
         Duration::from_millis(self.timeout_ms.load(std::sync::atomic::Ordering::Relaxed))
     }

@@ -24,17 +24,22 @@ const MAX_TTL: std::time::Duration = std::time::Duration::from_secs(365 * 24 * 3
 pub struct GrantRequest {
     /// Tool names or aliases.
     pub tools: Vec<String>,
+    /// Only calls of this trace.
     pub trace_id: Option<String>,
     /// Workspace-relative prefixes (`src`, `shared:/data`); empty means anywhere.
     pub paths: Vec<String>,
+    /// How long the token is good for.
     pub ttl: Duration,
+    /// Whether it survives its first use.
     pub reusable: bool,
 }
 
 /// A token just issued.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Issued {
+    /// What a call passes as `confirm_token`; only its fingerprint is kept or logged.
     pub token: String,
+    /// When it stops working, on the clock expiry is checked with.
     pub expires: Instant,
     /// The same moment on the wall clock (the `expires_at` the client sees).
     pub expires_at: SystemTime,
@@ -43,22 +48,28 @@ pub struct Issued {
 /// A `grant` request that cannot be honoured.
 #[derive(Debug, thiserror::Error)]
 pub enum GrantError {
+    /// A grant for nothing.
     #[error("invalid grant: `tools` is empty; a grant needs at least one tool")]
     NoTools,
+    /// A name that is no tool (nor alias, nor announced tool).
     #[error("invalid grant: unknown tool `{0}` in `tools` (list_tools shows the names)")]
     UnknownTool(String),
+    /// A path prefix outside every root: nothing could ever match it.
     #[error("invalid grant: path `{0}` in `paths` is outside the workspace")]
     PathOutside(String),
+    /// A token that would expire as it is made.
     #[error("invalid grant: `ttl_ms` must be at least 1")]
     ZeroTtl,
+    /// Longer than a year: a standing approval that outlives any review.
     #[error("invalid grant: `ttl_ms` {0} is too large (at most one year, 31536000000)")]
     TtlTooLarge(u128),
+    /// No randomness for the token.
     #[error("cannot read /dev/urandom for a token: {0}")]
     Random(#[from] std::io::Error),
 }
 
 impl GrantError {
-    /// The connection-level error type it is answered with (DESIGN §3, §5): a request
+    /// The connection-level error type it is answered with (docs/PROTOCOL.md §8): a request
     /// with an unusable field is a `BadMessage` echoing its id; a server that cannot
     /// make a token has no connection-level type of its own, so it says
     /// `InternalError`.
@@ -73,18 +84,39 @@ impl GrantError {
 /// Why a `confirm_token` does not fit a call (`TokenInvalid`).
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum TokenInvalid {
+    /// No grant has this token (never issued, or this server restarted since).
     #[error("the confirm_token is unknown")]
     Unknown,
+    /// Past its `ttl_ms`.
     #[error("the confirm_token has expired")]
     Expired,
+    /// A single-use token, used already.
     #[error("the confirm_token was already used")]
     Used,
+    /// The call's tool is not one the grant names.
     #[error("the confirm_token is for {allowed}, not `{tool}`")]
-    WrongTool { tool: String, allowed: String },
+    WrongTool {
+        /// The call's tool.
+        tool: String,
+        /// The tools the grant names.
+        allowed: String,
+    },
+    /// The grant is for another trace.
     #[error("the confirm_token is for trace `{expected}`, not {got}")]
-    WrongTrace { expected: String, got: String },
+    WrongTrace {
+        /// The grant's trace.
+        expected: String,
+        /// The call's trace (or that it has none).
+        got: String,
+    },
+    /// A path of the call lies outside the grant's prefixes.
     #[error("`{path}` is outside the confirm_token's paths ({allowed})")]
-    PathOutOfScope { path: String, allowed: String },
+    PathOutOfScope {
+        /// The call's path.
+        path: String,
+        /// The grant's prefixes.
+        allowed: String,
+    },
 }
 
 /// The call a token is presented with.
@@ -92,6 +124,7 @@ pub enum TokenInvalid {
 pub struct TokenUse<'a> {
     /// Tool name or alias.
     pub tool: &'a str,
+    /// The call's trace, if it has one.
     pub trace_id: Option<&'a str>,
     /// The call's resolved locations (`Decision::locations`; for run_command its cwd).
     pub locations: &'a [String],

@@ -19,10 +19,15 @@ use crate::session::outbox::Outbox;
 /// Who is calling.
 #[derive(Clone, Debug)]
 pub struct SessionInfo {
+    /// The session's id (`s3`).
     pub id: String,
+    /// The client's name from `hello`.
     pub client: String,
+    /// Whether someone answers `confirm_required`.
     pub interactive: bool,
+    /// The peer's uid.
     pub uid: u32,
+    /// Where this session's messages go.
     pub out: Outbox,
 }
 

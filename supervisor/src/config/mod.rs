@@ -15,37 +15,68 @@ pub use policy::{Action, Condition, Hazards, Mode, Operator, PolicyConfig, Rule}
 use toml_error::describe_toml_error;
 pub use workers::{BUILTIN_GROUPS, GroupConfig, SandboxMode, WorkersConfig};
 
+/// Why a configuration cannot be used: `serve` refuses to start (exit 78), a reload
+/// keeps the old one. Each names the file, and the key or line at fault.
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
+    /// The file exists but cannot be read.
     #[error("cannot read config {path}: {source}")]
     Read {
+        /// The file.
         path: String,
+        /// Why it cannot be read.
         source: std::io::Error,
     },
+    /// Not TOML, an unknown key, or a value of the wrong type.
     #[error("bad config {path}: {message}")]
-    Parse { path: String, message: String },
+    Parse {
+        /// The file.
+        path: String,
+        /// What is wrong, with its line.
+        message: String,
+    },
+    /// Well-formed, but a value out of range or keys that contradict each other.
     #[error("bad config {path}: {message}")]
-    Invalid { path: String, message: String },
+    Invalid {
+        /// The file.
+        path: String,
+        /// The key at fault and what it must be.
+        message: String,
+    },
 }
 
+/// The whole file. Every table may be left out: the defaults serve one workspace.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct Config {
+    /// `[workspace]`: the roots.
     pub workspace: WorkspaceConfig,
+    /// `[server]`: the state directory, draining, per-connection bounds.
     pub server: ServerConfig,
+    /// `[supervisor]`: how crashed workers are restarted.
     pub supervisor: SupervisorConfig,
+    /// `[policy]`: what runs, what asks, what is refused.
     pub policy: PolicyConfig,
+    /// `[workers.*]`: the groups and their processes.
     pub workers: WorkersConfig,
+    /// `[edit]`: previews.
     pub edit: EditConfig,
+    /// `[limits]`: truncation and size caps.
     pub limits: Limits,
+    /// `[audit]`: durability and rotation of the log.
     pub audit: AuditConfig,
 }
 
+/// `[workspace]`: the roots tools may reach; relative paths are taken against the
+/// workspace directory.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct WorkspaceConfig {
+    /// The workspace itself (`private:/`), by default the directory served.
     pub private: PathBuf,
+    /// A second writable root (`shared:/`).
     pub shared: Option<PathBuf>,
+    /// A read-only root (`public:/`): commands cannot write it, edits there are high risk.
     pub public: Option<PathBuf>,
 }
 
@@ -59,11 +90,15 @@ impl Default for WorkspaceConfig {
     }
 }
 
+/// `[server]`.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct ServerConfig {
+    /// Where the socket, the audit log and the artifacts live (no tool may touch it).
     pub state_dir: PathBuf,
+    /// On SIGTERM, how long calls in flight may finish before they are cancelled.
     pub drain_grace_ms: u64,
+    /// Calls one connection may have open at once; more get `Overloaded`.
     pub max_open_calls: usize,
 }
 
@@ -77,13 +112,19 @@ impl Default for ServerConfig {
     }
 }
 
+/// `[supervisor]`: the restart policy of every worker (a crash loop must not spin).
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct SupervisorConfig {
+    /// Restarts allowed within `restart_window_ms`; one more fails the worker.
     pub restart_max: u32,
+    /// The window `restart_max` counts in.
     pub restart_window_ms: u64,
+    /// The first delay before a restart; it doubles with each crash.
     pub backoff_initial_ms: u64,
+    /// The longest delay before a restart.
     pub backoff_max_ms: u64,
+    /// How long a failed worker waits before it tries again on its own.
     pub cooldown_ms: u64,
 }
 
@@ -99,9 +140,11 @@ impl Default for SupervisorConfig {
     }
 }
 
+/// `[edit]`.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct EditConfig {
+    /// How long a preview's change can still be applied by its token.
     pub preview_ttl_ms: u64,
 }
 
@@ -113,18 +156,25 @@ impl Default for EditConfig {
     }
 }
 
+/// Whether the audit log is synced to disk before a call starts and before its
+/// result is sent.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Fsync {
+    /// A record the client relied on survives a power loss.
     #[default]
     Always,
+    /// Faster; a crash of the machine may lose the last records.
     Never,
 }
 
+/// `[audit]`.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct AuditConfig {
+    /// When records reach the disk.
     pub fsync: Fsync,
+    /// A segment this large is rotated.
     pub max_bytes: u64,
 }
 

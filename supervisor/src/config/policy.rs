@@ -2,21 +2,30 @@
 
 use serde::{Deserialize, Serialize};
 
+/// What decides a call no rule matches, by its risk.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Mode {
+    /// Everything runs but `run_command`, which asks.
     Yolo,
+    /// Low and medium risk run; high risk and anything under `public:/` ask.
     Workspace,
+    /// Low risk runs; medium and high risk ask.
     #[default]
     Auto,
+    /// Everything asks.
     Ask,
 }
 
+/// What a matching rule does with a call.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Action {
+    /// Run it (argument hazards still ask, unless the rule allows them).
     Allow,
+    /// Refuse it, `PolicyDenied`.
     Deny,
+    /// Ask a person (or deny, in a session nobody answers).
     Ask,
 }
 
@@ -31,35 +40,50 @@ impl Action {
     }
 }
 
+/// How a condition compares a parameter with its value.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub enum Operator {
+    /// The whole value.
     #[serde(rename = "equals")]
     Equals,
+    /// Anywhere in the value.
     #[serde(rename = "contains")]
     Contains,
+    /// A prefix of the value.
     #[serde(rename = "startsWith")]
     StartsWith,
+    /// An unanchored Rust regex.
     #[serde(rename = "matches")]
     Matches,
 }
 
+/// One test of a rule: all of a rule's must hold for it to match.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Condition {
+    /// The argument tested (`env.KEY` for one variable; path parameters resolved).
     pub param: String,
+    /// How it is compared.
     pub operator: Operator,
+    /// What it is compared with.
     pub value: String,
 }
 
+/// One `[[policy.rules]]` entry; the first matching rule decides.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Rule {
+    /// A tool, an alias, a `NAME__*` pattern of announced tools, or `*`.
     pub tool: String,
+    /// What a match does.
     pub action: Action,
+    /// The risk shown to the person asked and recorded, instead of the call's.
     #[serde(default)]
     pub risk: Option<toolvisor_protocol::tools::Risk>,
+    /// The reason shown and recorded, instead of the generated one.
     #[serde(default)]
     pub message: Option<String>,
+    /// The tests; none means the rule always matches its tool.
     #[serde(default)]
     pub conditions: Vec<Condition>,
     /// `hazards = "allow"`: argument hazards (docs/POLICY.md) do not make this rule ask.
@@ -89,16 +113,22 @@ impl Rule {
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Hazards {
+    /// A hazard in an allowed call still asks.
     #[default]
     Ask,
+    /// The rule's author read the hazards: the allow stands.
     Allow,
 }
 
+/// `[policy]`.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct PolicyConfig {
+    /// What decides when no rule matches.
     pub mode: Mode,
+    /// How long a `confirm_required` waits for an answer.
     pub confirm_timeout_ms: u64,
+    /// The rules, in file order.
     pub rules: Vec<Rule>,
 }
 

@@ -7,20 +7,30 @@ use std::path::PathBuf;
 
 use serde::{Deserialize, Serialize};
 
+/// One group's `[workers.NAME]` table.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct GroupConfig {
     /// Worker processes; `None` takes the group's default (search 2, edit 1, exec 2).
     pub count: Option<usize>,
+    /// Calls that may wait for a worker; one more gets `Overloaded`.
     pub queue_max: usize,
     /// Calls one worker process runs at once; past it calls wait in the queue.
     pub max_in_flight: usize,
+    /// A call's deadline when it asks for none.
     pub default_timeout_ms: u64,
+    /// The longest deadline a call may ask for.
     pub max_timeout_ms: u64,
+    /// A worker above this resident memory is replaced once its calls end.
     pub max_rss_mb: u64,
+    /// Host variables the group's worker processes inherit beyond the basic ones (for
+    /// `exec`, its commands too); every other is scrubbed.
     pub env_passthrough: Vec<String>,
+    /// Variables set for every command (`exec`) or for an external worker.
     pub env: BTreeMap<String, String>,
+    /// `exec` only: paths outside the roots commands may write (`~/.cargo`).
     pub writable: Vec<PathBuf>,
+    /// `exec` only: background commands one worker keeps at once.
     pub max_jobs: usize,
     /// `exec` only: how commands are confined (`auto`, `required`, `off`).
     pub sandbox: SandboxMode,
@@ -43,9 +53,12 @@ pub struct GroupConfig {
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum SandboxMode {
+    /// Namespaces where the host allows them, the fallback (with a warning) where not.
     #[default]
     Auto,
+    /// Namespaces or no service: `serve` refuses to start without them.
     Required,
+    /// Never: Landlock and the reap shim only.
     Off,
 }
 
@@ -79,10 +92,13 @@ impl Default for GroupConfig {
 /// is caught by the check that an external group has a `command`).
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct WorkersConfig {
+    /// The read-only tools' group.
     #[serde(default)]
     pub search: GroupConfig,
+    /// The file-writing tools' group.
     #[serde(default)]
     pub edit: GroupConfig,
+    /// The command-running tools' group (its sandbox and limits too).
     #[serde(default)]
     pub exec: GroupConfig,
     /// `[workers.NAME]` with `command = [...]`: an executable that speaks the worker

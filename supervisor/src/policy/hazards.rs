@@ -42,9 +42,11 @@ pub use table::{PROGRAMS, Program};
 pub struct Hazard {
     /// A short name: `command substitution`, `git -c`, `sets EDITOR`.
     pub name: String,
+    /// Whether a rule can lift it.
     pub kind: Kind,
 }
 
+/// What lifts a hazard.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Kind {
     /// Code nobody can read from the words: always asks.
@@ -61,6 +63,7 @@ impl Kind {
 }
 
 impl Hazard {
+    /// A hazard no rule lifts.
     pub fn structural(name: impl Into<String>) -> Hazard {
         Hazard {
             name: name.into(),
@@ -68,6 +71,7 @@ impl Hazard {
         }
     }
 
+    /// A hazard `hazards = "allow"` lifts.
     pub fn argument(name: impl Into<String>) -> Hazard {
         Hazard {
             name: name.into(),
@@ -92,6 +96,7 @@ pub trait Paths {
 /// What the table found in one simple command.
 #[derive(Debug, Default)]
 pub struct Findings {
+    /// Everything found, each once.
     pub hazards: Vec<Hazard>,
     /// Ranges of the arguments (indexes after the program word) that form commands
     /// of their own (`env X=1 ls`, `find -exec rm {} ;`): each is decided as a part.
@@ -112,8 +117,11 @@ impl Findings {
 
 /// One program's arguments, with the helpers its check needs.
 pub struct Args<'a> {
+    /// The program's name (its last path component).
     pub prog: &'a str,
+    /// The words after the program.
     pub words: &'a [Word],
+    /// Where paths land, for the checks about writing outside the workspace.
     pub paths: &'a dyn Paths,
 }
 

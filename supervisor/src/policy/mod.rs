@@ -40,7 +40,9 @@ pub use suggest::how_to_allow;
 /// audit record and `confirm_required`.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Decision {
+    /// Run, refuse, or ask.
     pub action: Action,
+    /// The risk shown and recorded (a rule's, or the call's own raised by its arguments).
     pub risk: Risk,
     /// Why, in a sentence: the rule's message, or what matched, or the mode default.
     /// Hazards that decided the call are named in it.
@@ -69,10 +71,15 @@ pub struct Decision {
 /// How one simple command of a `run_command` was decided (`explain` shows these).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct PartDecision {
+    /// Its source text.
     pub text: String,
+    /// Its words after quote removal.
     pub words: Vec<String>,
+    /// What this part alone would meet.
     pub action: Action,
+    /// The deciding rule's index, if a rule decided.
     pub rule: Option<usize>,
+    /// The hazards found in it.
     pub hazards: Vec<String>,
 }
 
@@ -97,6 +104,7 @@ impl Policy {
         })
     }
 
+    /// What decides calls no rule matches.
     pub fn mode(&self) -> Mode {
         self.mode
     }

@@ -14,8 +14,11 @@ use toolvisor_protocol::worker::Roots;
 /// Which root a path lives under.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Scope {
+    /// The workspace (`private:/`, or no scope).
     Private,
+    /// `shared:/`.
     Shared,
+    /// `public:/`: read-only for commands, high risk for edits.
     Public,
 }
 
@@ -35,7 +38,12 @@ impl Scope {
 pub enum ScopedPath {
     /// Inside a root; `rel` is normalised, `/`-separated, without leading `./`
     /// (`""` for the root itself).
-    Inside { scope: Scope, rel: String },
+    Inside {
+        /// The root.
+        scope: Scope,
+        /// The path beneath it.
+        rel: String,
+    },
     /// Outside every root: the normalised absolute host path. The worker refuses it;
     /// the policy treats it as high risk.
     Outside(String),
@@ -107,7 +115,9 @@ impl fmt::Display for ScopedPath {
 #[derive(Debug, thiserror::Error)]
 #[error("cannot resolve root {}: {source}", root.display())]
 pub struct ScopesError {
+    /// The root as configured.
     pub root: PathBuf,
+    /// Why the current directory could not be read.
     #[source]
     pub source: std::io::Error,
 }

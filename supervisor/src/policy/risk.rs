@@ -12,7 +12,9 @@ use super::shell::Analysis;
 /// A call's risk and the reasons it was raised above the tool's own.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Assessment {
+    /// The risk after the arguments raised it.
     pub risk: Risk,
+    /// What raised it, in words (they go into the reason).
     pub notes: Vec<String>,
 }
 

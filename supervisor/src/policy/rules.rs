@@ -25,6 +25,7 @@ pub const ENV: &str = "env";
 /// One condition, ready to test.
 #[derive(Clone, Debug)]
 pub struct Test {
+    /// The argument tested (`env.KEY` for one variable).
     pub param: String,
     op: Op,
 }
@@ -100,11 +101,14 @@ fn word_prefix(program: &str, joined: &str, prefix: &str) -> bool {
 /// One simple command of `run_command`, as conditions on `command` see it.
 #[derive(Clone, Debug)]
 pub struct CommandWords {
+    /// The command's words after quote removal.
     pub words: Vec<String>,
+    /// The words joined by single spaces: what `startsWith` and `contains` test.
     pub joined: String,
 }
 
 impl CommandWords {
+    /// The words of one simple command.
     pub fn new(words: Vec<String>) -> CommandWords {
         let joined = words.join(" ");
         CommandWords { words, joined }
@@ -127,10 +131,15 @@ impl CommandWords {
 /// A rule after compilation; `index` is its place in the file, for messages.
 #[derive(Clone, Debug)]
 pub struct CompiledRule {
+    /// Its place in the file (`policy.rules[N]`).
     pub index: usize,
+    /// What a match does.
     pub action: Action,
+    /// The risk to show and record instead of the call's.
     pub risk: Option<Risk>,
+    /// The reason to show and record instead of the generated one.
     pub message: Option<String>,
+    /// Its conditions, compiled (regexes built once).
     pub tests: Vec<Test>,
     /// `hazards = "allow"`: argument hazards do not turn this rule's allow into an ask.
     pub hazards_allow: bool,

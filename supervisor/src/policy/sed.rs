@@ -8,26 +8,37 @@
 /// it, but the policy cannot be sure).
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum SedError {
+    /// `N,` with nothing after the comma.
     #[error("a second address is missing")]
     MissingAddress,
+    /// An address and then the end of the script.
     #[error("an address without a command")]
     NoCommand,
+    /// `\` as a regex address with no delimiter after it.
     #[error("an empty address delimiter")]
     EmptyDelimiter,
+    /// A `\` at the very end.
     #[error("a trailing backslash")]
     TrailingBackslash,
+    /// A command letter GNU sed does not have.
     #[error("unknown command `{0}`")]
     UnknownCommand(char),
+    /// A newline or backslash (or nothing) where a delimiter must be.
     #[error("a bad delimiter")]
     BadDelimiter,
+    /// A regex that runs into the next line.
     #[error("a newline inside a regex")]
     NewlineInRegex,
+    /// A regex or replacement without its closing delimiter.
     #[error("an unterminated `{0}`")]
     Unterminated(char),
+    /// A `[:class:]` without its end.
     #[error("an unterminated class")]
     UnterminatedClass,
+    /// A `[...]` without its `]`.
     #[error("an unterminated bracket expression")]
     UnterminatedBracket,
+    /// Something after a command that cannot follow it.
     #[error("`{0}` after a command")]
     AfterCommand(char),
 }

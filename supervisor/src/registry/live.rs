@@ -34,6 +34,7 @@ pub struct Change {
 pub struct LiveRegistry(RwLock<Arc<Registry>>);
 
 impl LiveRegistry {
+    /// The registry the service starts with.
     pub fn new(registry: Registry) -> LiveRegistry {
         LiveRegistry(RwLock::new(Arc::new(registry)))
     }

@@ -24,6 +24,7 @@ pub use validate::SchemaError;
 /// One tool: its definition and the validator compiled from its schema.
 #[derive(Clone)]
 pub struct Entry {
+    /// The definition every part of the call path reads.
     pub def: Arc<ToolDef>,
     validator: Arc<Validator>,
 }
@@ -55,12 +56,17 @@ impl Entry {
 /// Why a tool could not join the registry.
 #[derive(Debug, thiserror::Error)]
 pub enum RegistryError {
+    /// A schema that does not compile.
     #[error(transparent)]
     Schema(#[from] SchemaError),
+    /// Two groups name the same tool: neither may take over the other's.
     #[error("tool `{name}` of group `{group}` clashes with a tool of group `{other}`")]
     Clash {
+        /// The tool's name.
         name: String,
+        /// The group that asked to add it.
         group: String,
+        /// The group that has it.
         other: String,
     },
 }
@@ -176,6 +182,7 @@ impl Registry {
         self.entries.len()
     }
 
+    /// Whether there is no tool at all.
     pub fn is_empty(&self) -> bool {
         self.entries.is_empty()
     }

@@ -12,7 +12,9 @@ use serde_json::Value;
 #[derive(Debug, thiserror::Error)]
 #[error("schema of tool `{tool}` does not compile: {message}")]
 pub struct SchemaError {
+    /// The tool.
     pub tool: String,
+    /// What the schema compiler said.
     pub message: String,
 }
 

@@ -37,6 +37,7 @@ impl Drop for ActiveCall {
 }
 
 impl Drain {
+    /// No call open, not shutting down.
     pub fn new() -> Drain {
         Drain::default()
     }
@@ -47,10 +48,12 @@ impl Drain {
         ActiveCall(self.open.clone())
     }
 
+    /// Calls open now.
     pub fn active(&self) -> usize {
         self.open.count.load(Ordering::SeqCst)
     }
 
+    /// Cancelled when the drain gives up on the calls still open.
     pub fn shutdown(&self) -> &CancellationToken {
         &self.shutdown
     }

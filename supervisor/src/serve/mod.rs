@@ -28,10 +28,15 @@ use crate::workers::spawn::Spawner;
 
 /// Everything `serve` needs from the command line.
 pub struct ServeArgs {
+    /// The workspace to serve.
     pub workspace: PathBuf,
+    /// The configuration file (it may not exist: the defaults then).
     pub config_file: PathBuf,
+    /// The configuration read from it.
     pub config: Config,
+    /// `--socket`, when given; else the state directory's.
     pub socket: Option<PathBuf>,
+    /// What the workers crate does for the host.
     pub host: HostHooks,
 }
 

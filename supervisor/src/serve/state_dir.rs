@@ -13,22 +13,44 @@ use sha2::{Digest, Sha256};
 /// Longest path a Unix socket address holds.
 const SUN_PATH_MAX: usize = 107;
 
+/// Why `serve` cannot take the state directory (it then exits 1).
 #[derive(Debug, thiserror::Error)]
 pub enum StateError {
+    /// It cannot be created or set up.
     #[error("cannot prepare the state directory {path}: {source}")]
     Dir {
+        /// The directory.
         path: String,
+        /// Why.
         source: std::io::Error,
     },
+    /// Someone else's, or not a plain directory: using it would hand them the socket
+    /// and the audit log.
     #[error(
         "the state directory {path} is not ours, not a directory, or a symlink (owner uid {uid}, we are {me}); refusing to use it"
     )]
-    NotOurs { path: String, uid: u32, me: u32 },
+    NotOurs {
+        /// The directory.
+        path: String,
+        /// Its owner.
+        uid: u32,
+        /// This process's uid.
+        me: u32,
+    },
+    /// Another supervisor holds the lock: two would share one audit chain.
     #[error("another toolvisor is already serving this workspace (lock {path} is held{pid})")]
-    Locked { path: String, pid: String },
+    Locked {
+        /// The lock file.
+        path: String,
+        /// ` by pid N` when the pid file says so, else empty.
+        pid: String,
+    },
+    /// The socket cannot be bound.
     #[error("cannot bind the socket {path}: {source}")]
     Bind {
+        /// The socket path.
         path: String,
+        /// Why.
         source: std::io::Error,
     },
 }
@@ -36,8 +58,11 @@ pub enum StateError {
 /// The locked state directory. Dropping it releases the lock.
 #[derive(Debug)]
 pub struct StateDir {
+    /// The directory (created mode 0700 if it was missing).
     pub dir: PathBuf,
+    /// Where the socket is bound.
     pub socket: PathBuf,
+    /// The file naming the serving pid (for the `Locked` message of a second one).
     pub pidfile: PathBuf,
     _lock: Flock<File>,
 }

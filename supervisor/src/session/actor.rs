@@ -22,9 +22,13 @@ use crate::call::router::{SessionInfo, to_result};
 use crate::service::Service;
 use crate::session::outbox::{Frame, Outbox};
 
+/// Messages of a session actor.
 pub enum SessionMsg {
+    /// A frame read from the client (or why it does not decode).
     Frame(Result<ClientMessage, DecodeError>),
+    /// The client announced a frame over the limit: `(its length, the limit)`.
     TooLarge(usize, usize),
+    /// The connection ended (read side or write side).
     Closed,
     /// A call task finished: unregister the id, then send its result.
     CallDone(Box<ToolResult>),
@@ -32,17 +36,25 @@ pub enum SessionMsg {
     BatchDone(Id, Vec<Id>),
 }
 
+/// What a session actor starts with.
 pub struct SessionArgs {
+    /// The service it serves.
     pub service: Arc<Service>,
+    /// The accepted connection.
     pub stream: UnixStream,
+    /// The peer's uid (checked equal to ours by the listener).
     pub uid: u32,
+    /// The peer's pid, when the kernel tells it.
     pub pid: Option<i32>,
     /// A person, or a command toolvisor runs (privileged messages refused).
     pub peer: crate::session::peer::Peer,
 }
 
+/// The actor owning one client connection: it reads requests in order and starts each call
+/// as its own task, so a slow call never holds up the session.
 pub struct SessionActor;
 
+/// A session's state: its outbox, its open calls and batches, its subscriptions.
 pub struct SessionState {
     service: Arc<Service>,
     out: Outbox,

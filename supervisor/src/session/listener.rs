@@ -11,15 +11,21 @@ use tokio::net::UnixListener;
 use crate::service::Service;
 use crate::session::actor::{SessionActor, SessionArgs};
 
+/// The listener takes no messages: it only accepts connections until it is stopped.
 pub enum ListenerMsg {}
 
+/// What the listener starts with.
 pub struct ListenerArgs {
+    /// The service every session serves.
     pub service: Arc<Service>,
+    /// The bound socket.
     pub listener: UnixListener,
 }
 
+/// The actor accepting connections: one session actor per client, supervised by it.
 pub struct Listener;
 
+/// The accept loop, ended with the actor.
 pub struct ListenerState {
     accept: tokio::task::JoinHandle<()>,
 }

@@ -28,12 +28,14 @@ const MAX_DEPTH: usize = 256;
 /// What the peer is, with the reason when it is not trusted.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Peer {
+    /// Someone outside toolvisor's commands (a person, an agent host).
     Person,
     /// A command toolvisor runs, or a process that could not be told apart from one.
     Command(String),
 }
 
 impl Peer {
+    /// Whether privileged messages (`grant`, `confirm`, `restart`) are refused.
     pub fn is_command(&self) -> bool {
         matches!(self, Peer::Command(_))
     }

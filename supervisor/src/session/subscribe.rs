@@ -14,6 +14,8 @@ use toolvisor_protocol::message::{ServerMessage, Topic};
 use crate::service::Service;
 use crate::session::outbox::Outbox;
 
+/// Answer `subscribed`, then forward the topics' events to the session until it closes
+/// (replaying pending confirmations first).
 pub fn start(svc: &Arc<Service>, out: &Outbox, id: Id, topics: Vec<Topic>) {
     let mut rx = svc.events().subscribe();
     out.send(&ServerMessage::Subscribed { id });

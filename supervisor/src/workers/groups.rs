@@ -15,17 +15,25 @@ use crate::workers::worker::EXEC_PATIENCE;
 /// One group the service runs.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Group {
+    /// The group's name (`search`, or the `[workers.NAME]` of an external one).
     pub name: String,
+    /// What runs its workers.
     pub kind: Kind,
 }
 
+/// Where a group's tools come from.
 #[derive(Clone, Debug, PartialEq)]
 pub enum Kind {
     /// This binary re-executed as `toolvisor worker --group NAME`.
     Builtin,
     /// An executable speaking the worker protocol; its tools are what it announces,
     /// at least `risk`.
-    External { command: Vec<String>, risk: Risk },
+    External {
+        /// The worker's command line, program first.
+        command: Vec<String>,
+        /// The lowest risk of its tools.
+        risk: Risk,
+    },
 }
 
 /// What differs between built-in groups.

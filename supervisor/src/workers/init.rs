@@ -16,7 +16,9 @@ pub enum InitError {
     /// A configured root does not resolve (missing, or not searchable).
     #[error("workspace root {}: {source}", path.display())]
     Root {
+        /// The root as configured, made absolute.
         path: PathBuf,
+        /// Why it does not resolve.
         #[source]
         source: std::io::Error,
     },
@@ -24,7 +26,10 @@ pub enum InitError {
     #[error(
         "workers.exec.sandbox = \"required\", but commands cannot have their own namespaces here: {why}"
     )]
-    SandboxRequired { why: NoNamespaces },
+    SandboxRequired {
+        /// Why the host refuses them.
+        why: NoNamespaces,
+    },
 }
 
 /// The roots of `workspace` as `config` names them, canonical.

@@ -39,7 +39,9 @@ const BASE_ENV: &[&str] = &[
 /// A freshly started worker process.
 #[derive(Debug)]
 pub struct Spawned {
+    /// The process, for its exit status.
     pub child: tokio::process::Child,
+    /// Its pid: it leads its own process group, killed as a whole.
     pub pid: u32,
     /// The supervisor's end of the control socket.
     pub control: std::os::unix::net::UnixStream,
@@ -50,9 +52,11 @@ pub struct Spawned {
 pub struct SpawnSpec {
     /// This binary: a built-in group's worker is `exe worker --group GROUP`.
     pub exe: PathBuf,
+    /// The group (`--group` of a built-in worker).
     pub group: String,
     /// An external group's worker: its own command line (program first) instead.
     pub command: Option<Vec<String>>,
+    /// Its working directory (the workspace).
     pub cwd: PathBuf,
     /// Extra variables to pass through (the group's `env_passthrough`).
     pub passthrough: Vec<String>,
@@ -89,6 +93,7 @@ impl Spawner {
         Ok(Spawner { tx })
     }
 
+    /// Start a worker process on the spawner thread.
     pub async fn spawn(&self, spec: SpawnSpec) -> std::io::Result<Spawned> {
         let (reply, rx) = oneshot::channel();
         self.tx

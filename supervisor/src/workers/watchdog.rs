@@ -19,10 +19,15 @@ pub const INTERVAL: Duration = Duration::from_secs(5);
 /// One worker's sample.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Sample {
+    /// Its group.
     pub group: String,
+    /// Its slot.
     pub index: u32,
+    /// The process sampled.
     pub pid: u32,
+    /// Only a ready worker is replaced (one being replaced already is left alone).
     pub ready: bool,
+    /// Its resident memory (0: the sample failed).
     pub rss_bytes: u64,
 }
 

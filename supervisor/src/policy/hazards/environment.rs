@@ -4,8 +4,11 @@
 
 /// A variable that names a program, a library, start-up code or a config home.
 pub enum EnvKey {
+    /// This name.
     Exact(&'static str),
+    /// Any name starting so (`LD_`).
     Prefix(&'static str),
+    /// Any name ending so (`_EDITOR`).
     Suffix(&'static str),
 }
 

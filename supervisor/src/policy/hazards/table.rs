@@ -6,6 +6,7 @@ use super::{Args, Findings, git, programs, text, tools, transfer};
 
 /// A program whose arguments can run code or write files.
 pub struct Program {
+    /// The names it goes by (its last path component is compared).
     pub names: &'static [&'static str],
     /// What asks, in words (docs/POLICY.md shows the same list).
     pub summary: &'static str,

@@ -20,15 +20,21 @@ use crate::workers::worker::{Reply, WorkerShared, WorkerState};
 
 /// One call for a worker.
 pub struct Job {
+    /// The supervisor's number for the call, unique while it runs.
     pub call: u64,
+    /// The client's call id (artifacts are named after it).
     pub name: String,
+    /// The tool's canonical name.
     pub tool: String,
     /// Moved into the encoded `run` frame when [`Pool::run`] starts.
     pub args: Value,
+    /// Forward the tool's output as it comes.
     pub stream: bool,
+    /// The call's deadline, from when a worker takes it (waiting for one counts too).
     pub timeout: Duration,
     /// Read-only low-risk calls are run again once if their worker dies.
     pub rerunnable: bool,
+    /// Where streamed output goes.
     pub output: Option<mpsc::Sender<(String, String)>>,
     /// Only this worker index may run it (background process handles name a worker).
     pub worker: Option<u32>,
@@ -40,7 +46,9 @@ pub struct Job {
 
 /// How a job ended, and where it ran.
 pub struct JobEnd {
+    /// How it ended.
     pub outcome: Outcome,
+    /// The group and pid of the worker it ran on, if it reached one.
     pub worker: Option<(String, u32)>,
 }
 

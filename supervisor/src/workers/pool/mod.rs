@@ -32,15 +32,23 @@ pub use dispatch::{Job, JobEnd};
 /// What a group runs, handed to the pool by the service.
 #[derive(Clone)]
 pub struct PoolSpec {
+    /// The group's name.
     pub group: String,
+    /// Worker processes.
     pub count: usize,
+    /// Calls that may wait for a worker.
     pub queue_max: usize,
     /// Calls one worker process runs at once before more wait in the group's queue.
     pub max_in_flight: usize,
+    /// The one thread that forks worker processes.
     pub spawner: Spawner,
+    /// The process each worker runs.
     pub spawn: SpawnSpec,
+    /// Each worker's first frame (its index filled in per worker).
     pub init: WorkerInit,
+    /// The restart policy every worker starts with.
     pub policy: RestartPolicy,
+    /// Where worker events go.
     pub events: Events,
     /// Extra time the supervisor gives a worker past the deadline to answer itself
     /// (exec kills its command with TERM, then KILL after 2 s, and reports the output).
@@ -55,6 +63,7 @@ type Roster = Arc<RwLock<Arc<Vec<Arc<WorkerShared>>>>>;
 
 /// The dispatch side of a pool, shared by every call.
 pub struct Pool {
+    /// The group's name.
     pub group: String,
     roster: Roster,
     changed: watch::Receiver<u64>,

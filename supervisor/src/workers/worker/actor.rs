@@ -37,25 +37,35 @@ pub enum WorkerMsg {
     /// Start the process, unless `generation` is stale: a start scheduled by a backoff
     /// or a cool-down is dropped when an operator restart already started a newer one.
     Start {
+        /// The start this message schedules.
         generation: u64,
     },
     /// The process said `ready`.
     Ready {
+        /// The process that said it.
         generation: u64,
+        /// Its pid as it sees itself (the spawned pid is what is audited).
         pid: u32,
+        /// The protections it applied to itself.
         guards: Guards,
     },
     /// The control socket reached EOF.
     Eof {
+        /// The process whose socket closed.
         generation: u64,
     },
     /// The process exited (status collected).
     Exited {
+        /// The process that exited.
         generation: u64,
+        /// Its exit code, if it exited.
         code: Option<i32>,
+        /// The signal that killed it, if one did.
         signal: Option<i32>,
     },
+    /// The process did not say `ready` within [`READY_TIMEOUT`]: it is killed.
     ReadyTimeout {
+        /// The process that was given the time.
         generation: u64,
     },
     /// Leave the pool for good (SIGHUP lowered the group's `count`): take no more
@@ -64,15 +74,19 @@ pub enum WorkerMsg {
     /// Replace the process once its calls are done. The reply (if any) comes once the
     /// new process is ready, or has failed, or the service stops.
     Restart {
+        /// Why (said in the `worker_exited` record).
         reason: RestartReason,
+        /// Answered once the new process is ready or has failed.
         reply: Option<ractor::RpcReplyPort<()>>,
     },
     /// The process being replaced has no call left in flight.
     Idle {
+        /// The process being replaced.
         generation: u64,
     },
     /// A process asked to shut down did not exit within its group's [`patience`].
     ShutdownOverdue {
+        /// The process asked to shut down.
         generation: u64,
     },
     /// A reloaded configuration, used from the next start on.
@@ -84,19 +98,29 @@ pub enum WorkerMsg {
 /// What a reload changes in how a worker is (re)started.
 #[derive(Clone, Debug)]
 pub struct Reconfig {
+    /// The next `init` (the worker's own index is kept).
     pub init: WorkerInit,
+    /// The group's `env_passthrough`.
     pub passthrough: Vec<String>,
+    /// The restart policy.
     pub supervisor: crate::config::SupervisorConfig,
 }
 
 /// Everything a worker actor needs to (re)start its process.
 pub struct WorkerArgs {
+    /// What calls and status read; the actor keeps it current.
     pub shared: Arc<WorkerShared>,
+    /// The one thread that forks worker processes.
     pub spawner: Spawner,
+    /// The process to start.
     pub spec: SpawnSpec,
+    /// Its first frame.
     pub init: WorkerInit,
+    /// When to restart after a crash, and when to give up.
     pub policy: RestartPolicy,
+    /// Where `worker_started`, `worker_exited` and `worker_failed` go (audit, subscribers).
     pub events: Events,
+    /// Where announced tools go (groups whose worker names its tools).
     pub announce: Option<Announce>,
 }
 
@@ -104,8 +128,11 @@ pub struct WorkerArgs {
 /// changes (a `tools` frame). The newest announcement replaces the group's tools.
 pub type Announce = Arc<dyn Fn(Vec<AnnouncedTool>) + Send + Sync>;
 
+/// The actor owning one worker process (its state is [`WorkerActorState`]).
 pub struct WorkerActor;
 
+/// The actor's state: the current process, its generation, the replacement under way.
+/// Dropping it kills the process, so a panicked actor leaves none behind.
 pub struct WorkerActorState {
     args: WorkerArgs,
     generation: u64,
@@ -208,6 +235,7 @@ impl Actor for WorkerActor {
 }
 
 impl WorkerActorState {
+    /// The protections the current process reported.
     pub fn guards(&self) -> &Guards {
         &self.guards
     }

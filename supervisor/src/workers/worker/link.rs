@@ -28,6 +28,7 @@ use crate::workers::fairq::FairQueue;
 /// How a call on a worker ended, as the dispatcher sees it.
 #[derive(Debug)]
 pub enum Reply {
+    /// The worker's answer.
     Done(Outcome),
     /// The process died with the call in flight.
     Crashed(String),
@@ -45,6 +46,7 @@ struct Pending {
 
 /// The connection to one running worker process.
 pub struct Link {
+    /// The process at the other end (the one spawned).
     pub pid: u32,
     tx: mpsc::Sender<Vec<u8>>,
     pending: Mutex<HashMap<u64, Pending>>,
@@ -173,6 +175,7 @@ impl Link {
         }
     }
 
+    /// Calls registered and not answered yet.
     pub fn in_flight(&self) -> usize {
         lock(&self.pending).len()
     }

@@ -20,17 +20,24 @@ use super::link::{Link, Reply};
 use super::{kill_group, lock, patience};
 use crate::workers::fairq::FairQueue;
 
+/// A worker's life as calls and `status` see it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[repr(u8)]
 pub enum WorkerState {
+    /// A process is starting and has not said `ready`.
     Starting = 0,
+    /// It takes calls.
     Ready = 1,
+    /// Being replaced, or waiting out a backoff: no new calls.
     Restarting = 2,
+    /// Restarted too often: no process until a cool-down or an operator restart.
     Failed = 3,
+    /// Stopped for good (shutdown, or retired by a lower `count`).
     Stopping = 4,
 }
 
 impl WorkerState {
+    /// The spelling `status` reports.
     pub fn as_str(self) -> &'static str {
         match self {
             WorkerState::Starting => "starting",
@@ -54,15 +61,19 @@ impl WorkerState {
 
 /// What the pool and status see of a worker, shared with its actor.
 pub struct WorkerShared {
+    /// Its group.
     pub group: String,
+    /// Its slot in the group (background process handles name it).
     pub index: u32,
     state: AtomicU8,
+    /// Processes replaced so far (for `status`).
     pub restarts: AtomicU32,
     link: Mutex<Option<Arc<Link>>>,
     /// Bumped on every state change, so waiters for a ready worker wake.
     changed: watch::Sender<u64>,
     /// When a failed worker will try again (for `retry_after_ms`).
     retry_at: Mutex<Option<Instant>>,
+    /// The actor owning it, for restart requests (none while a panicked one is replaced).
     pub actor: Mutex<Option<ActorRef<WorkerMsg>>>,
     /// The protections the current process reported in its `ready`.
     pub guards: Mutex<Guards>,
@@ -71,6 +82,7 @@ pub struct WorkerShared {
 }
 
 impl WorkerShared {
+    /// A worker not started yet; `changed` wakes calls waiting for a ready worker.
     pub fn new(
         group: &str,
         index: u32,
@@ -91,6 +103,7 @@ impl WorkerShared {
         })
     }
 
+    /// Where the worker is in its life.
     pub fn state(&self) -> WorkerState {
         WorkerState::from_u8(self.state.load(Ordering::SeqCst))
     }
@@ -103,6 +116,7 @@ impl WorkerShared {
         }
     }
 
+    /// The current process's link (none between processes).
     pub fn link(&self) -> Option<Arc<Link>> {
         lock(&self.link).clone()
     }
@@ -123,10 +137,12 @@ impl WorkerShared {
         *lock(&self.retry_at) = at;
     }
 
+    /// The current process's pid.
     pub fn pid(&self) -> Option<u32> {
         self.link().map(|l| l.pid)
     }
 
+    /// Calls running on the current process.
     pub fn in_flight(&self) -> usize {
         self.link().map_or(0, |l| l.in_flight())
     }
@@ -136,6 +152,8 @@ impl WorkerShared {
         lock(&self.actor).clone()
     }
 
+    /// How long until a failed worker tries again (none: not failed, or only an operator
+    /// can revive it).
     pub fn retry_after(&self) -> Option<Duration> {
         lock(&self.retry_at).map(|t| t.saturating_duration_since(Instant::now()))
     }

@@ -31,6 +31,7 @@ pub enum RestartReason {
 }
 
 impl RestartReason {
+    /// The reason as the `worker_exited` record spells it.
     pub fn as_str(self) -> &'static str {
         match self {
             RestartReason::Operator => "operator_restart",
