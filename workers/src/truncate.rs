@@ -13,7 +13,9 @@ use toolvisor_protocol::worker::Limits;
 /// Text after truncation, and what was left out (None when nothing was).
 #[derive(Clone, Debug, PartialEq)]
 pub struct Cut {
+    /// The kept text, marker included.
     pub text: String,
+    /// What was left out.
     pub truncated: Option<Truncated>,
 }
 

@@ -25,9 +25,13 @@ const OWN_PROCESSES: u64 = 2;
 /// A limit that stopped a command.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Limit {
+    /// `memory_mb`.
     Memory,
+    /// `pids`.
     Pids,
+    /// `cpu_s`.
     Cpu,
+    /// `file_mb`.
     FileSize,
 }
 

@@ -57,12 +57,15 @@ pub struct ShimArgs {
     pub ppid: Option<i32>,
     /// Value of `TOOLVISOR_INSTANCE` for the command.
     pub instance: Option<String>,
+    /// How long the command has between SIGTERM and SIGKILL.
     pub grace: Duration,
     /// Apply a Landlock write allow-list (`paths`) before starting the command.
     pub confine: bool,
+    /// The paths Landlock lets the command write.
     pub write: Vec<PathBuf>,
     /// Run the command in new namespaces, with this view of the file system.
     pub sandbox: Option<SandboxSpec>,
+    /// Resource limits applied before the command starts.
     pub rlimits: Rlimits,
     /// Where to write the [`report::Report`] (an inherited pipe).
     pub report_fd: Option<i32>,
@@ -74,20 +77,28 @@ pub struct ShimArgs {
 /// not serialise). The shim prints it and exits with `EX_USAGE`.
 #[derive(Debug, thiserror::Error)]
 pub enum ShimArgsError {
+    /// An option given without its value.
     #[error("{0} needs a value")]
     MissingValue(&'static str),
+    /// A number that does not parse.
     #[error("bad {0}")]
     BadNumber(&'static str),
+    /// JSON that does not parse as the option's type.
     #[error("bad {option}: {source}")]
     BadJson {
+        /// The option.
         option: &'static str,
+        /// What the parser said.
         #[source]
         source: serde_json::Error,
     },
+    /// An option the shim does not have.
     #[error("unknown option {0:?}")]
     UnknownOption(String),
+    /// No command after `--`.
     #[error("usage: toolvisor reap [OPTIONS] -- COMMAND [ARGS...]")]
     NoCommand,
+    /// A part of the arguments that does not serialise.
     #[error(transparent)]
     Encode(#[from] serde_json::Error),
 }

@@ -96,6 +96,7 @@ pub struct Rlimits {
 }
 
 impl Rlimits {
+    /// Whether no limit is set (the shim then skips `setrlimit`).
     pub fn is_empty(&self) -> bool {
         *self == Rlimits::default()
     }
