@@ -1,6 +1,9 @@
 //! End-to-end tests: the real `toolvisor` binary on a temp workspace, driven over the
 //! real socket. One test binary, so the slow parts build and link once.
 
+// The whole crate is tests (its helpers too): a failed unwrap here is a failed test.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 mod harness;
 
 mod batch;
