@@ -39,6 +39,16 @@ pub struct ToolSpec {
     pub parameters: Value,
 }
 
+/// Largest `stdin` of `run_command` and `data` of `write_input`, in characters (the
+/// worker checks the 1 MiB in bytes).
+pub const MAX_INPUT_BYTES: usize = 1 << 20;
+
+/// Longest `wait_ms` of `read_output`.
+pub const MAX_WAIT_MS: u64 = 60_000;
+
+/// The signals `kill_process` sends by name.
+pub const SIGNALS: &[&str] = &["INT", "TERM", "KILL", "HUP", "QUIT", "USR1", "USR2"];
+
 /// The groups, in the order workers are started.
 pub const GROUPS: &[&str] = &["search", "edit", "exec"];
 
@@ -255,7 +265,7 @@ pub fn catalog() -> Vec<ToolSpec> {
             name: "run_command",
             group: "exec",
             risk: Risk::High,
-            description: "Run a shell command (`sh -c`) in the workspace with stdin closed. Output is stdout and stderr interleaved; long output keeps its head and tail and the rest goes to a file named in truncated.full_output.",
+            description: "Run a shell command (bash -c) in the workspace sandbox. Output is stdout and stderr interleaved; long output keeps its head and tail and the rest goes to a file named in truncated.full_output. stdin is closed unless given; tty runs it in a terminal; background (or yield_ms) turns it into a process to read, write to and signal by its handle (meta.process); ready waits until a background process is up.",
             aliases: &["shell"],
             read_only: false,
             destructive: true,
@@ -263,11 +273,26 @@ pub fn catalog() -> Vec<ToolSpec> {
             open_world: true,
             parameters: schema(
                 json!({
-                    "command": {"type": "string", "minLength": 1, "description": "The command line, run by sh -c."},
+                    "command": {"type": "string", "minLength": 1, "description": "The command line, run by bash -c."},
                     "cwd": {"type": "string", "description": "Working directory inside the workspace (default: its root)."},
                     "timeout": {"type": "integer", "minimum": 1, "description": "Milliseconds before the command is killed (default 30000)."},
-                    "background": {"type": "boolean", "description": "Start and return at once with meta.process; read its output with read_output."},
-                    "env": {"type": "object", "additionalProperties": {"type": "string"}, "description": "Extra environment variables."}
+                    "background": {"type": "boolean", "description": "Start and return at once with meta.process; read its output with read_output, type into it with write_input."},
+                    "env": {"type": "object", "additionalProperties": {"type": "string"}, "description": "Extra environment variables."},
+                    "stdin": {"type": "string", "maxLength": MAX_INPUT_BYTES, "description": "Text written to the command's standard input, which is then closed (with tty: typed, then end-of-file)."},
+                    "tty": {"type": "boolean", "description": "Run in a pseudo-terminal (TERM=xterm-256color; one output stream; escape sequences stripped from content)."},
+                    "rows": {"type": "integer", "minimum": 1, "maximum": 1000, "description": "Terminal rows with tty (default 24)."},
+                    "cols": {"type": "integer", "minimum": 1, "maximum": 1000, "description": "Terminal columns with tty (default 80)."},
+                    "yield_ms": {"type": "integer", "minimum": 1, "description": "A command still running after this many ms becomes a background process: the call returns its output so far and meta.process."},
+                    "ready": {
+                        "type": "object",
+                        "description": "With background: return once the output matches regex, or something listens on port, or timeout_ms passes (meta.ready).",
+                        "properties": {
+                            "regex": {"type": "string", "minLength": 1, "description": "Regular expression tested on each line of output."},
+                            "port": {"type": "integer", "minimum": 1, "maximum": 65535, "description": "A TCP port the process listens on when it is up (in its own network namespace)."},
+                            "timeout_ms": {"type": "integer", "minimum": 1, "description": "How long to wait at most (default 30000)."}
+                        },
+                        "additionalProperties": false
+                    }
                 }),
                 &["command"],
             ),
@@ -288,7 +313,7 @@ pub fn catalog() -> Vec<ToolSpec> {
             name: "read_output",
             group: "exec",
             risk: Risk::Low,
-            description: "Read a background process's output from byte offset `since` (default: where the last read stopped); meta.next is the offset of the next page.",
+            description: "Read a background process's output from byte offset `since` (default: where your last read stopped); meta.next is the offset of the next page. wait_ms waits for new output or the exit; until waits for a line matching a regex and ends the page with it.",
             aliases: &[],
             read_only: true,
             destructive: false,
@@ -297,23 +322,49 @@ pub fn catalog() -> Vec<ToolSpec> {
             parameters: schema(
                 json!({
                     "process": {"type": "string", "minLength": 1, "description": "The handle from run_command's meta.process."},
-                    "since": {"type": "integer", "minimum": 0, "description": "Byte offset to read from."}
+                    "since": {"type": "integer", "minimum": 0, "description": "Byte offset to read from."},
+                    "wait_ms": {"type": "integer", "minimum": 0, "maximum": MAX_WAIT_MS, "description": "Wait up to this long for new output (or the exit) when there is none yet."},
+                    "until": {"type": "string", "minLength": 1, "description": "Regular expression: wait (wait_ms, default 30000) until an unread line matches; the page ends with that line (meta.matched)."}
                 }),
                 &["process"],
+            ),
+        },
+        ToolSpec {
+            name: "write_input",
+            group: "exec",
+            risk: Risk::High,
+            description: "Type into a background process: write data to its standard input (its terminal with tty: \\n is Enter, \\u0003 is Ctrl-C). close ends the input after the data (with tty: end-of-file, Ctrl-D).",
+            aliases: &[],
+            read_only: false,
+            destructive: true,
+            idempotent: false,
+            open_world: false,
+            parameters: schema(
+                json!({
+                    "process": {"type": "string", "minLength": 1, "description": "The handle from run_command's meta.process."},
+                    "data": {"type": "string", "maxLength": MAX_INPUT_BYTES, "description": "The text to write (at most 1 MiB)."},
+                    "close": {"type": "boolean", "description": "Close standard input after the data (default false)."},
+                    "rows": {"type": "integer", "minimum": 1, "maximum": 1000, "description": "With cols: resize the process's terminal first."},
+                    "cols": {"type": "integer", "minimum": 1, "maximum": 1000, "description": "With rows: resize the process's terminal first."}
+                }),
+                &["process", "data"],
             ),
         },
         ToolSpec {
             name: "kill_process",
             group: "exec",
             risk: Risk::High,
-            description: "Stop a background process and everything it started.",
+            description: "Stop a background process and everything it started (TERM, then KILL after 2 s; returns when it is gone), or send it one signal (INT is Ctrl-C).",
             aliases: &[],
             read_only: false,
             destructive: true,
             idempotent: true,
             open_world: false,
             parameters: schema(
-                json!({"process": {"type": "string", "minLength": 1, "description": "The handle from run_command's meta.process."}}),
+                json!({
+                    "process": {"type": "string", "minLength": 1, "description": "The handle from run_command's meta.process."},
+                    "signal": {"type": "string", "enum": SIGNALS, "description": "Send only this signal to the process group and return once delivered."}
+                }),
                 &["process"],
             ),
         },
@@ -376,7 +427,7 @@ mod tests {
         sorted.sort();
         sorted.dedup();
         assert_eq!(names, sorted);
-        assert_eq!(names.len(), 14);
+        assert_eq!(names.len(), 15);
         for t in &tools {
             assert_eq!(
                 t.parameters["additionalProperties"],

@@ -19,3 +19,4 @@ mod protocol;
 mod sandbox;
 mod search;
 mod supervision;
+mod terminal;

@@ -325,7 +325,7 @@ fn list_tools_in_three_formats() {
                 .unwrap()
             {
                 ServerMessage::Tools { tools, .. } => {
-                    assert_eq!(tools.len(), 14);
+                    assert_eq!(tools.len(), 15);
                     assert!(tools.iter().all(|t| t.get(key).is_some()), "{format:?}");
                 }
                 other => panic!("{other:?}"),

@@ -190,6 +190,8 @@ async fn serve(
                 stream,
                 timeout_ms,
                 network,
+                session,
+                takeover,
             } => {
                 let cancel = CancelFlag::new();
                 lock(&running).insert(call, cancel.clone());
@@ -205,6 +207,8 @@ async fn serve(
                     }),
                     deadline: timeout_ms.map(|ms| Instant::now() + Duration::from_millis(ms)),
                     network,
+                    session,
+                    takeover,
                 };
                 let job = Job {
                     tool,

@@ -195,6 +195,12 @@ impl Service {
                 format!("invalid arguments for {}:\n{violations}", spec.name),
             ));
         }
+        if let Err(why) = crate::call::terminal::check_args(spec.name, &req.args) {
+            return Err(fail(
+                ErrorType::InvalidParams,
+                format!("invalid arguments for {}: {why}", spec.name),
+            ));
+        }
         Ok(spec)
     }
 
@@ -300,6 +306,7 @@ impl Service {
             worker: Some(index),
             session: session.id.clone(),
             network: false,
+            takeover: false,
         };
         let ends = pool.run_on_ready(ask, cancel).await;
         if ends.is_empty() {
@@ -393,6 +400,12 @@ impl Service {
             worker: worker_of_handle(spec, &req.args),
             session: session.id.clone(),
             network,
+            takeover: crate::call::terminal::takeover(
+                &self.grants,
+                spec.name,
+                req.confirm_token.as_deref(),
+                req.trace_id.as_deref(),
+            ),
         };
         let call_cancel = cancel.clone();
         let end = pool.run(job, &call_cancel).await;
@@ -416,6 +429,13 @@ impl Service {
                 .min()
                 .unwrap_or(group.default_timeout_ms),
         };
+        let ms = crate::call::terminal::deadline_ms(
+            spec.name,
+            &req.args,
+            req.timeout_ms.is_some(),
+            ms,
+            group.max_timeout_ms,
+        );
         Duration::from_millis(ms.min(group.max_timeout_ms).max(1))
     }
 }

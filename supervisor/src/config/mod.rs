@@ -213,6 +213,9 @@ pub struct GroupConfig {
     pub protected: Vec<PathBuf>,
     /// `exec` only: `[workers.exec.limits]`.
     pub limits: toolvisor_protocol::worker::ExecLimits,
+    /// `exec` only: a foreground command still running after this many ms goes on in
+    /// the background (`run_command`'s `yield_ms` when the call gives none).
+    pub yield_ms: Option<u64>,
 }
 
 /// `workers.exec.sandbox`: namespaces for each command where the host allows them
@@ -244,6 +247,7 @@ impl Default for GroupConfig {
             network: false,
             protected: Vec::new(),
             limits: Default::default(),
+            yield_ms: None,
         }
     }
 }
@@ -440,12 +444,16 @@ impl Config {
             let set = g.sandbox != base.sandbox
                 || g.network != base.network
                 || !g.protected.is_empty()
-                || g.limits != base.limits;
+                || g.limits != base.limits
+                || g.yield_ms.is_some();
             if set {
                 return Err(format!(
-                    "workers.{name}: sandbox, network, protected and limits belong to [workers.exec]"
+                    "workers.{name}: sandbox, network, protected, limits and yield_ms belong to [workers.exec]"
                 ));
             }
+        }
+        if self.workers.exec.yield_ms == Some(0) {
+            return Err("workers.exec.yield_ms must be at least 1 (leave it out for none)".into());
         }
         for p in &self.workers.exec.protected {
             let inside = p.components().all(|c| {

@@ -38,19 +38,47 @@ pub fn describe(spec: &ToolSpec, args: &Map<String, Value>, loc: &[String]) -> S
         "run_command" => describe_command(args, first),
         "list_processes" => "List background processes".to_string(),
         "read_output" => format!("Read the output of background process `{}`", s("process")),
-        "kill_process" => format!(
-            "Stop background process `{}` and what it started",
-            s("process")
-        ),
+        "kill_process" => match args.get("signal").and_then(Value::as_str) {
+            Some(sig) => format!("Send SIG{sig} to background process `{}`", s("process")),
+            None => format!(
+                "Stop background process `{}` and what it started",
+                s("process")
+            ),
+        },
+        "write_input" => describe_input(args),
         other => format!("Call `{other}`"),
     }
+}
+
+/// `write_input`: what is typed (control characters shown escaped, long data cut).
+fn describe_input(args: &Map<String, Value>) -> String {
+    let process = args.get("process").and_then(Value::as_str).unwrap_or("");
+    let data = args.get("data").and_then(Value::as_str).unwrap_or("");
+    const SHOWN: usize = 200;
+    let shown: String = data.escape_debug().take(SHOWN).collect();
+    let more = if data.escape_debug().count() > SHOWN {
+        "…"
+    } else {
+        ""
+    };
+    let mut out = format!("Type \"{shown}{more}\" into background process `{process}`");
+    if flag(args, "close") {
+        out.push_str(", then end its input");
+    }
+    out
 }
 
 fn describe_command(args: &Map<String, Value>, cwd: &str) -> String {
     let cmd = args.get("command").and_then(Value::as_str).unwrap_or("");
     let mut out = format!("Run `{cmd}` in {cwd}");
+    if flag(args, "tty") {
+        out.push_str(" in a terminal");
+    }
     if flag(args, "background") {
         out.push_str(" in the background");
+    }
+    if args.get("stdin").and_then(Value::as_str).is_some() {
+        out.push_str(" with input");
     }
     if let Some(env) = args
         .get("env")

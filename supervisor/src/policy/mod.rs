@@ -35,6 +35,10 @@ use shell::Analysis;
 /// The tool whose calls ask in every mode unless a rule allows them.
 const RUN_COMMAND: &str = "run_command";
 
+/// `write_input` types into a running process — into a shell, that is running
+/// commands — so it asks in every mode unless a rule allows it, like `run_command`.
+const WRITE_INPUT: &str = "write_input";
+
 /// A call as the policy sees it: after validation, before any confirmation.
 #[derive(Clone, Copy, Debug)]
 pub struct CallFacts<'a> {
@@ -184,7 +188,7 @@ impl Policy {
 
     /// The mode's answer when no rule matched.
     fn default_action(&self, facts: &Facts<'_>) -> Action {
-        if facts.spec.name == RUN_COMMAND {
+        if facts.spec.name == RUN_COMMAND || facts.spec.name == WRITE_INPUT {
             return Action::Ask;
         }
         let risk = facts.assessment.risk;
@@ -303,8 +307,11 @@ impl Policy {
             None if facts.part(v.unit).is_some_and(|p| p.neutral) => {
                 format!("{subject} runs nothing")
             }
-            None if facts.spec.name == RUN_COMMAND => {
-                format!("no rule allows {subject}; run_command asks unless a rule allows it")
+            None if facts.spec.name == RUN_COMMAND || facts.spec.name == WRITE_INPUT => {
+                format!(
+                    "no rule allows {subject}; {} asks unless a rule allows it",
+                    facts.spec.name
+                )
             }
             None => format!(
                 "no rule matched; mode {} {} {} risk{}",

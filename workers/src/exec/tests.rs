@@ -109,6 +109,8 @@ impl Fixture {
             output: None,
             deadline: Some(Instant::now() + Duration::from_secs(60)),
             network: false,
+            session: "s1".into(),
+            takeover: false,
         }
     }
 
