@@ -991,3 +991,307 @@ fn a_flooding_terminal_and_a_job_that_never_reads_keep_the_worker_bounded() {
         }
     });
 }
+
+/// `read_output` with any mix of `wait_ms` and `until`, against a job that prints in
+/// bursts (in a terminal or not): the pages, each read where the last stopped, are the
+/// job's output — no byte lost, none repeated.
+#[test]
+fn read_output_pages_never_lose_or_repeat_a_byte() {
+    use proptest::prelude::*;
+    use proptest::test_runner::{Config, TestRunner};
+    let s = Server::start(ALLOW_ALL);
+    let chunk = ("[a-z0-9é€ ]{0,40}(\n|)", 0u64..40);
+    let read = (proptest::option::of(0u64..300), any::<bool>());
+    let strategy = (
+        proptest::collection::vec(chunk, 1..12),
+        proptest::collection::vec(read, 1..6),
+        any::<bool>(),
+    );
+    let mut runner = TestRunner::new(Config {
+        cases: 6,
+        failure_persistence: None,
+        ..Config::default()
+    });
+    let cases = std::sync::atomic::AtomicUsize::new(0);
+    runner
+        .run(&strategy, |(chunks, reads, tty)| {
+            let case = cases.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            let mut payload = String::new();
+            let mut cmd = String::new();
+            for (i, (text, delay)) in chunks.iter().enumerate() {
+                let name = format!("p{case}-{i:03}");
+                s.write(&name, text);
+                payload.push_str(text);
+                cmd.push_str(&format!("cat {name}; sleep 0.0{delay:02}; "));
+            }
+            let (got, h) = block(T, async {
+                let mut c = s.client().await;
+                let h = start(
+                    &mut c,
+                    "s",
+                    json!({"command": cmd, "tty": tty, "background": true}),
+                )
+                .await;
+                let mut got = String::new();
+                let mut specs = reads.iter().cycle();
+                loop {
+                    let (wait, until) = specs.next().copied().unwrap_or((None, false));
+                    let mut args = json!({"process": h});
+                    if let Some(w) = wait {
+                        args["wait_ms"] = json!(w);
+                    }
+                    if until {
+                        args["until"] = json!("^[a-d]");
+                    }
+                    let r = call_on(&mut c, "r", "read_output", args).await;
+                    assert_eq!(r.status, Status::Ok, "{r:?}");
+                    let page = r
+                        .meta
+                        .get("raw")
+                        .and_then(Value::as_str)
+                        .unwrap_or(&r.content);
+                    got.push_str(page);
+                    if r.meta["running"] == json!(false) && page.is_empty() {
+                        return (got, h);
+                    }
+                }
+            });
+            let want = if tty {
+                let log = s
+                    .ws()
+                    .join(".toolvisor/artifacts")
+                    .join(format!("job-{h}.log"));
+                std::fs::read_to_string(log).unwrap_or_default()
+            } else {
+                payload
+            };
+            prop_assert_eq!(got, want);
+            Ok(())
+        })
+        .unwrap();
+}
+
+/// A person's terminal, for the CLI under test: a pseudo-terminal the test opens, the
+/// CLI's controlling terminal on its standard streams; what the CLI writes arrives on
+/// a channel.
+struct PersonTerminal {
+    master: std::os::fd::OwnedFd,
+    slave: std::os::fd::OwnedFd,
+    screen: std::sync::mpsc::Receiver<Vec<u8>>,
+    seen: String,
+}
+
+impl PersonTerminal {
+    fn open(rows: u16, cols: u16) -> PersonTerminal {
+        let size = nix::pty::Winsize {
+            ws_row: rows,
+            ws_col: cols,
+            ws_xpixel: 0,
+            ws_ypixel: 0,
+        };
+        let pty = nix::pty::openpty(&size, None).expect("openpty");
+        let reader = pty.master.try_clone().expect("dup");
+        let (tx, screen) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let mut buf = [0u8; 4096];
+            // EIO once no process holds the terminal any more.
+            while let Ok(n @ 1..) = nix::unistd::read(&reader, &mut buf) {
+                if tx.send(buf[..n].to_vec()).is_err() {
+                    return;
+                }
+            }
+        });
+        PersonTerminal {
+            master: pty.master,
+            slave: pty.slave,
+            screen,
+            seen: String::new(),
+        }
+    }
+
+    /// `toolvisor ARGS…` with this terminal as its controlling terminal.
+    fn spawn(&self, s: &Server, args: &[&str]) -> std::process::Child {
+        use std::os::unix::process::CommandExt;
+        let fd = |f: &std::os::fd::OwnedFd| std::process::Stdio::from(f.try_clone().expect("dup"));
+        let mut cmd = std::process::Command::new(BIN);
+        cmd.arg("--socket")
+            .arg(s.socket())
+            .args(args)
+            .stdin(fd(&self.slave))
+            .stdout(fd(&self.slave))
+            .stderr(fd(&self.slave));
+        // SAFETY: setsid and ioctl are async-signal-safe.
+        unsafe {
+            cmd.pre_exec(|| {
+                if libc::setsid() < 0 || libc::ioctl(0, libc::TIOCSCTTY, 0) < 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                Ok(())
+            });
+        }
+        cmd.spawn().expect("spawn the CLI")
+    }
+
+    fn type_keys(&self, keys: &[u8]) {
+        assert_eq!(
+            nix::unistd::write(&self.master, keys).expect("type"),
+            keys.len()
+        );
+    }
+
+    /// Wait until the screen shows `needle` after what was awaited before.
+    fn wait_for(&mut self, needle: &str) {
+        let end = Instant::now() + Duration::from_secs(30);
+        while !self.seen.contains(needle) {
+            let left = end.saturating_duration_since(Instant::now());
+            match self.screen.recv_timeout(left) {
+                Ok(b) => self.seen.push_str(&String::from_utf8_lossy(&b)),
+                Err(_) => panic!("{needle:?} never showed; the screen: {:?}", self.seen),
+            }
+        }
+        let at = self.seen.find(needle).unwrap_or(0) + needle.len();
+        self.seen.drain(..at);
+    }
+
+    fn mode(&self) -> nix::sys::termios::LocalFlags {
+        nix::sys::termios::tcgetattr(&self.slave)
+            .expect("tcgetattr")
+            .local_flags
+    }
+
+    fn resize(&self, rows: u16, cols: u16) {
+        let ws = libc::winsize {
+            ws_row: rows,
+            ws_col: cols,
+            ws_xpixel: 0,
+            ws_ypixel: 0,
+        };
+        use std::os::fd::AsRawFd;
+        // SAFETY: a valid descriptor and winsize; the kernel tells the foreground
+        // process group of the terminal (the CLI) with SIGWINCH.
+        assert_eq!(
+            unsafe { libc::ioctl(self.master.as_raw_fd(), libc::TIOCSWINSZ, &ws) },
+            0
+        );
+    }
+}
+
+/// Wait (bounded) for the CLI to exit; its exit code.
+fn exit_code(child: &mut std::process::Child) -> Option<i32> {
+    wait_child(child, Duration::from_secs(30)).and_then(|s| s.code())
+}
+
+#[test]
+fn a_person_attaches_types_presses_ctrl_c_resizes_and_detaches() {
+    use nix::sys::termios::LocalFlags;
+    let s = Server::start(ALLOW_ALL);
+    s.write(
+        "attached.sh",
+        "trap 'echo caught-INT' INT\necho \"ready $(stty size)\"\n\
+         while :; do IFS= read -r l || continue; [ \"$l\" = quit ] && exit 5\n         [ \"$l\" = size ] && echo \"rows-cols $(stty size)\"; echo \"echo:$l\"; done\n",
+    );
+    let mut t = PersonTerminal::open(30, 90);
+    let cooked = t.mode();
+    assert!(cooked.contains(LocalFlags::ICANON | LocalFlags::ECHO));
+    let mut cli = t.spawn(
+        &s,
+        &[
+            "call",
+            "run_command",
+            r#"{"command":"bash attached.sh"}"#,
+            "--interactive",
+        ],
+    );
+    t.wait_for("attached to w");
+    // The process's terminal has the person's size.
+    t.wait_for("ready 30 90");
+    assert!(
+        !t.mode()
+            .intersects(LocalFlags::ICANON | LocalFlags::ECHO | LocalFlags::ISIG),
+        "raw while attached"
+    );
+    t.type_keys(b"hello\r");
+    t.wait_for("echo:hello");
+    // Ctrl-C goes through to the process.
+    t.type_keys(b"\x03");
+    t.wait_for("caught-INT");
+    // A resize of the person's window reaches the process (asked until it has: the
+    // CLI learns of it by a signal, which may come after keys typed meanwhile).
+    t.resize(40, 120);
+    let end = Instant::now() + Duration::from_secs(30);
+    loop {
+        t.type_keys(b"size\r");
+        t.wait_for("rows-cols ");
+        if t.seen.starts_with("40 120") {
+            break;
+        }
+        assert!(Instant::now() < end, "the size never changed: {:?}", t.seen);
+    }
+    // Ctrl-] detaches: the CLI ends, the terminal is as it was, the process runs on.
+    t.type_keys(b"\x1d");
+    t.wait_for("detached from");
+    assert_eq!(exit_code(&mut cli), Some(0));
+    assert_eq!(t.mode(), cooked, "the terminal's settings are restored");
+    let handle = block(T, async {
+        let mut c = s.client().await;
+        let r = call_on(&mut c, "l", "list_processes", json!({})).await;
+        let row = r.meta["processes"][0].clone();
+        assert_eq!(
+            (&row["state"], &row["tty"]),
+            (&json!("running"), &json!(true)),
+            "{r:?}"
+        );
+        row["process"].as_str().expect("process").to_owned()
+    });
+    // Someone takes it over again (another session than the one that started it);
+    // the process's end ends the attach, with its exit code.
+    let mut again = t.spawn(&s, &["attach", &handle]);
+    t.wait_for("echo:hello");
+    t.type_keys(b"again\r");
+    t.wait_for("echo:again");
+    t.type_keys(b"quit\r");
+    t.wait_for("exited with code 5");
+    assert_eq!(exit_code(&mut again), Some(5));
+    assert_eq!(t.mode(), cooked);
+    // Without a terminal, --interactive is refused.
+    let out = toolvisor(
+        s.ws(),
+        &[
+            "call",
+            "run_command",
+            r#"{"command":"true"}"#,
+            "--interactive",
+        ],
+    );
+    assert_eq!(out.status.code(), Some(2), "{out:?}");
+}
+
+/// With the host's network, `ready.port` and `listening` count only the job's own
+/// sockets: a port someone else listens on is not the job being up.
+#[test]
+fn with_the_hosts_network_only_the_jobs_own_sockets_count() {
+    let s = Server::start(&format!("{ALLOW_ALL}\n[workers.exec]\nnetwork = true\n"));
+    scripts(&s);
+    let theirs = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    let their_port = theirs.local_addr().expect("addr").port();
+    let mine = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    let my_port = mine.local_addr().expect("addr").port();
+    drop(mine);
+    block(T, async {
+        let mut c = s.client().await;
+        let args = json!({"command": "sleep 300", "background": true, "ready": {"port": their_port, "timeout_ms": 1000}});
+        let r = call_on(&mut c, "t", "run_command", args).await;
+        assert_eq!(r.meta["ready"], json!(false), "someone else's port: {r:?}");
+        let h = r.meta["process"].as_str().expect("process").to_owned();
+        let k = call_on(&mut c, "k", "kill_process", json!({"process": h})).await;
+        assert_eq!(k.status, Status::Ok, "{k:?}");
+        let args = json!({"command": format!("python3 server.py {my_port} 0"), "background": true, "ready": {"port": my_port, "timeout_ms": 20000}});
+        let r = call_on(&mut c, "m", "run_command", args).await;
+        assert_eq!(r.meta["ready"], json!(true), "{r:?}");
+        let h = r.meta["process"].as_str().expect("process").to_owned();
+        assert_eq!(row(&mut c, &h).await["listening"], json!([my_port]));
+        let k = call_on(&mut c, "k2", "kill_process", json!({"process": h})).await;
+        assert_eq!(k.status, Status::Ok, "{k:?}");
+    });
+    drop(theirs);
+}

@@ -126,12 +126,7 @@ impl Jobs {
         let matched = q
             .until
             .as_ref()
-            .and_then(|re| first_match(&page.bytes, job.tty, re));
-        if let Some(end) = matched {
-            let start = page.next - page.bytes.len() as u64;
-            page.bytes.truncate(end);
-            page.next = start + end as u64;
-        }
+            .and_then(|re| cut_at_match(&mut page, job.tty, re));
         Ok(Look {
             page,
             matched,
@@ -190,6 +185,15 @@ struct Look {
 /// Whether a [`Job::meta`] snapshot says the job had ended.
 pub(super) fn job_finished(meta: &Map<String, Value>) -> bool {
     meta.get("running").and_then(Value::as_bool) == Some(false)
+}
+
+/// Cut `page` after its first line that `re` matches; where that is, if anywhere.
+fn cut_at_match(page: &mut Page, tty: bool, re: &Regex) -> Option<usize> {
+    let end = first_match(&page.bytes, tty, re)?;
+    let start = page.next - page.bytes.len() as u64;
+    page.bytes.truncate(end);
+    page.next = start + end as u64;
+    Some(end)
 }
 
 /// Where the first line of `bytes` that `re` matches ends (after its line feed; the
@@ -366,5 +370,67 @@ mod tests {
         assert_eq!(first_match(tty, true, &re), Some(27));
         let prompt = Regex::new("Password: $").unwrap();
         assert_eq!(first_match(b"x\nPassword: ", false, &prompt), Some(12));
+    }
+
+    use proptest::prelude::*;
+
+    /// Pieces a log is made of: text, lines, multi-byte characters, escape sequences,
+    /// carriage returns.
+    fn piece() -> impl Strategy<Value = Vec<u8>> {
+        prop_oneof![
+            "[a-z ]{0,12}".prop_map(String::into_bytes),
+            Just(b"\n".to_vec()),
+            Just(b"\r\n".to_vec()),
+            Just("é€😀".as_bytes().to_vec()),
+            Just(b"\x1b[1;31m".to_vec()),
+            Just(b"\x1b]0;title\x07".to_vec()),
+            Just(b"ready\n".to_vec()),
+            Just(b"\r".to_vec()),
+        ]
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(128))]
+
+        /// Reading a log while it grows, in pages of any size, with or without `until`:
+        /// the pages, following `next`, are the log — no byte lost, none repeated.
+        #[test]
+        fn pages_never_lose_or_repeat_a_byte(
+            pieces in proptest::collection::vec(piece(), 1..40),
+            writes in proptest::collection::vec(1usize..6, 1..20),
+            page in 4usize..64,
+            tty in any::<bool>(),
+            untils in proptest::collection::vec(any::<bool>(), 1..8),
+        ) {
+            let log: Vec<u8> = pieces.concat();
+            let dir = tempfile::tempdir().unwrap();
+            let path = dir.path().join("log");
+            let re = Regex::new("^ready").unwrap();
+            let mut written = 0usize;
+            let mut w = writes.iter().cycle();
+            let mut u = untils.iter().cycle();
+            let mut got = Vec::new();
+            let mut since = 0u64;
+            for _ in 0..10_000 {
+                // The job writes a few more bytes (or is done).
+                let step = w.next().copied().unwrap_or(1) * 3;
+                written = (written + step).min(log.len());
+                std::fs::write(&path, &log[..written]).unwrap();
+                let finished = written == log.len();
+                let how = Cut { finished, logged: written as u64, tty };
+                let mut p = read_page(&path, since, page, how).unwrap();
+                prop_assert_eq!(p.next - p.bytes.len() as u64, since, "a page starts where the last ended");
+                prop_assert!(p.bytes.len() <= page);
+                if *u.next().unwrap_or(&false) {
+                    cut_at_match(&mut p, tty, &re);
+                }
+                got.extend_from_slice(&p.bytes);
+                since = p.next;
+                if finished && since == log.len() as u64 {
+                    break;
+                }
+            }
+            prop_assert_eq!(got, log);
+        }
     }
 }

@@ -177,6 +177,10 @@ impl Jobs {
                 _ = ctx.cancel.cancelled() => {}
             }
         };
+        if ctx.cancel.is_cancelled() {
+            // The caller will never learn the handle: the job goes with its call.
+            job.kill.cancel();
+        }
         let logged = job.logged.load(Ordering::Acquire);
         {
             let mut st = job.lock();
