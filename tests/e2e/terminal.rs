@@ -1249,6 +1249,14 @@ fn a_person_attaches_types_presses_ctrl_c_resizes_and_detaches() {
     t.wait_for("echo:hello");
     t.type_keys(b"again\r");
     t.wait_for("echo:again");
+    // SIGTERM to the CLI: it lets go, and the terminal is restored.
+    let pid = nix::unistd::Pid::from_raw(again.id() as i32);
+    nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM).expect("kill");
+    t.wait_for("detached from");
+    assert_eq!(exit_code(&mut again), Some(0));
+    assert_eq!(t.mode(), cooked, "restored after SIGTERM");
+    let mut again = t.spawn(&s, &["attach", &handle]);
+    t.wait_for("echo:again");
     t.type_keys(b"quit\r");
     t.wait_for("exited with code 5");
     assert_eq!(exit_code(&mut again), Some(5));

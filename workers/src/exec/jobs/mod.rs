@@ -170,7 +170,8 @@ impl Job {
         }
         Err(ToolError::invalid(format!(
             "{} was started by another session: only that session may {what} it \
-             (a person can take it over with `toolvisor attach {}`)",
+             (a person can take it over: `toolvisor attach {}`, or a grant token for \
+             this tool)",
             self.handle, self.handle
         )))
     }

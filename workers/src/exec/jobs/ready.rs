@@ -148,7 +148,9 @@ impl Jobs {
         let end = wait_end(spec.timeout, ctx);
         let mut rx = job.progress.subscribe();
         let mut scanner = Scanner::new(job.tty);
-        let mut port_seen = Instant::now() - PORT_EVERY;
+        let mut port_seen = Instant::now()
+            .checked_sub(PORT_EVERY)
+            .unwrap_or_else(Instant::now);
         let ready = loop {
             rx.borrow_and_update();
             let finished = job.finished();
