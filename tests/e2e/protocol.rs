@@ -42,7 +42,7 @@ async fn hello(sock: &mut UnixStream) {
     .await;
     assert!(matches!(
         recv(sock).await,
-        Some(ServerMessage::Welcome { tools: 14, .. })
+        Some(ServerMessage::Welcome { tools: 15, .. })
     ));
 }
 
