@@ -73,7 +73,8 @@ struct State {
 
 /// Every pending confirmation, and what each session chose to remember.
 pub struct Confirmations {
-    timeout: Duration,
+    /// `policy.confirm_timeout_ms` in milliseconds (a reload may change it).
+    timeout_ms: std::sync::atomic::AtomicU64,
     /// Distinguishes this instance's ids from a previous run's, so a stale
     /// `toolvisor approve` cannot answer a new question.
     prefix: String,
@@ -83,7 +84,7 @@ pub struct Confirmations {
 impl std::fmt::Debug for Confirmations {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Confirmations")
-            .field("timeout", &self.timeout)
+            .field("timeout", &self.timeout())
             .field("prefix", &self.prefix)
             .finish_non_exhaustive()
     }
@@ -95,14 +96,23 @@ impl Confirmations {
         let prefix = crate::call::grants::random_hex(4)
             .unwrap_or_else(|_| format!("{:x}", std::process::id()));
         Confirmations {
-            timeout,
+            timeout_ms: std::sync::atomic::AtomicU64::new(timeout.as_millis() as u64),
             prefix,
             state: Mutex::new(State::default()),
         }
     }
 
     pub fn timeout(&self) -> Duration {
-        self.timeout
+        Duration::from_millis(self.timeout_ms.load(std::sync::atomic::Ordering::Relaxed))
+    }
+
+    /// Questions asked from now on get `timeout` (a reload changed
+    /// `policy.confirm_timeout_ms`); pending ones keep theirs.
+    pub fn set_timeout(&self, timeout: Duration) {
+        self.timeout_ms.store(
+            timeout.as_millis() as u64,
+            std::sync::atomic::Ordering::Relaxed,
+        );
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, State> {
@@ -125,7 +135,7 @@ impl Confirmations {
         let entry = Entry {
             seq,
             details,
-            deadline: now + self.timeout,
+            deadline: now + self.timeout(),
             reply,
         };
         st.pending.insert(id.clone(), entry);

@@ -14,7 +14,9 @@
 use std::time::Instant;
 
 use serde_json::Value;
-use toolvisor_protocol::tools::{MAX_INPUT_BYTES, MAX_WAIT_MS};
+use toolvisor_protocol::tools::{
+    MAX_INPUT_BYTES, MAX_WAIT_MS, kill_process, read_output, run_command, write_input,
+};
 
 use crate::call::grants::{Grants, TokenUse};
 
@@ -29,7 +31,7 @@ const SLACK_MS: u64 = 5_000;
 /// never run; the message says what to change.
 pub fn check_args(tool: &str, args: &Value) -> Result<(), String> {
     match tool {
-        "run_command" => {
+        run_command::NAME => {
             let background = args.get("background").and_then(Value::as_bool) == Some(true);
             if let Some(ready) = args.get("ready") {
                 if !background {
@@ -51,13 +53,13 @@ pub fn check_args(tool: &str, args: &Value) -> Result<(), String> {
             }
             input_size(args, "stdin")
         }
-        "write_input" => {
+        write_input::NAME => {
             if args.get("rows").is_some() != args.get("cols").is_some() {
                 return Err("rows and cols go together".into());
             }
             input_size(args, "data")
         }
-        "read_output" => regex(args, "until", "until"),
+        read_output::NAME => regex(args, "until", "until"),
         _ => Ok(()),
     }
 }
@@ -85,12 +87,12 @@ fn input_size(args: &Value, key: &str) -> Result<(), String> {
 fn wait_ms(tool: &str, args: &Value) -> u64 {
     let ms = |v: &Value, k: &str| v.get(k).and_then(Value::as_u64);
     match tool {
-        "read_output" => match (ms(args, "wait_ms"), args.get("until")) {
+        read_output::NAME => match (ms(args, "wait_ms"), args.get("until")) {
             (Some(w), _) => w.min(MAX_WAIT_MS),
             (None, Some(_)) => UNTIL_WAIT_MS,
             (None, None) => 0,
         },
-        "run_command" => args
+        run_command::NAME => args
             .get("ready")
             .map_or(0, |r| ms(r, "timeout_ms").unwrap_or(READY_WAIT_MS)),
         _ => 0,
@@ -113,7 +115,7 @@ pub fn deadline_ms(tool: &str, args: &Value, explicit: bool, ms: u64, max_ms: u6
 /// carries a grant token (`confirm_token`) for this tool that fits — grants come from
 /// people (`grant` is refused to commands, and a model has no way to send one).
 pub fn takeover(grants: &Grants, tool: &str, token: Option<&str>, trace_id: Option<&str>) -> bool {
-    if !matches!(tool, "write_input" | "kill_process") {
+    if tool != write_input::NAME && tool != kill_process::NAME {
         return false;
     }
     let Some(token) = token else {

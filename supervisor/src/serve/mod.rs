@@ -6,6 +6,7 @@
 //! configuration and restarts every worker, one per group at a time; SIGUSR1 logs a
 //! status dump; SIGUSR2 rotates the audit log. The memory watchdog runs alongside.
 
+pub mod drain;
 pub mod leftovers;
 pub mod reload;
 pub mod sandbox;
@@ -177,7 +178,7 @@ async fn serve(args: ServeArgs, state: StateDir) -> i32 {
     service.drain(grace).await;
     // A call sent on a connection still open from now on is refused before it starts
     // (and recorded as `rejected`), rather than waiting for a stopped worker.
-    service.shutdown.cancel();
+    service.shutdown().cancel();
     stop_workers(&service).await;
     listener_ref.stop(None);
     let stopped = crate::audit::record::SupervisorStopped {
@@ -199,7 +200,7 @@ async fn serve(args: ServeArgs, state: StateDir) -> i32 {
 /// stop takes one grace, not one per group. Their `worker_exited` records are queued
 /// before this returns, hence before `supervisor_stopped`.
 async fn stop_workers(service: &Service) {
-    futures::future::join_all(service.pools.values().map(|p| p.stop())).await;
+    futures::future::join_all(service.pools().values().map(|p| p.stop())).await;
 }
 
 /// Open (and recover) the audit log, and say what recovery did.
@@ -288,7 +289,7 @@ async fn obey_signals(service: &Arc<Service>, s: Signals) -> i32 {
             }
             _ = usr2.recv() => {
                 tracing::info!("SIGUSR2: rotating the audit log");
-                service.audit.rotate();
+                service.audit().rotate();
             }
         }
     }

@@ -36,13 +36,7 @@ pub fn sample(pids: &[u32]) -> Vec<(u64, f32)> {
 pub async fn status(svc: &Arc<Service>, id: Id) -> ServerMessage {
     let mut workers = Vec::new();
     let mut guards = Guards::default();
-    let mut groups: Vec<_> = svc.pools.values().collect();
-    groups.sort_by_key(|p| {
-        toolvisor_protocol::tools::GROUPS
-            .iter()
-            .position(|g| *g == p.group)
-    });
-    for pool in groups {
+    for pool in svc.pools_in_order() {
         for w in pool.workers().iter() {
             let g = w.guards.lock().unwrap_or_else(|p| p.into_inner()).clone();
             guards.landlock = guards.landlock.max(g.landlock);
@@ -74,7 +68,7 @@ pub async fn status(svc: &Arc<Service>, id: Id) -> ServerMessage {
     }
     ServerMessage::Status {
         id,
-        uptime_ms: svc.started.elapsed().as_millis() as u64,
+        uptime_ms: svc.started().elapsed().as_millis() as u64,
         workers,
         audit: svc.audit_status(),
         guards,
@@ -97,8 +91,8 @@ impl Service {
     /// Where the audit log is and the last seq written.
     pub fn audit_status(&self) -> AuditStatus {
         AuditStatus {
-            path: self.audit.path().display().to_string(),
-            seq: self.audit.last_seq(),
+            path: self.audit().path().display().to_string(),
+            seq: self.audit().last_seq(),
         }
     }
 }

@@ -48,11 +48,16 @@ pub struct Spawned {
 /// What to start.
 #[derive(Clone, Debug)]
 pub struct SpawnSpec {
+    /// This binary: a built-in group's worker is `exe worker --group GROUP`.
     pub exe: PathBuf,
     pub group: String,
+    /// An external group's worker: its own command line (program first) instead.
+    pub command: Option<Vec<String>>,
     pub cwd: PathBuf,
     /// Extra variables to pass through (the group's `env_passthrough`).
     pub passthrough: Vec<String>,
+    /// Variables set for the worker process itself (an external group's `env`).
+    pub env: std::collections::BTreeMap<String, String>,
     /// Scheduling niceness: search walks are CPU-bound and must not starve the
     /// supervisor (a `ping` waits behind them on a 2-core machine otherwise).
     pub nice: i32,
@@ -101,11 +106,19 @@ fn spawn(spec: &SpawnSpec) -> std::io::Result<Spawned> {
         None,
         SockFlag::SOCK_CLOEXEC,
     )?;
-    let mut cmd = tokio::process::Command::new(&spec.exe);
-    cmd.arg("worker")
-        .arg("--group")
-        .arg(&spec.group)
-        .current_dir(&spec.cwd)
+    let mut cmd = match spec.command.as_deref() {
+        Some([program, args @ ..]) => {
+            let mut c = tokio::process::Command::new(program);
+            c.args(args);
+            c
+        }
+        _ => {
+            let mut c = tokio::process::Command::new(&spec.exe);
+            c.arg("worker").arg("--group").arg(&spec.group);
+            c
+        }
+    };
+    cmd.current_dir(&spec.cwd)
         .env_clear()
         .stdin(Stdio::null())
         .stdout(Stdio::null())
@@ -121,6 +134,7 @@ fn spawn(spec: &SpawnSpec) -> std::io::Result<Spawned> {
             cmd.env(key, v);
         }
     }
+    cmd.envs(&spec.env);
     let child_fd = theirs.as_raw_fd();
     let parent = std::process::id() as libc::pid_t;
     let nice = spec.nice;

@@ -26,7 +26,10 @@ use tokio::io::AsyncWriteExt;
 use tokio::sync::{mpsc, oneshot, watch};
 use toolvisor_protocol::frame;
 use toolvisor_protocol::message::Guards;
-use toolvisor_protocol::worker::{FromWorker, KNOWN_FROM_WORKER, Outcome, ToWorker, WorkerInit};
+use toolvisor_protocol::worker::{
+    AnnouncedTool, FromWorker, KNOWN_FROM_WORKER, Outcome, ToWorker, WorkerInit,
+};
+use toolvisor_protocol::{ErrorBody, ErrorType};
 
 use crate::session::events::{Events, WorkerEvent};
 use crate::workers::fairq::FairQueue;
@@ -146,7 +149,7 @@ impl Link {
                     }
                 }
             }
-            FromWorker::Ready { .. } => {}
+            FromWorker::Ready { .. } | FromWorker::Tools { .. } => {}
         }
     }
 
@@ -424,7 +427,12 @@ pub struct WorkerArgs {
     pub init: WorkerInit,
     pub policy: RestartPolicy,
     pub events: Events,
+    pub announce: Option<Announce>,
 }
+
+/// Receives the tools a worker announces: in its `ready`, and again whenever its set
+/// changes (a `tools` frame). The newest announcement replaces the group's tools.
+pub type Announce = Arc<dyn Fn(Vec<AnnouncedTool>) + Send + Sync>;
 
 pub struct WorkerActor;
 
@@ -547,7 +555,14 @@ impl WorkerActorState {
         }
     }
 
-    fn ready(&mut self, pid: u32, guards: Guards) {
+    fn ready(&mut self, reported: u32, guards: Guards) {
+        // The pid we spawned is the one audited; an external worker's word about its
+        // pid or its protections is not taken (`status.guards` reports ours only).
+        let pid = self.child_pid.unwrap_or(reported);
+        let guards = match self.args.spec.command {
+            Some(_) => Guards::default(),
+            None => guards,
+        };
         self.args.policy.on_ready(Instant::now());
         *lock(&self.args.shared.guards) = guards.clone();
         self.guards = guards;
@@ -659,6 +674,7 @@ impl WorkerActorState {
             myself.clone(),
             generation,
             self.args.init.limits.max_frame_bytes,
+            self.args.announce.clone(),
         ));
         myself.send_after(READY_TIMEOUT, move || WorkerMsg::ReadyTimeout {
             generation,
@@ -933,6 +949,7 @@ async fn read_loop(
     actor: ActorRef<WorkerMsg>,
     generation: u64,
     max_frame: usize,
+    announce: Option<Announce>,
 ) {
     let max = max_frame.max(toolvisor_protocol::DEFAULT_MAX_FRAME_BYTES) * 2;
     loop {
@@ -941,18 +958,46 @@ async fn read_loop(
             Ok(None) | Err(_) => break,
         };
         match frame::decode::<FromWorker>(&body, KNOWN_FROM_WORKER) {
-            Ok(FromWorker::Ready { pid, guards }) => {
+            Ok(FromWorker::Ready { pid, guards, tools }) => {
+                if let Some(announce) = &announce {
+                    announce(tools);
+                }
                 let _ = actor.cast(WorkerMsg::Ready {
                     generation,
                     pid,
                     guards,
                 });
             }
+            Ok(FromWorker::Tools { tools }) => {
+                if let Some(announce) = &announce {
+                    announce(tools);
+                }
+            }
             Ok(msg) => link.deliver(msg).await,
-            Err(e) => tracing::warn!(pid = link.pid, "bad frame from worker: {e}"),
+            Err(e) => {
+                tracing::warn!(pid = link.pid, "bad frame from worker: {e}");
+                // A `done` that does not decode still ends its call, at once.
+                if let Some(call) = done_call(&body) {
+                    let why = format!("the worker sent a result that does not decode: {e}");
+                    let outcome = Outcome::err(ErrorBody::new(ErrorType::InternalError, why));
+                    link.deliver(FromWorker::Done { call, outcome }).await;
+                }
+            }
         }
     }
     let _ = actor.cast(WorkerMsg::Eof { generation });
+}
+
+/// The call a `done` frame names, read without the rest of the frame.
+fn done_call(body: &[u8]) -> Option<u64> {
+    #[derive(serde::Deserialize)]
+    struct Done {
+        #[serde(rename = "type")]
+        kind: String,
+        call: u64,
+    }
+    let d: Done = rmp_serde::from_slice(body).ok()?;
+    (d.kind == "done").then_some(d.call)
 }
 
 /// The encoded `run` frame of one call (its arguments moved in apart: they can be

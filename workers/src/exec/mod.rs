@@ -30,6 +30,7 @@ use std::sync::Arc;
 
 use serde_json::Value;
 use toolvisor_protocol::ErrorType;
+use toolvisor_protocol::tools;
 use toolvisor_protocol::worker::{Outcome, WorkerInit};
 
 use crate::sandbox::spec::SandboxSpec;
@@ -90,7 +91,7 @@ impl ExecState {
             cpu_s: 0,
             file_mb: 0,
         };
-        if init.group == "exec" && *limits != off && launcher_exists(init) {
+        if init.group == tools::EXEC && *limits != off && launcher_exists(init) {
             Cgroups::detect(limits)
         } else {
             Cgroups::none(limits)
@@ -142,11 +143,11 @@ fn launcher_exists(init: &WorkerInit) -> bool {
 /// `ctx.cancel` and `ctx.deadline`.
 pub async fn run(state: &ExecState, tool: &str, args: &Value, ctx: &ToolContext) -> Outcome {
     outcome(match tool {
-        "run_command" | "shell" => run_command::run(state, args, ctx).await,
-        "list_processes" => Ok(state.jobs.list()),
-        "read_output" => state.jobs.read_output(args, ctx).await,
-        "write_input" => state.jobs.write_input(args, ctx).await,
-        "kill_process" => state.jobs.kill(args, ctx).await,
+        tools::run_command::NAME => run_command::run(state, args, ctx).await,
+        tools::list_processes::NAME => Ok(state.jobs.list()),
+        tools::read_output::NAME => state.jobs.read_output(args, ctx).await,
+        tools::write_input::NAME => state.jobs.write_input(args, ctx).await,
+        tools::kill_process::NAME => state.jobs.kill(args, ctx).await,
         _ => Err(ToolError::new(
             ErrorType::ToolNotFound,
             format!("the exec group has no tool {tool}"),

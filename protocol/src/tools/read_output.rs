@@ -1,0 +1,41 @@
+//! `read_output`: a page of a background job's output.
+
+use serde_json::{Map, Value, json};
+
+use super::args::{self, text};
+use super::def::{Hints, ToolDef};
+
+pub const NAME: &str = "read_output";
+
+pub fn def() -> ToolDef {
+    ToolDef {
+        // Not idempotent: a read without `since` moves the job's read position.
+        hints: Hints {
+            idempotent: false,
+            ..Hints::READ
+        },
+        describe,
+        handle_arg: Some("process"),
+        ..ToolDef::new(
+            NAME,
+            super::EXEC,
+            "Read a background process's output from byte offset `since` (default: where the last read stopped); meta.next is the offset of the next page. wait_ms waits for new output or the exit; until waits for a line matching a regex and ends the page with it.",
+            args::object(
+                json!({
+                    "process": args::process(),
+                    "since": {"type": "integer", "minimum": 0, "description": "Byte offset to read from."},
+                    "wait_ms": {"type": "integer", "minimum": 0, "maximum": super::MAX_WAIT_MS, "description": "Wait up to this long for new output (or the exit) when there is none yet."},
+                    "until": {"type": "string", "minLength": 1, "description": "Regular expression: wait (wait_ms, default 30000) until an unread line matches; the page ends with that line (meta.matched)."}
+                }),
+                &["process"],
+            ),
+        )
+    }
+}
+
+fn describe(_: &ToolDef, a: &Map<String, Value>, _: &[String]) -> String {
+    format!(
+        "Read the output of background process `{}`",
+        text(a, "process")
+    )
+}
