@@ -20,3 +20,4 @@ mod protocol;
 mod sandbox;
 mod search;
 mod supervision;
+mod terminal;

@@ -22,6 +22,7 @@ pub mod read_many_files;
 pub mod read_output;
 pub mod run_command;
 pub mod write_file;
+pub mod write_input;
 
 pub use def::{ConfirmPreview, Hints, PathParam, PolicyTraits, Risk, Route, ToolDef};
 
@@ -29,6 +30,16 @@ pub use def::{ConfirmPreview, Hints, PathParam, PolicyTraits, Risk, Route, ToolD
 pub const SEARCH: &str = "search";
 pub const EDIT: &str = "edit";
 pub const EXEC: &str = "exec";
+
+/// Largest `stdin` of `run_command` and `data` of `write_input`, in bytes (the
+/// schema's `maxLength` counts characters; the supervisor and the worker count bytes).
+pub const MAX_INPUT_BYTES: usize = 1 << 20;
+
+/// Longest `wait_ms` of `read_output`.
+pub const MAX_WAIT_MS: u64 = 60_000;
+
+/// The signals `kill_process` sends by name.
+pub const SIGNALS: &[&str] = &["INT", "TERM", "KILL", "HUP", "QUIT", "USR1", "USR2"];
 
 /// Every built-in tool, sorted by name.
 pub fn builtin() -> Vec<ToolDef> {
@@ -47,6 +58,7 @@ pub fn builtin() -> Vec<ToolDef> {
         list_processes::def(),
         read_output::def(),
         kill_process::def(),
+        write_input::def(),
     ];
     tools.sort_by(|a, b| a.name.cmp(&b.name));
     tools
@@ -70,7 +82,7 @@ mod tests {
         sorted.sort();
         sorted.dedup();
         assert_eq!(names, sorted);
-        assert_eq!(names.len(), 14);
+        assert_eq!(names.len(), 15);
         for t in &tools {
             assert_eq!(
                 t.parameters["additionalProperties"],

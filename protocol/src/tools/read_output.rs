@@ -19,11 +19,13 @@ pub fn def() -> ToolDef {
         ..ToolDef::new(
             NAME,
             super::EXEC,
-            "Read a background process's output from byte offset `since` (default: where the last read stopped); meta.next is the offset of the next page.",
+            "Read a background process's output from byte offset `since` (default: where the last read stopped); meta.next is the offset of the next page. wait_ms waits for new output or the exit; until waits for a line matching a regex and ends the page with it.",
             args::object(
                 json!({
                     "process": args::process(),
-                    "since": {"type": "integer", "minimum": 0, "description": "Byte offset to read from."}
+                    "since": {"type": "integer", "minimum": 0, "description": "Byte offset to read from."},
+                    "wait_ms": {"type": "integer", "minimum": 0, "maximum": super::MAX_WAIT_MS, "description": "Wait up to this long for new output (or the exit) when there is none yet."},
+                    "until": {"type": "string", "minLength": 1, "description": "Regular expression: wait (wait_ms, default 30000) until an unread line matches; the page ends with that line (meta.matched)."}
                 }),
                 &["process"],
             ),

@@ -54,6 +54,12 @@ impl Service {
             worker: worker_of_handle(call.tool, &call.req.args),
             session: call.session.id.clone(),
             network,
+            takeover: crate::call::terminal::takeover(
+                self.grants(),
+                &call.tool.name,
+                call.req.confirm_token.as_deref(),
+                call.req.trace_id.as_deref(),
+            ),
         };
         let end = pool.run(job, call.cancel).await;
         if let Some(f) = forwarder {
@@ -85,6 +91,7 @@ impl Service {
             worker: Some(index),
             session: call.session.id.clone(),
             network: false,
+            takeover: false,
         };
         let ends = pool.run_on_ready(ask, call.cancel).await;
         if ends.is_empty() {
@@ -117,6 +124,13 @@ impl Service {
                 .min()
                 .unwrap_or(group.default_timeout_ms),
         };
+        let ms = crate::call::terminal::deadline_ms(
+            &call.tool.name,
+            &call.req.args,
+            call.req.timeout_ms.is_some(),
+            ms,
+            group.max_timeout_ms,
+        );
         Duration::from_millis(ms.min(group.max_timeout_ms).max(1))
     }
 }

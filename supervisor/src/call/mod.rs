@@ -12,3 +12,4 @@ pub mod previews;
 pub mod processes;
 pub mod record;
 pub mod router;
+pub mod terminal;
