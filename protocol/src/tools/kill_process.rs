@@ -18,6 +18,7 @@ pub fn def() -> ToolDef {
         },
         describe,
         handle_arg: Some("process"),
+        acts_on_process: true,
         ..ToolDef::new(
             NAME,
             super::EXEC,

@@ -121,6 +121,61 @@ mod tests {
     }
 
     #[test]
+    fn what_a_schema_cannot_say_is_checked_by_the_tool() {
+        let tools = builtin();
+        let check = |n: &str, a: serde_json::Value| {
+            let t = find(&tools, n).unwrap();
+            t.check.map_or(Ok(()), |c| c(&a))
+        };
+        let big = "é".repeat(MAX_INPUT_BYTES / 2 + 1);
+        for (tool, args) in [
+            (
+                "run_command",
+                json!({"command": "x", "ready": {"regex": "up"}}),
+            ),
+            (
+                "run_command",
+                json!({"command": "x", "background": true, "ready": {}}),
+            ),
+            (
+                "run_command",
+                json!({"command": "x", "background": true, "ready": {"regex": "("}}),
+            ),
+            (
+                "run_command",
+                json!({"command": "x", "background": true, "yield_ms": 5}),
+            ),
+            ("run_command", json!({"command": "x", "rows": 5})),
+            ("run_command", json!({"command": "x", "stdin": big})),
+            (
+                "write_input",
+                json!({"process": "w0-1", "data": "x", "cols": 5}),
+            ),
+            ("read_output", json!({"process": "w0-1", "until": "[a-"})),
+        ] {
+            assert!(check(tool, args.clone()).is_err(), "{tool} {args}");
+        }
+        for (tool, args) in [
+            (
+                "run_command",
+                json!({"command": "x", "background": true, "ready": {"port": 80}}),
+            ),
+            (
+                "run_command",
+                json!({"command": "x", "tty": true, "rows": 5, "cols": 9}),
+            ),
+            (
+                "write_input",
+                json!({"process": "w0-1", "data": "", "rows": 5, "cols": 9}),
+            ),
+            ("read_output", json!({"process": "w0-1", "until": "^ok$"})),
+            ("ls", json!({"path": "."})),
+        ] {
+            assert_eq!(check(tool, args.clone()), Ok(()), "{tool} {args}");
+        }
+    }
+
+    #[test]
     fn a_confirmation_diff_names_a_preview_of_the_same_arguments() {
         let tools = builtin();
         for t in &tools {

@@ -16,6 +16,8 @@ pub fn def() -> ToolDef {
         },
         describe,
         handle_arg: Some("process"),
+        check: Some(|args| args::compiles(args, "until", "until")),
+        waits: Some(waits),
         ..ToolDef::new(
             NAME,
             super::EXEC,
@@ -30,6 +32,18 @@ pub fn def() -> ToolDef {
                 &["process"],
             ),
         )
+    }
+}
+
+/// How long `until` waits when the call gives no `wait_ms` (the worker's default).
+pub const UNTIL_WAIT_MS: u64 = 30_000;
+
+/// A long poll waits up to `wait_ms`, or [`UNTIL_WAIT_MS`] for an `until` without one.
+fn waits(args: &Value) -> u64 {
+    match (args::millis(args, "wait_ms"), args.get("until")) {
+        (Some(w), _) => w.min(super::MAX_WAIT_MS),
+        (None, Some(_)) => UNTIL_WAIT_MS,
+        (None, None) => 0,
     }
 }
 

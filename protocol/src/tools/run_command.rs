@@ -30,6 +30,8 @@ pub fn def() -> ToolDef {
             edits_paths: false,
         },
         timeout_arg: Some("timeout"),
+        check: Some(check),
+        waits: Some(waits),
         ..ToolDef::new(
             NAME,
             super::EXEC,
@@ -61,6 +63,39 @@ pub fn def() -> ToolDef {
             ),
         )
     }
+}
+
+/// How long `ready` waits when it gives no `timeout_ms` (the worker's default).
+pub const READY_WAIT_MS: u64 = 30_000;
+
+/// `ready` only with `background`, and with something to wait for; `yield_ms` only in
+/// the foreground; a terminal size only with `tty`; `stdin` counted in bytes.
+fn check(args: &Value) -> Result<(), String> {
+    let background = args.get("background").and_then(Value::as_bool) == Some(true);
+    if let Some(ready) = args.get("ready") {
+        if !background {
+            return Err("ready waits for a background process: add background: true".into());
+        }
+        if ready.get("regex").is_none() && ready.get("port").is_none() {
+            return Err("ready needs a regex or a port to wait for".into());
+        }
+        args::compiles(ready, "regex", "ready.regex")?;
+    }
+    if background && args.get("yield_ms").is_some() {
+        return Err("yield_ms is for a foreground command (background returns at once)".into());
+    }
+    let sized = args.get("rows").is_some() || args.get("cols").is_some();
+    if sized && args.get("tty").and_then(Value::as_bool) != Some(true) {
+        return Err("rows and cols are the size of a terminal: add tty: true".into());
+    }
+    args::input_size(args, "stdin")
+}
+
+/// A `ready` waits up to its `timeout_ms`.
+fn waits(args: &Value) -> u64 {
+    args.get("ready").map_or(0, |r| {
+        args::millis(r, "timeout_ms").unwrap_or(READY_WAIT_MS)
+    })
 }
 
 fn describe(_: &ToolDef, a: &Map<String, Value>, paths: &[String]) -> String {

@@ -24,6 +24,8 @@ pub fn def() -> ToolDef {
             ..PolicyTraits::default()
         },
         handle_arg: Some("process"),
+        acts_on_process: true,
+        check: Some(check),
         ..ToolDef::new(
             NAME,
             super::EXEC,
@@ -40,6 +42,14 @@ pub fn def() -> ToolDef {
             ),
         )
     }
+}
+
+/// A terminal size needs both numbers; `data` is counted in bytes.
+fn check(args: &Value) -> Result<(), String> {
+    if args.get("rows").is_some() != args.get("cols").is_some() {
+        return Err("rows and cols go together".into());
+    }
+    args::input_size(args, "data")
 }
 
 /// What is typed, control characters shown escaped, long data cut.

@@ -12,4 +12,3 @@ pub mod previews;
 pub mod processes;
 pub mod record;
 pub mod router;
-pub mod terminal;

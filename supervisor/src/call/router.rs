@@ -198,12 +198,6 @@ impl Service {
                 format!("invalid arguments for {}:\n{violations}", entry.def.name),
             ));
         }
-        if let Err(why) = crate::call::terminal::check_args(&entry.def.name, &req.args) {
-            return Err(fail(
-                ErrorType::InvalidParams,
-                format!("invalid arguments for {}: {why}", entry.def.name),
-            ));
-        }
         Ok(entry.def.clone())
     }
 
