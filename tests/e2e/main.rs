@@ -23,3 +23,4 @@ mod protocol;
 mod sandbox;
 mod search;
 mod supervision;
+mod terminal;
