@@ -141,6 +141,7 @@ pub struct PolicyTraits {
     /// Changes the files its path parameters name (an edit under `public:/` is high risk).
     pub edits_paths: bool,
 }
+
 /// One tool, whatever its origin.
 #[derive(Clone, Debug)]
 pub struct ToolDef {
@@ -180,7 +181,9 @@ pub struct ToolDef {
     /// Acts on a background process: only the session that started it may, unless the
     /// call carries a person's grant token for this tool (a takeover).
     pub acts_on_process: bool,
+    /// What the schema cannot check about the arguments, checked with it.
     pub check: Option<Check>,
+    /// How long the call may wait by its arguments, so its deadline leaves room.
     pub waits: Option<Waits>,
 }
 

@@ -7,8 +7,11 @@ use serde_json::{Map, Value, json};
 use super::args::{self, flag, text};
 use super::def::{Hints, PolicyTraits, Risk, ToolDef};
 
+/// The tool's name: what the registry, the rules, the audit log and the worker's
+/// dispatch know it by.
 pub const NAME: &str = "write_input";
 
+/// The tool's whole definition, registered by [`super::builtin`].
 pub fn def() -> ToolDef {
     ToolDef {
         risk: Risk::High,

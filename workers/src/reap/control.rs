@@ -21,6 +21,8 @@ use nix::sys::signal::{Signal, killpg};
 use nix::sys::socket::{ControlMessage, MsgFlags, send, sendmsg};
 use nix::unistd::Pid;
 
+use crate::sandbox::SandboxError;
+
 /// The packet that carries the terminal's master side.
 pub const TERMINAL: u8 = b'T';
 /// A request to signal the command's process group.
@@ -46,7 +48,7 @@ impl Channel {
     }
 
     /// Hand the terminal's master side to the worker.
-    pub fn send_terminal(&self, master: &OwnedFd) -> Result<(), String> {
+    pub fn send_terminal(&self, master: &OwnedFd) -> Result<(), SandboxError> {
         let fds = [master.as_raw_fd()];
         let msg = [TERMINAL];
         sendmsg::<()>(
@@ -57,7 +59,12 @@ impl Channel {
             None,
         )
         .map(|_| ())
-        .map_err(|e| format!("cannot hand the terminal to the worker: {e}"))
+        .map_err(|e| {
+            SandboxError::step(
+                "cannot hand the terminal to the worker",
+                std::io::Error::other(e),
+            )
+        })
     }
 
     /// Serve one request (the channel is readable). False when the worker's end is
@@ -91,6 +98,7 @@ impl Channel {
         true
     }
 
+    /// The channel's descriptor, for the shim's poll loop.
     pub fn as_fd(&self) -> BorrowedFd<'_> {
         self.fd.as_fd()
     }
@@ -118,17 +126,19 @@ pub fn parse_ack(packet: &[u8]) -> Option<i32> {
 /// A new pseudo-terminal of `rows` × `cols` from this process's `/dev/ptmx` (inside
 /// the sandbox: the command's own `devpts` instance). Both sides close-on-exec: the
 /// slave reaches the command only as its standard streams.
-pub fn open_terminal(rows: u16, cols: u16) -> Result<(OwnedFd, OwnedFd), String> {
+pub fn open_terminal(rows: u16, cols: u16) -> Result<(OwnedFd, OwnedFd), SandboxError> {
     let size = nix::pty::Winsize {
         ws_row: rows,
         ws_col: cols,
         ws_xpixel: 0,
         ws_ypixel: 0,
     };
-    let pty = nix::pty::openpty(&size, None).map_err(|e| format!("cannot open a terminal: {e}"))?;
+    // nix's own wording of the errno is kept, as for the other set-up steps.
+    let pty = nix::pty::openpty(&size, None)
+        .map_err(|e| SandboxError::step("cannot open a terminal", std::io::Error::other(e)))?;
     for fd in [&pty.master, &pty.slave] {
         rustix::io::fcntl_setfd(fd, rustix::io::FdFlags::CLOEXEC)
-            .map_err(|e| format!("cannot set up the terminal: {e}"))?;
+            .map_err(|e| SandboxError::step("cannot set up the terminal", e))?;
     }
     Ok((pty.master, pty.slave))
 }

@@ -38,6 +38,7 @@ use nix::sys::signal::{SaFlags, SigAction, SigHandler, SigSet, Signal, kill, sig
 use nix::sys::wait::WaitStatus;
 use nix::unistd::{Pid, getpid, getppid};
 
+use crate::sandbox::SandboxError;
 use crate::sandbox::spec::{Rlimits, SandboxSpec};
 pub use signals::{SelfPipe, Woken};
 pub use tree::{descendants, descendants_of_each, kill_tree};
@@ -281,7 +282,7 @@ fn run_plain(
     // The terminal first: the command's Landlock domain need not allow opening one.
     let terminal = match open_terminal(a, channel.as_ref()) {
         Ok(t) => t,
-        Err(e) => return report.setup_failed(&e),
+        Err(e) => return report.setup_failed(&e.to_string()),
     };
     if a.confine {
         crate::sandbox::restrict_writes(&a.write);
@@ -321,11 +322,13 @@ fn run_plain(
 fn open_terminal(
     a: &ShimArgs,
     channel: Option<&control::Channel>,
-) -> Result<Option<std::os::fd::OwnedFd>, String> {
+) -> Result<Option<std::os::fd::OwnedFd>, SandboxError> {
     let Some((rows, cols)) = a.tty else {
         return Ok(None);
     };
-    let channel = channel.ok_or("a terminal needs the control channel (--control-fd)")?;
+    let channel = channel.ok_or_else(|| {
+        SandboxError::Refused("a terminal needs the control channel (--control-fd)".into())
+    })?;
     let (master, slave) = control::open_terminal(rows, cols)?;
     channel.send_terminal(&master)?;
     Ok(Some(slave))
