@@ -1,4 +1,4 @@
-//! The audit log (DESIGN §7, docs/AUDIT.md): one writer thread owns
+//! The audit log (docs/AUDIT.md): one writer thread owns
 //! `<state_dir>/audit.jsonl`, a SHA-256 hash chain makes changes visible, group commit
 //! makes every record durable before its caller goes on, and the log fails closed.
 //!

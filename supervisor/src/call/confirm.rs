@@ -1,5 +1,5 @@
-//! Pending confirmations (DESIGN §3 `confirm_required` / `confirm`, §6 "Asking"; seed
-//! properties 38–42): each asking call registers here and waits on a oneshot; any
+//! Pending confirmations (`confirm_required` / `confirm` in docs/PROTOCOL.md §4–5,
+//! docs/POLICY.md): each asking call registers here and waits on a oneshot; any
 //! connection of the same uid answers by interaction id.
 //!
 //! A plain struct behind one mutex, never held across an await: registering,

@@ -1,4 +1,4 @@
-//! Grant tokens (DESIGN §3 `grant`, §6; the seeds' confirm_token): a person or script
+//! Grant tokens (`grant` in docs/PROTOCOL.md §4, docs/POLICY.md): a person or script
 //! approves in advance, so a non-interactive agent can pass an `ask` it could not
 //! answer itself. A token never passes a `deny`, and a token that does not fit a call
 //! says why and stays usable.
