@@ -4,7 +4,7 @@
 use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
 
-use toolvisor_protocol::worker::Limits;
+use toolvisor_protocol::worker::{Limits, SkillsSettings, WebSettings};
 
 mod policy;
 mod toml_error;
@@ -39,6 +39,10 @@ pub struct Config {
     pub edit: EditConfig,
     pub limits: Limits,
     pub audit: AuditConfig,
+    /// `[web]`: what `web_fetch` may reach, its caps, and `web_search`'s endpoint.
+    pub web: WebSettings,
+    /// `[skills]`: where skills are found.
+    pub skills: SkillsSettings,
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]

@@ -52,6 +52,8 @@ pub fn worker_init(paths: &Paths, config: &Config, instance: &str) -> Result<Wor
             sandbox,
         },
         generation: 0,
+        web: config.web.clone(),
+        skills: config.skills.clone(),
     })
 }
 

@@ -3,7 +3,8 @@
 //!
 //! Only writes are handled (reads stay allowed everywhere, so `search` can still read
 //! anything the resolver lets it). Per group:
-//! - `search`: no writes at all;
+//! - `search`, `web` and `meta`: no writes at all;
+//! - `state`: its store (`STATE/store`, see [`crate::state::store`]) and nothing else;
 //! - `edit`: the roots, and its temp-name journals (`STATE/edit-temps`, see
 //!   [`crate::edit::temps`]);
 //! - `exec`: the roots, the temp dir, `/dev/null`, `workers.exec.writable`, and the
@@ -53,7 +54,9 @@ pub fn confine(init: &WorkerInit, cgroups: &[PathBuf]) -> Option<u32> {
             p.extend(cgroups.iter().cloned());
             p
         }
-        _ => Vec::new(), // search, and anything unknown: read-only
+        // The state worker writes its store and nothing else.
+        tools::STATE => vec![crate::state::store::dir(&init.state_dir)],
+        _ => Vec::new(), // search, web, meta, and anything unknown: read-only
     };
     restrict_writes(&paths)
 }
@@ -155,6 +158,8 @@ mod tests {
     fn init(group: &str, root: &Path, state: &Path, writable: Vec<PathBuf>) -> WorkerInit {
         WorkerInit {
             generation: 0,
+            web: Default::default(),
+            skills: Default::default(),
             group: group.into(),
             index: 0,
             roots: Roots {
