@@ -2,12 +2,14 @@
 //! real socket. One test binary, so the slow parts build and link once.
 
 mod harness;
+mod httpd;
 
 mod batch;
 mod cli;
 mod crash;
 mod disk_full;
 mod edit;
+mod envelope;
 mod exec;
 mod external;
 mod fairness;
@@ -19,4 +21,7 @@ mod policy_corpus;
 mod protocol;
 mod sandbox;
 mod search;
+mod skills;
+mod state;
 mod supervision;
+mod web;

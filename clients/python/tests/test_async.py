@@ -29,9 +29,9 @@ def run(make: Callable[[], Awaitable[Any]]) -> Any:
 def test_connect_as_context_manager_and_awaitable(daemon: Daemon) -> None:
     async def body() -> None:
         async with AsyncClient.connect(socket=daemon.socket, client="aio") as tv:
-            assert tv.welcome is not None and tv.welcome.tools == 14
+            assert tv.welcome is not None and tv.welcome.tools == 18
             assert await tv.ping() >= 0
-            assert len(await tv.tools(format="openai")) == 14
+            assert len(await tv.tools(format="openai")) == 18
             st = await tv.status()
             assert {w.group for w in st.workers} == {"search", "edit", "exec"}
             assert all(w.state == "ready" and w.pid for w in st.workers), st.workers

@@ -58,7 +58,7 @@ def test_socket_argument_beats_the_environment_which_beats_the_workspace(
 
 def test_welcome_ping_and_status(tv: Client) -> None:
     w = tv.welcome
-    assert w.protocol == 1 and w.server.startswith("toolvisor/") and w.tools == 14
+    assert w.protocol == 1 and w.server.startswith("toolvisor/") and w.tools == 18
     assert tv.session == w.session and w.session
     assert 0 <= tv.ping() < WAIT
     st = tv.status()
@@ -72,7 +72,7 @@ def test_welcome_ping_and_status(tv: Client) -> None:
 def test_tools_in_three_formats(tv: Client) -> None:
     native = tv.tools()
     names = [t["name"] for t in native]
-    assert names == sorted(names) and len(names) == 14
+    assert names == sorted(names) and len(names) == 18
     read = next(t for t in native if t["name"] == "read_file")
     assert read["group"] == "search" and read["risk"] == "low" and read["parameters"]["required"] == ["path"]
     shell = next(t for t in native if t["name"] == "run_command")
