@@ -185,7 +185,7 @@ fn respond(
     Ok(())
 }
 
-const CHUNK: [u8; 64 * 1024] = [b'a'; 64 * 1024];
+static CHUNK: [u8; 64 * 1024] = [b'a'; 64 * 1024];
 
 fn lazy(
     w: &mut TcpStream,

@@ -300,4 +300,35 @@ mod tests {
         assert!(out.status.success(), "{out:?}");
         assert!(!dir.path().join("f").exists());
     }
+
+    #[test]
+    fn state_group_writes_only_its_store() {
+        if restrict_probe().is_none() {
+            return;
+        }
+        let ws = tempfile::tempdir().unwrap();
+        let state = tempfile::tempdir().unwrap();
+        let store = crate::state::store::dir(state.path());
+        std::fs::create_dir(&store).unwrap();
+        let i = init("state", ws.path(), state.path(), vec![]);
+        let (w, s, st) = (ws.path().display(), state.path().display(), store.display());
+        let mut cmd = std::process::Command::new("sh");
+        cmd.arg("-c").arg(format!(
+            "echo ok > {st}/memory.json && mv {st}/memory.json {st}/m2 \
+             && ! (echo x > {s}/audit.jsonl) 2>/dev/null && ! (echo x > {w}/f) 2>/dev/null"
+        ));
+        // SAFETY: as in confined_sh.
+        unsafe {
+            cmd.pre_exec(move || {
+                confine(&i, &[])
+                    .map(|_| ())
+                    .ok_or_else(|| std::io::Error::from_raw_os_error(libc::ENOSYS))
+            });
+        }
+        let out = cmd.output().unwrap();
+        assert!(out.status.success(), "{out:?}");
+        assert!(store.join("m2").exists());
+        assert!(!state.path().join("audit.jsonl").exists());
+        assert!(!ws.path().join("f").exists());
+    }
 }
