@@ -60,6 +60,16 @@ pub enum Command {
         /// A grant token that lets the call pass an `ask`.
         #[arg(long, value_name = "TOKEN")]
         token: Option<String>,
+        /// run_command only: run it in a terminal in the background and attach this
+        /// terminal to it (Ctrl-] detaches).
+        #[arg(long)]
+        interactive: bool,
+    },
+    /// Attach this terminal to a background process that runs in a terminal (tty):
+    /// type into it, see what it shows; Ctrl-] detaches.
+    Attach {
+        /// The handle (`meta.process`, `list_processes`).
+        process: String,
     },
     /// Show the workers and the audit position.
     Status {

@@ -97,6 +97,10 @@ pub struct ExecSettings {
     pub env: BTreeMap<String, String>,
     pub writable: Vec<PathBuf>,
     pub max_jobs: usize,
+    /// `workers.exec.yield_ms`: a foreground command still running after this long goes
+    /// on in the background (None: it runs to its end or deadline).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub yield_ms: Option<u64>,
     /// The supervisor instance's marker, put into every command's environment.
     pub instance: String,
     /// The toolvisor binary, to run commands under `toolvisor reap`.
@@ -231,6 +235,14 @@ pub enum ToWorker {
         /// The rule that allowed the call gives its commands the host's network.
         #[serde(default)]
         network: bool,
+        /// The session the call comes from: a background process belongs to the
+        /// session that started it.
+        #[serde(default, skip_serializing_if = "String::is_empty")]
+        session: String,
+        /// The call carries a person's grant for its tool: it may write to or signal a
+        /// background process another session started.
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        takeover: bool,
     },
     Cancel {
         call: u64,

@@ -1,5 +1,6 @@
 //! The client commands of the CLI, each a short conversation over the socket.
 
+pub mod attach;
 pub mod policy;
 
 use std::io::{IsTerminal, Write};
@@ -46,6 +47,7 @@ async fn dispatch(cmd: &Command, r: &Resolved) -> Result<i32, ClientError> {
             timeout_ms,
             trace,
             token,
+            interactive: attach_terminal,
         } => {
             let args = match parse_args(args.as_deref()) {
                 Ok(a) => a,
@@ -59,8 +61,12 @@ async fn dispatch(cmd: &Command, r: &Resolved) -> Result<i32, ClientError> {
             req.trace_id = trace.clone();
             req.confirm_token = token.clone();
             req.stream = Some(!*json);
+            if *attach_terminal {
+                return attach::call_interactive(&mut c, &r.socket, req).await;
+            }
             call(&mut c, req, *json).await
         }
+        Command::Attach { process } => attach::attach_existing(&mut c, &r.socket, process).await,
         Command::Status { json } => status(&mut c, *json).await,
         Command::Restart { group } => {
             let id = "restart".into();
@@ -184,26 +190,7 @@ async fn call(c: &mut Client, req: CallRequest, json: bool) -> Result<i32, Clien
                 print!("{data}");
                 let _ = std::io::stdout().flush();
             }
-            ServerMessage::ConfirmRequired {
-                interaction,
-                tool,
-                description,
-                risk,
-                locations,
-                preview,
-                ..
-            } => {
-                show_confirmation(&tool, &description, &risk, &locations, preview.as_deref());
-                let approve = ask_line("Allow this call? [y/N] ")
-                    .await
-                    .is_some_and(|a| a == "y" || a == "yes");
-                c.send(&ClientMessage::Confirm {
-                    interaction,
-                    approve,
-                    remember: None,
-                })
-                .await?;
-            }
+            m @ ServerMessage::ConfirmRequired { .. } => ask_person(c, m).await?,
             ServerMessage::Result(r) => break r,
             ServerMessage::Error { error, .. } => return Err(ClientError::Refused(error)),
             _ => {}
@@ -227,6 +214,51 @@ async fn call(c: &mut Client, req: CallRequest, json: bool) -> Result<i32, Clien
         eprintln!("toolvisor: {} ({})", result.status.as_str(), e.kind);
     }
     Ok(1)
+}
+
+/// Run a call to its result, answering a confirmation on the terminal like `call`
+/// (streamed output is not shown).
+pub(crate) async fn run_to_result(
+    c: &mut Client,
+    req: CallRequest,
+) -> Result<toolvisor_protocol::ToolResult, ClientError> {
+    let id = req.id.clone();
+    c.send(&ClientMessage::Call(req)).await?;
+    loop {
+        let (_, m) = c.recv_matching(|m| belongs(m, &id).then_some(())).await?;
+        match m {
+            m @ ServerMessage::ConfirmRequired { .. } => ask_person(c, m).await?,
+            ServerMessage::Result(r) => return Ok(r),
+            ServerMessage::Error { error, .. } => return Err(ClientError::Refused(error)),
+            _ => {}
+        }
+    }
+}
+
+/// Show a `confirm_required` and send the person's answer.
+async fn ask_person(c: &mut Client, m: ServerMessage) -> Result<(), ClientError> {
+    let ServerMessage::ConfirmRequired {
+        interaction,
+        tool,
+        description,
+        risk,
+        locations,
+        preview,
+        ..
+    } = m
+    else {
+        return Ok(());
+    };
+    show_confirmation(&tool, &description, &risk, &locations, preview.as_deref());
+    let approve = ask_line("Allow this call? [y/N] ")
+        .await
+        .is_some_and(|a| a == "y" || a == "yes");
+    c.send(&ClientMessage::Confirm {
+        interaction,
+        approve,
+        remember: None,
+    })
+    .await
 }
 
 fn belongs(m: &ServerMessage, id: &toolvisor_protocol::Id) -> bool {

@@ -24,4 +24,5 @@ mod search;
 mod skills;
 mod state;
 mod supervision;
+mod terminal;
 mod web;

@@ -92,6 +92,10 @@ pub struct ToolContext {
     pub deadline: Option<Instant>,
     /// The rule that allowed the call gives its command the host's network.
     pub network: bool,
+    /// The session the call comes from (background processes belong to one).
+    pub session: String,
+    /// The call carries a person's grant: it may act on another session's process.
+    pub takeover: bool,
 }
 
 /// A tool failure with its contract error type.

@@ -199,6 +199,8 @@ async fn serve(
                 stream,
                 timeout_ms,
                 network,
+                session,
+                takeover,
             } => {
                 let cancel = CancelFlag::new();
                 lock(&running).insert(call, cancel.clone());
@@ -214,6 +216,8 @@ async fn serve(
                     }),
                     deadline: timeout_ms.map(|ms| Instant::now() + Duration::from_millis(ms)),
                     network,
+                    session,
+                    takeover,
                 };
                 let job = Job {
                     tool,

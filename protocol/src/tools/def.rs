@@ -81,6 +81,15 @@ impl PathParam {
 /// arguments and the resolved paths (in the order of [`ToolDef::paths`]).
 pub type Describe = fn(&ToolDef, &Map<String, Value>, &[String]) -> String;
 
+/// What a JSON Schema cannot say about a call's arguments (a regex that must compile,
+/// arguments that only go together); `Err` says what to change. Checked with the
+/// schema, before the policy is asked.
+pub type Check = fn(&Value) -> Result<(), String>;
+
+/// How long, in milliseconds, a call waits by its arguments (a long poll); its
+/// deadline makes room for that wait when the call names no `timeout_ms`.
+pub type Waits = fn(&Value) -> u64;
+
 /// How the supervisor runs a call of the tool, beyond "send it to a worker".
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Route {
@@ -154,6 +163,11 @@ pub struct ToolDef {
     /// Inside an envelope (the legacy translation of seed 003), a call of this tool is
     /// staged as this preview tool instead, with the same arguments.
     pub envelope_as: Option<&'static str>,
+    /// Acts on a background process: only the session that started it may, unless the
+    /// call carries a person's grant token for this tool (a takeover).
+    pub acts_on_process: bool,
+    pub check: Option<Check>,
+    pub waits: Option<Waits>,
 }
 
 impl ToolDef {
@@ -179,6 +193,9 @@ impl ToolDef {
             timeout_arg: None,
             handle_arg: None,
             envelope_as: None,
+            acts_on_process: false,
+            check: None,
+            waits: None,
         }
     }
 

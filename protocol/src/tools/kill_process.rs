@@ -18,18 +18,31 @@ pub fn def() -> ToolDef {
         },
         describe,
         handle_arg: Some("process"),
+        acts_on_process: true,
         ..ToolDef::new(
             NAME,
             super::EXEC,
-            "Stop a background process and everything it started.",
-            args::object(json!({"process": args::process()}), &["process"]),
+            "Stop a background process and everything it started (TERM, then KILL after 2 s; returns when it is gone), or send it one signal (INT is Ctrl-C).",
+            args::object(
+                json!({
+                    "process": args::process(),
+                    "signal": {"type": "string", "enum": super::SIGNALS, "description": "Send only this signal to the process group and return once delivered."}
+                }),
+                &["process"],
+            ),
         )
     }
 }
 
 fn describe(_: &ToolDef, a: &Map<String, Value>, _: &[String]) -> String {
-    format!(
-        "Stop background process `{}` and what it started",
-        text(a, "process")
-    )
+    match a.get("signal").and_then(Value::as_str) {
+        Some(sig) => format!(
+            "Send SIG{sig} to background process `{}`",
+            text(a, "process")
+        ),
+        None => format!(
+            "Stop background process `{}` and what it started",
+            text(a, "process")
+        ),
+    }
 }

@@ -26,6 +26,7 @@ pub mod run_command;
 pub mod web_fetch;
 pub mod web_search;
 pub mod write_file;
+pub mod write_input;
 pub mod write_todos;
 
 pub use def::{ConfirmPreview, Hints, PathParam, PolicyTraits, Risk, Route, ToolDef};
@@ -40,6 +41,16 @@ pub const WEB: &str = "web";
 pub const STATE: &str = "state";
 /// Tools about the agent's own context (skills); its worker announces them.
 pub const META: &str = "meta";
+
+/// Largest `stdin` of `run_command` and `data` of `write_input`, in bytes (the
+/// schema's `maxLength` counts characters; the supervisor and the worker count bytes).
+pub const MAX_INPUT_BYTES: usize = 1 << 20;
+
+/// Longest `wait_ms` of `read_output`.
+pub const MAX_WAIT_MS: u64 = 60_000;
+
+/// The signals `kill_process` sends by name.
+pub const SIGNALS: &[&str] = &["INT", "TERM", "KILL", "HUP", "QUIT", "USR1", "USR2"];
 
 /// Every built-in tool, sorted by name.
 pub fn builtin() -> Vec<ToolDef> {
@@ -62,6 +73,7 @@ pub fn builtin() -> Vec<ToolDef> {
         web_search::def(),
         memory::def(),
         write_todos::def(),
+        write_input::def(),
     ];
     tools.sort_by(|a, b| a.name.cmp(&b.name));
     tools
@@ -109,7 +121,7 @@ mod tests {
         sorted.sort();
         sorted.dedup();
         assert_eq!(names, sorted);
-        assert_eq!(names.len(), 18);
+        assert_eq!(names.len(), 19);
         for t in &tools {
             assert_eq!(
                 t.parameters["additionalProperties"],
@@ -145,6 +157,61 @@ mod tests {
             Some("ls")
         );
         assert!(find(&tools, "nope").is_none());
+    }
+
+    #[test]
+    fn what_a_schema_cannot_say_is_checked_by_the_tool() {
+        let tools = builtin();
+        let check = |n: &str, a: serde_json::Value| {
+            let t = find(&tools, n).unwrap();
+            t.check.map_or(Ok(()), |c| c(&a))
+        };
+        let big = "é".repeat(MAX_INPUT_BYTES / 2 + 1);
+        for (tool, args) in [
+            (
+                "run_command",
+                json!({"command": "x", "ready": {"regex": "up"}}),
+            ),
+            (
+                "run_command",
+                json!({"command": "x", "background": true, "ready": {}}),
+            ),
+            (
+                "run_command",
+                json!({"command": "x", "background": true, "ready": {"regex": "("}}),
+            ),
+            (
+                "run_command",
+                json!({"command": "x", "background": true, "yield_ms": 5}),
+            ),
+            ("run_command", json!({"command": "x", "rows": 5})),
+            ("run_command", json!({"command": "x", "stdin": big})),
+            (
+                "write_input",
+                json!({"process": "w0-1", "data": "x", "cols": 5}),
+            ),
+            ("read_output", json!({"process": "w0-1", "until": "[a-"})),
+        ] {
+            assert!(check(tool, args.clone()).is_err(), "{tool} {args}");
+        }
+        for (tool, args) in [
+            (
+                "run_command",
+                json!({"command": "x", "background": true, "ready": {"port": 80}}),
+            ),
+            (
+                "run_command",
+                json!({"command": "x", "tty": true, "rows": 5, "cols": 9}),
+            ),
+            (
+                "write_input",
+                json!({"process": "w0-1", "data": "", "rows": 5, "cols": 9}),
+            ),
+            ("read_output", json!({"process": "w0-1", "until": "^ok$"})),
+            ("ls", json!({"path": "."})),
+        ] {
+            assert_eq!(check(tool, args.clone()), Ok(()), "{tool} {args}");
+        }
     }
 
     #[test]

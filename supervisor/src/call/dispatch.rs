@@ -2,7 +2,7 @@
 //! worker a background-process handle names, streamed output forwarded to the client,
 //! and the fan-out for tools whose answer is spread over every worker.
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use serde_json::Value;
 use tokio::sync::mpsc;
@@ -11,6 +11,7 @@ use toolvisor_protocol::tools::ToolDef;
 use toolvisor_protocol::worker::Outcome;
 use toolvisor_protocol::{ErrorType, Id};
 
+use crate::call::grants::TokenUse;
 use crate::call::router::{Call, Ran, fail};
 use crate::service::Service;
 use crate::session::outbox::Outbox;
@@ -54,6 +55,7 @@ impl Service {
             worker: worker_of_handle(call.tool, &call.req.args),
             session: call.session.id.clone(),
             network,
+            takeover: self.takeover(call),
         };
         let end = pool.run(job, call.cancel).await;
         if let Some(f) = forwarder {
@@ -85,6 +87,7 @@ impl Service {
             worker: Some(index),
             session: call.session.id.clone(),
             network: false,
+            takeover: false,
         };
         let ends = pool.run_on_ready(ask, call.cancel).await;
         if ends.is_empty() {
@@ -117,8 +120,44 @@ impl Service {
                 .min()
                 .unwrap_or(group.default_timeout_ms),
         };
+        let waits = call.tool.waits.map_or(0, |w| w(&call.req.args));
+        let ms = room_for_wait(
+            ms,
+            waits,
+            call.req.timeout_ms.is_some(),
+            group.max_timeout_ms,
+        );
         Duration::from_millis(ms.min(group.max_timeout_ms).max(1))
     }
+
+    /// Whether a call may act on a background process another session started: the
+    /// tool acts on processes and the call carries a grant token for it that fits —
+    /// grants come from people (`grant` is refused to commands, a model cannot send
+    /// one). The worker enforces ownership; this only lifts it.
+    fn takeover(&self, call: &Call<'_>) -> bool {
+        let Some(token) = call.req.confirm_token.as_deref() else {
+            return false;
+        };
+        let use_ = TokenUse {
+            tool: &call.tool.name,
+            trace_id: call.req.trace_id.as_deref(),
+            locations: &[],
+        };
+        call.tool.acts_on_process && self.grants().vouches(token, &use_, Instant::now())
+    }
+}
+
+/// Room past a wait for the answer to come back before the deadline.
+const WAIT_SLACK_MS: u64 = 5_000;
+
+/// The deadline of a call that waits `wait` ms (a long poll): without an explicit
+/// `timeout_ms` it gets room for its wait, however short the group's default, within
+/// `max_ms`. An explicit `timeout_ms` stands (the worker ends the wait in time).
+fn room_for_wait(ms: u64, wait: u64, explicit: bool, max_ms: u64) -> u64 {
+    if explicit || wait == 0 {
+        return ms;
+    }
+    ms.max(wait.saturating_add(WAIT_SLACK_MS)).min(max_ms)
 }
 
 /// Whether a call may run again on a restarted worker when its worker dies: it only
@@ -165,6 +204,29 @@ mod tests {
         assert_eq!(worker_of_handle(t, &json!({"process": "x"})), None);
         let ls = find(&tools, "ls").unwrap();
         assert_eq!(worker_of_handle(ls, &json!({"process": "w1-7"})), None);
+    }
+
+    #[test]
+    fn waits_get_room_unless_the_call_set_its_own_deadline() {
+        assert_eq!(room_for_wait(30_000, 60_000, false, 600_000), 65_000);
+        assert_eq!(room_for_wait(10_000, 60_000, true, 600_000), 10_000);
+        assert_eq!(room_for_wait(30_000, 60_000, false, 40_000), 40_000);
+        assert_eq!(room_for_wait(30_000, 0, false, 600_000), 30_000);
+        let tools = builtin();
+        let waits = |n, a: Value| find(&tools, n).unwrap().waits.map_or(0, |w| w(&a));
+        assert_eq!(
+            waits("read_output", json!({"process": "w0-1", "wait_ms": 60000})),
+            60_000
+        );
+        assert_eq!(
+            waits("read_output", json!({"process": "w0-1", "until": "x"})),
+            30_000
+        );
+        assert_eq!(waits("read_output", json!({"process": "w0-1"})), 0);
+        let ready =
+            json!({"command": "x", "background": true, "ready": {"port": 1, "timeout_ms": 90000}});
+        assert_eq!(waits("run_command", ready), 90_000);
+        assert_eq!(waits("ls", json!({})), 0);
     }
 
     #[test]

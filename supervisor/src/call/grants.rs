@@ -208,6 +208,14 @@ impl Grants {
         Ok(())
     }
 
+    /// Whether `token` fits `call` now, without using it up (a person's grant lets a
+    /// call act on another session's background process: `call::terminal`).
+    pub fn vouches(&self, token: &str, call: &TokenUse<'_>, now: Instant) -> bool {
+        let live = self.lock();
+        live.get(token)
+            .is_some_and(|g| self.fits(g, call, now).is_ok())
+    }
+
     /// The final action for a call that carries `token`: a deny stays a deny and an
     /// allow stays an allow (the token is left untouched); an ask becomes an allow if
     /// the token fits, else the reason it does not.

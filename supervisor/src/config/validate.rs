@@ -79,12 +79,16 @@ impl Config {
             let set = g.sandbox != base.sandbox
                 || g.network != base.network
                 || !g.protected.is_empty()
-                || g.limits != base.limits;
+                || g.limits != base.limits
+                || g.yield_ms.is_some();
             if set {
                 return Err(format!(
-                    "workers.{name}: sandbox, network, protected and limits belong to [workers.exec]"
+                    "workers.{name}: sandbox, network, protected, limits and yield_ms belong to [workers.exec]"
                 ));
             }
+        }
+        if self.workers.exec.yield_ms == Some(0) {
+            return Err("workers.exec.yield_ms must be at least 1 (leave it out for none)".into());
         }
         for p in &self.workers.exec.protected {
             let inside = p.components().all(|c| {

@@ -30,6 +30,9 @@ pub struct GroupConfig {
     pub protected: Vec<PathBuf>,
     /// `exec` only: `[workers.exec.limits]`.
     pub limits: toolvisor_protocol::worker::ExecLimits,
+    /// `exec` only: a foreground command still running after this many ms goes on in
+    /// the background (`run_command`'s `yield_ms` when the call gives none).
+    pub yield_ms: Option<u64>,
     /// External groups only: the worker's command line (program first).
     pub command: Vec<String>,
     /// External groups only: the lowest risk of the group's tools (default `medium`);
@@ -66,6 +69,7 @@ impl Default for GroupConfig {
             network: false,
             protected: Vec::new(),
             limits: Default::default(),
+            yield_ms: None,
             command: Vec::new(),
             risk: None,
         }

@@ -46,9 +46,14 @@ impl Entry {
         })
     }
 
-    /// Check a call's arguments: every violation, one per line.
+    /// Check a call's arguments: every schema violation, one per line; then what the
+    /// tool's own check says a schema cannot.
     pub fn check(&self, args: &Value) -> Result<(), String> {
-        validate::check(&self.validator, args)
+        validate::check(&self.validator, args)?;
+        match self.def.check {
+            Some(check) => check(args),
+            None => Ok(()),
+        }
     }
 }
 

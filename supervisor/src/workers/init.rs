@@ -47,6 +47,7 @@ pub fn worker_init(paths: &Paths, config: &Config, instance: &str) -> Result<Wor
             env: exec.env.clone(),
             writable: exec.writable.clone(),
             max_jobs: exec.max_jobs,
+            yield_ms: exec.yield_ms,
             instance: instance.to_owned(),
             exe: paths.exe.clone(),
             sandbox,

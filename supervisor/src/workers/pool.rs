@@ -63,6 +63,8 @@ pub struct Job {
     pub session: String,
     /// The rule that allowed the call gives its command the host's network.
     pub network: bool,
+    /// A person's grant lets it act on another session's background process.
+    pub takeover: bool,
 }
 
 /// How a job ended, and where it ran.
@@ -146,15 +148,8 @@ impl Pool {
         let queue_deadline = Instant::now() + job.timeout;
         // The `run` frame is the same on every attempt (and a re-run): encode it once,
         // moving the arguments (they can be megabytes) rather than copying them.
-        let frame = match crate::workers::worker::run_frame(
-            job.call,
-            &job.name,
-            &job.tool,
-            std::mem::take(&mut job.args),
-            job.stream,
-            job.timeout.as_millis() as u64,
-            job.network,
-        ) {
+        let args = std::mem::take(&mut job.args);
+        let frame = match crate::workers::worker::run_frame(&job, args) {
             Ok(f) => f,
             Err(e) => {
                 return JobEnd {

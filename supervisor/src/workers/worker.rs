@@ -1000,23 +1000,21 @@ fn done_call(body: &[u8]) -> Option<u64> {
     (d.kind == "done").then_some(d.call)
 }
 
-/// The encoded `run` frame of one call, for the pool to [`WorkerShared::submit`].
+/// The encoded `run` frame of one call (its arguments moved in apart: they can be
+/// megabytes), for the pool to [`WorkerShared::submit`].
 pub fn run_frame(
-    call: u64,
-    name: &str,
-    tool: &str,
+    job: &crate::workers::pool::Job,
     args: Value,
-    stream: bool,
-    timeout_ms: u64,
-    network: bool,
 ) -> Result<Vec<u8>, frame::FrameError> {
     frame::encode(&ToWorker::Run {
-        call,
-        name: name.to_owned(),
-        tool: tool.to_owned(),
+        call: job.call,
+        name: job.name.clone(),
+        tool: job.tool.clone(),
         args,
-        stream,
-        timeout_ms: Some(timeout_ms),
-        network,
+        stream: job.stream,
+        timeout_ms: Some(job.timeout.as_millis() as u64),
+        network: job.network,
+        session: job.session.clone(),
+        takeover: job.takeover,
     })
 }

@@ -63,6 +63,8 @@ impl Ws {
             output: None,
             deadline: None,
             network: false,
+            session: "s1".into(),
+            takeover: false,
         };
         Ws {
             _tmp: tmp,

@@ -1,6 +1,8 @@
 //! Starting a command (under the `toolvisor reap` shim, or directly as a fallback)
-//! and the one kill path every ending shares: SIGTERM, SIGKILL after the grace. A CPU
-//! time limit measured on the command's cgroup takes the same path.
+//! with its input (nothing, a pipe, or a terminal) and its control channel, and the one
+//! kill path every ending shares: SIGTERM, SIGKILL after the grace. A CPU time limit
+//! measured on the command's cgroup takes the same path. A foreground command may also
+//! be let go while it runs (it yields to the background).
 
 use std::collections::BTreeMap;
 use std::ffi::OsString;
@@ -16,6 +18,8 @@ use tokio::process::{Child, Command};
 use tokio::time::Instant;
 
 use super::cgroup::{CommandCgroup, Joiner, Limit};
+use super::control::Control;
+use super::input::{Input, Terminal, stdin_pipe};
 use super::output::{Coalescer, Pipes, Record, pump};
 use crate::reap::ShimArgs;
 use crate::reap::report::Report;
@@ -81,6 +85,11 @@ pub(crate) struct Spec<'a> {
     pub network: bool,
     /// The command's cgroup, joined by the shim before it starts.
     pub cgroup: Option<&'a CommandCgroup>,
+    /// Give the command a pipe for its standard input (else `/dev/null`; a terminal
+    /// is its input when it has one).
+    pub stdin_pipe: bool,
+    /// Run it in a terminal of (rows, columns).
+    pub tty: Option<(u16, u16)>,
 }
 
 /// A started command.
@@ -88,12 +97,51 @@ pub(crate) struct Running {
     pub child: Child,
     pub pid: u32,
     pub pipes: Pipes,
+    /// Signals for the command's process group (and, first, its terminal); taken by
+    /// the job the command becomes.
+    control: Option<Control>,
+    /// The write end of its standard-input pipe, when it has one.
+    pub stdin: Option<Input>,
+    /// Whether it runs in a terminal.
+    pub tty: bool,
+    /// The terminal's master side when the worker opened it itself (no shim).
+    master: Option<OwnedFd>,
     /// Where the shim writes its [`Report`].
     report: Option<std::io::PipeReader>,
     shim: bool,
 }
 
 impl Running {
+    /// The command's control channel, for the job it becomes (once).
+    pub(crate) fn take_control(&mut self) -> Option<Control> {
+        self.control.take()
+    }
+
+    /// For a command in a terminal: wait (until `deadline`) for the terminal's master
+    /// side, read the command's output from it from now on, and return it as the
+    /// command's input. None without a terminal, or when the command never started
+    /// (its runner ended first: the report says why).
+    pub(crate) async fn attach_terminal(
+        &mut self,
+        deadline: Instant,
+    ) -> Result<Option<Input>, ToolError> {
+        if !self.tty {
+            return Ok(None);
+        }
+        let master = match (self.master.take(), &self.control) {
+            (Some(m), _) => Some(m),
+            (None, Some(c)) => c.terminal(deadline).await,
+            (None, None) => None,
+        };
+        let Some(master) = master else {
+            return Ok(None);
+        };
+        let (term, reader) = Terminal::new(master)
+            .map_err(|e| ToolError::internal(format!("cannot use the terminal: {e}")))?;
+        self.pipes.add_terminal(reader)?;
+        Ok(Some(Input::Terminal(term)))
+    }
+
     /// The shim's report, once it has exited (None: it wrote none, e.g. it was killed,
     /// or no shim runs the command).
     pub(crate) fn report(&mut self) -> Option<Report> {
@@ -120,16 +168,37 @@ impl Launcher {
     /// not `spawn_blocking`): the parent-death signal fires when the forking thread exits.
     pub(crate) fn spawn(&self, spec: &Spec<'_>) -> Result<Running, ToolError> {
         let pipe_err = |e: std::io::Error| ToolError::internal(format!("cannot make a pipe: {e}"));
-        let (report_read, report_write) = match self {
+        let (report_read, report_write, control, control_end) = match self {
             Launcher::Shim(_) => {
                 let (r, w) = std::io::pipe().map_err(pipe_err)?;
-                (Some(r), Some(high_fd(OwnedFd::from(w)).map_err(pipe_err)?))
+                let (control, end) = Control::pair().map_err(pipe_err)?;
+                (
+                    Some(r),
+                    Some(high_fd(OwnedFd::from(w)).map_err(pipe_err)?),
+                    Some(control),
+                    Some(high_fd(end).map_err(pipe_err)?),
+                )
             }
-            Launcher::Direct => (None, None),
+            Launcher::Direct => (None, None, None, None),
         };
-        let report_fd = report_write.as_ref().map(|w| w.as_raw_fd());
-        let mut cmd = self.command(spec, report_fd)?;
-        let merged_read = if spec.merged {
+        let fds = ShimFds {
+            report: report_write.as_ref().map(|w| w.as_raw_fd()),
+            control: control_end.as_ref().map(|c| c.as_raw_fd()),
+        };
+        let mut cmd = self.command(spec, fds)?;
+        // Without a shim the worker opens the terminal itself.
+        let direct_tty = match (self, spec.tty) {
+            (Launcher::Direct, Some((rows, cols))) => {
+                Some(crate::reap::control::open_terminal(rows, cols).map_err(ToolError::internal)?)
+            }
+            _ => None,
+        };
+        let merged_read = if let Some((_, slave)) = &direct_tty {
+            let dup = |s: &OwnedFd| s.try_clone().map_err(pipe_err);
+            cmd.stdout(Stdio::from(dup(slave)?))
+                .stderr(Stdio::from(dup(slave)?));
+            None
+        } else if spec.merged || spec.tty.is_some() {
             let (read, write) = std::io::pipe().map_err(pipe_err)?;
             let write2 = write.try_clone().map_err(pipe_err)?;
             cmd.stdout(Stdio::from(write)).stderr(Stdio::from(write2));
@@ -138,17 +207,36 @@ impl Launcher {
             cmd.stdout(Stdio::piped()).stderr(Stdio::piped());
             None
         };
-        cmd.stdin(Stdio::null()).process_group(0).kill_on_drop(true);
+        let stdin = match (&direct_tty, spec.stdin_pipe && spec.tty.is_none()) {
+            (Some((_, slave)), _) => {
+                cmd.stdin(Stdio::from(slave.try_clone().map_err(pipe_err)?));
+                None
+            }
+            (None, true) => {
+                let (read, tx) = stdin_pipe().map_err(pipe_err)?;
+                cmd.stdin(Stdio::from(read));
+                Some(Input::Pipe(tx))
+            }
+            (None, false) => {
+                cmd.stdin(Stdio::null());
+                None
+            }
+        };
+        if direct_tty.is_none() {
+            cmd.process_group(0);
+        }
+        cmd.kill_on_drop(true);
         let child_setup = ChildSetup {
             cwd: spec.cwd.as_raw_fd(),
-            report: report_fd,
+            keep: [fds.report, fds.control],
             cgroup: spec.cgroup.map(CommandCgroup::joiner),
+            terminal: direct_tty.is_some(),
         };
         self.pre_exec(&mut cmd, child_setup);
         let mut child = cmd
             .spawn()
             .map_err(|e| ToolError::internal(format!("cannot start the command: {e}")))?;
-        drop(report_write);
+        drop((report_write, control_end));
         // Never 0: killpg(0) would signal the worker's own group.
         let pid = child
             .id()
@@ -160,16 +248,21 @@ impl Launcher {
             Some(read) => Pipes::merged(read)?,
             None => Pipes::new(child.stdout.take(), child.stderr.take()),
         };
+        let control = control.unwrap_or(Control::Direct(Pid::from_raw(pid as i32)));
         Ok(Running {
             child,
             pid,
             pipes,
+            control: Some(control),
+            stdin,
+            tty: spec.tty.is_some(),
+            master: direct_tty.map(|(master, _)| master),
             report: report_read,
             shim: self.is_shim(),
         })
     }
 
-    fn command(&self, spec: &Spec<'_>, report_fd: Option<i32>) -> Result<Command, ToolError> {
+    fn command(&self, spec: &Spec<'_>, fds: ShimFds) -> Result<Command, ToolError> {
         let sh = SHELL.iter().copied().chain([spec.command]);
         match self {
             Launcher::Direct => {
@@ -192,7 +285,9 @@ impl Launcher {
                         .as_ref()
                         .map(|t| t.for_command(spec.cwd_path, spec.network)),
                     rlimits: s.rlimits,
-                    report_fd,
+                    report_fd: fds.report,
+                    control_fd: fds.control,
+                    tty: spec.tty,
                     argv: sh.map(str::to_owned).collect(),
                 };
                 let args = a.to_args().map_err(ToolError::internal)?;
@@ -214,8 +309,9 @@ impl Launcher {
     }
 
     /// In the child before exec: enter the cwd, join the cgroup, hand the report pipe
-    /// over, arm the parent-death signal and check the worker did not die before it was
-    /// armed. Async-signal-safe calls only.
+    /// and the control channel over (or, without a shim, take the terminal), arm the
+    /// parent-death signal and check the worker did not die before it was armed.
+    /// Async-signal-safe calls only.
     fn pre_exec(&self, cmd: &mut Command, setup: ChildSetup) {
         let parent = nix::unistd::getpid();
         // The shim turns SIGTERM into an orderly tree kill; a bare `sh` gets SIGKILL.
@@ -231,10 +327,13 @@ impl Launcher {
                 if libc::fchdir(setup.cwd) != 0 {
                     return Err(std::io::Error::last_os_error());
                 }
-                if let Some(fd) = setup.report
-                    && libc::fcntl(fd, libc::F_SETFD, 0) < 0
-                {
-                    return Err(std::io::Error::last_os_error());
+                for fd in setup.keep.into_iter().flatten() {
+                    if libc::fcntl(fd, libc::F_SETFD, 0) < 0 {
+                        return Err(std::io::Error::last_os_error());
+                    }
+                }
+                if setup.terminal {
+                    crate::reap::control::take_terminal()?;
                 }
                 if let Some(j) = &setup.cgroup {
                     j.join_in_child()?;
@@ -255,12 +354,21 @@ fn high_fd(fd: OwnedFd) -> std::io::Result<OwnedFd> {
     rustix::io::fcntl_dupfd_cloexec(&fd, 10).map_err(std::io::Error::from)
 }
 
+/// The descriptors the shim gets (numbers in the child, kept across `exec`).
+#[derive(Clone, Copy, Debug)]
+struct ShimFds {
+    report: Option<i32>,
+    control: Option<i32>,
+}
+
 /// What the forked child does before `exec` (see [`Launcher::pre_exec`]).
 struct ChildSetup {
     cwd: i32,
-    /// The report pipe's write end, to keep across `exec`.
-    report: Option<i32>,
+    /// The report pipe's write end and the control channel, to keep across `exec`.
+    keep: [Option<i32>; 2],
     cgroup: Option<Joiner>,
+    /// Make the terminal on the standard streams the controlling one (no shim).
+    terminal: bool,
 }
 
 /// Why a command was stopped before it ended by itself.
@@ -294,6 +402,18 @@ impl CpuWatch<'_> {
 pub(crate) struct Ended {
     pub status: Option<ExitStatus>,
     pub stop: Option<Stop>,
+    /// It did not end: it still ran at its yield time, and goes on in the background.
+    pub yielded: bool,
+}
+
+/// What ends (or lets go of) a supervised command besides its own exit.
+#[derive(Clone, Copy)]
+pub(crate) struct Bounds<'a> {
+    pub deadline: Option<Instant>,
+    pub cancel: &'a CancelFlag,
+    pub cpu: Option<CpuWatch<'a>>,
+    /// Stop supervising a command still running then (it goes on in the background).
+    pub yield_at: Option<Instant>,
 }
 
 /// The signals of the kill path, copied out of [`Running`] so they can be sent while
@@ -335,14 +455,20 @@ impl Killer {
 
 /// Run `r` to its end: pump its output into `rec` (and the stream), stop it at the
 /// deadline or on cancel (SIGTERM, SIGKILL after the grace), and drain what it wrote.
+/// At `yield_at`, a command still running is let go instead (`Ended::yielded`), with
+/// everything it wrote so far recorded and streamed.
 pub(crate) async fn supervise(
     r: &mut Running,
     rec: &mut (dyn Record + Send),
-    stream: Option<&mut Coalescer>,
-    deadline: Option<Instant>,
-    cancel: &CancelFlag,
-    cpu: Option<CpuWatch<'_>>,
+    mut stream: Option<&mut Coalescer>,
+    b: Bounds<'_>,
 ) -> Ended {
+    let Bounds {
+        deadline,
+        cancel,
+        cpu,
+        yield_at,
+    } = b;
     let k = Killer {
         group: Pid::from_raw(r.pid as i32),
         shim: r.shim,
@@ -352,8 +478,9 @@ pub(crate) async fn supervise(
     let mut force_at: Option<Instant> = None;
     let mut drain_until: Option<Instant> = None;
     let mut cpu_tick = tokio::time::interval(CPU_EVERY);
+    let mut yielded = false;
     {
-        let pump = pump(&mut r.pipes, rec, stream);
+        let pump = pump(&mut r.pipes, rec, stream.as_deref_mut());
         tokio::pin!(pump);
         let mut pumped = false;
         while !(pumped && status.is_some()) {
@@ -386,8 +513,22 @@ pub(crate) async fn supervise(
                     force_at = None;
                 }
                 _ = sleep_until_opt(drain_until) => break,
+                _ = sleep_until_opt(yield_at), if stop.is_none() && status.is_none() => {
+                    yielded = true;
+                    break;
+                }
             }
         }
+    }
+    if yielded {
+        if let Some(c) = stream {
+            c.flush(true).await;
+        }
+        return Ended {
+            status: None,
+            stop: None,
+            yielded,
+        };
     }
     // Streaming gave up (slow client) or the pipes are still open: drain the rest into
     // the capture only, briefly (a process that escaped may hold the pipes forever).
@@ -397,6 +538,7 @@ pub(crate) async fn supervise(
     Ended {
         status: status.flatten(),
         stop,
+        yielded,
     }
 }
 

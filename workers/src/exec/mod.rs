@@ -1,20 +1,27 @@
 //! The `exec` group's tools. OWNER: exec helper.
 //!
 //! - [`run_command`]: `bash --noprofile --norc -c` under the `toolvisor reap` shim, bounded output capture,
-//!   streaming, deadline and cancel;
-//! - [`jobs`]: background processes (`background: true`, `list_processes`,
-//!   `read_output`, `kill_process`);
+//!   streaming, deadline and cancel, `stdin`, `tty`, `yield_ms`;
+//! - [`jobs`]: background processes (`background: true` and `ready`, `list_processes`,
+//!   `read_output`, `write_input`, `kill_process`);
 //! - [`output`]: head/tail capture, artifact files, stream coalescing, the pipe pump;
 //! - [`launch`]: starting a command and the kill path (SIGTERM, SIGKILL after 2 s);
+//! - [`input`], [`control`], [`ansi`], [`ports`]: a command's input (pipe or terminal),
+//!   its control channel (signals, its terminal), a terminal's output as text, and the
+//!   ports a job listens on;
 //! - [`env`]: the scrubbed environment;
 //! - [`cgroup`], [`limits`]: `[workers.exec.limits]` per command.
 
+mod ansi;
 pub mod cgroup;
+mod control;
 mod env;
+mod input;
 mod jobs;
 mod launch;
 mod limits;
 mod output;
+mod ports;
 mod run_command;
 
 use std::os::fd::OwnedFd;
@@ -138,8 +145,9 @@ pub async fn run(state: &ExecState, tool: &str, args: &Value, ctx: &ToolContext)
     outcome(match tool {
         tools::run_command::NAME => run_command::run(state, args, ctx).await,
         tools::list_processes::NAME => Ok(state.jobs.list()),
-        tools::read_output::NAME => state.jobs.read_output(args),
-        tools::kill_process::NAME => state.jobs.kill(args).await,
+        tools::read_output::NAME => state.jobs.read_output(args, ctx).await,
+        tools::write_input::NAME => state.jobs.write_input(args, ctx).await,
+        tools::kill_process::NAME => state.jobs.kill(args, ctx).await,
         _ => Err(ToolError::new(
             ErrorType::ToolNotFound,
             format!("the exec group has no tool {tool}"),

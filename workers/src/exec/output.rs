@@ -303,6 +303,15 @@ pub(crate) struct Capture {
     artifact: Option<ArtifactFile>,
     /// Opens the artifact when the output first overflows.
     open_artifact: Option<Box<dyn FnOnce() -> Option<ArtifactFile> + Send>>,
+    /// The output is a terminal's: its text loses the escape sequences.
+    tty: bool,
+}
+
+/// Where a yielded command's log starts: the artifact that already holds all of its
+/// output, or the output itself (it fit in memory).
+pub(crate) enum LogStart {
+    File(ArtifactFile),
+    Bytes(Vec<u8>),
 }
 
 impl Capture {
@@ -321,7 +330,19 @@ impl Capture {
             overflowed: false,
             artifact: None,
             open_artifact: Some(open_artifact),
+            tty: false,
         }
+    }
+
+    /// The capture of a terminal's output.
+    pub(crate) fn terminal(mut self, tty: bool) -> Self {
+        self.tty = tty;
+        self
+    }
+
+    /// Bytes of output so far.
+    pub(crate) fn total(&self) -> u64 {
+        self.total
     }
 
     fn overflow(&mut self) {
@@ -347,15 +368,37 @@ impl Capture {
     /// The result text and, when cut, what was left out (with the artifact's name as
     /// `read_file` reads it, see [`full_output_name`]).
     pub(crate) fn finish(mut self, workspace: &Path) -> (String, Option<Truncated>) {
+        self.render(workspace)
+    }
+
+    /// [`Capture::finish`] for a command that goes on in the background: the text so
+    /// far, and where its log starts.
+    pub(crate) fn yield_now(mut self, workspace: &Path) -> (String, Option<Truncated>, LogStart) {
+        let (text, truncated) = self.render(workspace);
+        let log = match self.artifact.take() {
+            Some(a) if self.overflowed => LogStart::File(a),
+            _ => LogStart::Bytes(std::mem::take(&mut self.full)),
+        };
+        (text, truncated, log)
+    }
+
+    fn render(&mut self, workspace: &Path) -> (String, Option<Truncated>) {
         if let Some(a) = &mut self.artifact {
             a.seal();
         }
         let lines = self.newlines + u64::from(self.last.is_some_and(|b| b != b'\n'));
-        let cut = if self.overflowed {
-            let tail: Vec<u8> = self.tail.drain(..).collect();
-            truncate::shell(&self.head, &tail, self.total, lines, &self.limits)
+        let lossy = |b: &[u8]| String::from_utf8_lossy(b).into_owned();
+        let render: &dyn Fn(&[u8]) -> String = if self.tty {
+            &super::ansi::strip
         } else {
-            truncate::shell(&self.full, &[], self.total, lines, &self.limits)
+            &lossy
+        };
+        let totals = (self.total, lines);
+        let cut = if self.overflowed {
+            let tail: Vec<u8> = self.tail.iter().copied().collect();
+            truncate::shell_with(&self.head, &tail, totals, &self.limits, render)
+        } else {
+            truncate::shell_with(&self.full, &[], totals, &self.limits, render)
         };
         let truncated = cut.truncated.map(|mut t| {
             t.full_output = self
@@ -412,6 +455,8 @@ pub(crate) struct Coalescer {
     stream: Stream,
     pending: Vec<u8>,
     since: Option<Instant>,
+    /// A terminal's output is streamed as its text, like `content`.
+    stripper: Option<super::ansi::Stripper>,
 }
 
 impl Coalescer {
@@ -421,7 +466,14 @@ impl Coalescer {
             stream: Stream::Stdout,
             pending: Vec::new(),
             since: None,
+            stripper: None,
         }
+    }
+
+    /// Stream a terminal's output as text (escape sequences dropped, `\r\n` as `\n`).
+    pub(crate) fn terminal(mut self, tty: bool) -> Self {
+        self.stripper = tty.then(super::ansi::Stripper::default);
+        self
     }
 
     /// When pending data must go out.
@@ -431,6 +483,17 @@ impl Coalescer {
 
     /// Add a chunk; sends (awaiting backpressure) whatever fills whole frames.
     pub(crate) async fn push(&mut self, stream: Stream, data: &[u8]) {
+        let text;
+        let data = match (&mut self.stripper, stream) {
+            (Some(s), Stream::Stdout) => {
+                text = s.push(data);
+                text.as_bytes()
+            }
+            _ => data,
+        };
+        if data.is_empty() {
+            return;
+        }
         if stream != self.stream && !self.pending.is_empty() {
             self.flush(true).await;
         }
@@ -530,6 +593,19 @@ impl Pipes {
 
     pub(crate) fn done(&self) -> bool {
         self.out.is_none() && self.err.is_none()
+    }
+
+    /// Read the command's terminal (its master side) as its output; what the shim
+    /// itself writes stays readable as the second stream.
+    pub(crate) fn add_terminal(
+        &mut self,
+        master: std::os::fd::OwnedFd,
+    ) -> Result<(), crate::ToolError> {
+        let rx = tokio::net::unix::pipe::Receiver::from_owned_fd_unchecked(master)
+            .map_err(|e| crate::ToolError::internal(format!("cannot read the terminal: {e}")))?;
+        self.err = self.out.take();
+        self.out = Some(Box::new(rx));
+        Ok(())
     }
 }
 

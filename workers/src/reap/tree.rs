@@ -101,11 +101,20 @@ fn has_no_children(me: Pid) -> bool {
 
 /// Every process whose parent chain leads to `root` (zombies included), from /proc.
 pub fn descendants(root: i32) -> Vec<i32> {
+    descendants_in(root, &process_parents())
+}
+
+/// [`descendants`] of each of `roots`, from one read of /proc.
+pub fn descendants_of_each(roots: &[i32]) -> Vec<Vec<i32>> {
     let parents = process_parents();
+    roots.iter().map(|&r| descendants_in(r, &parents)).collect()
+}
+
+fn descendants_in(root: i32, parents: &HashMap<i32, i32>) -> Vec<i32> {
     let mut memo: HashMap<i32, bool> = HashMap::new();
     let mut out = Vec::new();
     for &pid in parents.keys() {
-        if pid != root && leads_to(pid, root, &parents, &mut memo) {
+        if pid != root && leads_to(pid, root, parents, &mut memo) {
             out.push(pid);
         }
     }

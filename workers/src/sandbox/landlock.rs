@@ -61,12 +61,15 @@ pub fn confine(init: &WorkerInit, cgroups: &[PathBuf]) -> Option<u32> {
     restrict_writes(&paths)
 }
 
-/// Where commands may write: the roots, the temp dir, `/dev/null` and the configured
-/// extra paths (a leading `~/` expanded with HOME; missing paths are skipped later).
+/// Where commands may write: the roots, the temp dir, `/dev/null`, `/dev/tty` (whoever
+/// opens it gets their own controlling terminal, if any: a command in a terminal may
+/// talk to it) and the configured extra paths (a leading `~/` expanded with HOME;
+/// missing paths are skipped later).
 pub fn command_writable(init: &WorkerInit) -> Vec<PathBuf> {
     let mut p = roots(init);
     p.push(std::env::temp_dir());
     p.push(PathBuf::from("/dev/null"));
+    p.push(PathBuf::from("/dev/tty"));
     let home = std::env::var_os("HOME").map(PathBuf::from);
     p.extend(
         init.exec

@@ -160,6 +160,8 @@ pub(crate) mod testutil {
             output: None,
             deadline: None,
             network: false,
+            session: "s1".into(),
+            takeover: false,
         };
         Ws { _dir: dir, ctx }
     }

@@ -1,5 +1,6 @@
-//! Background processes: `run_command` with `background: true`, `list_processes`,
-//! `read_output`, `kill_process`.
+//! Background processes: `run_command` with `background: true` (or a foreground
+//! command that yielded), `list_processes`, `read_output` ([`read`]), `write_input`
+//! ([`write`]), `kill_process`, and `ready` ([`ready`]).
 //!
 //! A job's output goes to its own file under `<state_dir>/artifacts/` (capped like any
 //! artifact), never to memory; `read_output` pages through that file. Handles are
@@ -9,13 +10,21 @@
 //! the process is unknown instead of showing another job's output). A
 //! finished job stays listed until its output was read to the end (it is then dropped
 //! when the next job starts), and at most [`MAX_FINISHED`] finished jobs are kept.
+//!
+//! A job belongs to the session that started it: only that session may write to it or
+//! signal it, unless the call carries a person's grant (`ToolContext::takeover`).
+//! Reading is open to every session (the output is an artifact anyway).
 
-use std::os::unix::fs::FileExt;
-use std::path::{Path, PathBuf};
+mod read;
+mod ready;
+mod write;
+
+use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, SystemTime};
 
+use nix::sys::signal::Signal;
 use serde_json::{Map, Value, json};
 use tokio::sync::watch;
 use toolvisor_protocol::ErrorType;
@@ -23,10 +32,15 @@ use toolvisor_protocol::worker::{ExecLimits, Outcome, WorkerInit};
 
 use super::ExecState;
 use super::cgroup::CommandCgroup;
-use super::launch::{Running, Spec, supervise};
-use super::output::{ArtifactFile, Record, complete_prefix};
+use super::control::{Control, SignalError};
+use super::input::{Prepared, SharedInput};
+use super::launch::{Bounds, Running, supervise};
+use super::output::{ArtifactFile, LogStart, Record};
 use super::run_command::{RunArgs, exit_parts};
 use crate::{CancelFlag, ToolContext, ToolError};
+
+pub(crate) use ready::ReadySpec;
+pub(crate) use write::check_size as check_input_size;
 
 /// Finished jobs kept at most (oldest dropped first).
 const MAX_FINISHED: usize = 100;
@@ -36,6 +50,8 @@ const DEFAULT_MAX_JOBS: usize = 64;
 const HANDLES_PER_PROCESS: u64 = 1_000_000;
 /// How long `kill_process` and shutdown wait for a job to be gone.
 const KILL_WAIT: Duration = Duration::from_secs(12);
+/// How long a new job's runner may take to hand over its terminal.
+const TERMINAL_WAIT: Duration = Duration::from_secs(20);
 
 /// The job table of one exec worker.
 #[derive(Debug)]
@@ -59,6 +75,10 @@ struct Job {
     command: String,
     pid: u32,
     started: SystemTime,
+    /// The session that started it (see the module doc).
+    owner: String,
+    /// It runs in a terminal.
+    tty: bool,
     /// The job's log file, known from the start: `read_output` pages through it while
     /// the job runs as well as after it ended.
     log_path: PathBuf,
@@ -69,6 +89,12 @@ struct Job {
     kill: CancelFlag,
     /// true once the process ended and its output is all in the log.
     done: watch::Sender<bool>,
+    /// Bumped when output is logged and when the job ends: long polls wait on it.
+    progress: watch::Sender<u64>,
+    /// None once it ended before it could be reached (no shim channel).
+    control: Option<Control>,
+    /// Its standard input (a pipe, or its terminal), while it may still be written.
+    input: SharedInput,
     state: Mutex<JobState>,
 }
 
@@ -83,6 +109,10 @@ struct JobState {
     /// Where the next `read_output` without `since` starts.
     cursor: u64,
     read_to_end: bool,
+    /// Whether `write_input` may still write (mirrors `Job::input` for listings).
+    stdin_open: bool,
+    /// The outcome of its `ready` condition (None: it had none).
+    ready: Option<bool>,
     /// The log's registration once the job ended (while it runs the pump holds it), so
     /// the artifacts pruning spares it as long as the job is in the table.
     log: Option<ArtifactFile>,
@@ -106,15 +136,19 @@ impl Job {
     }
 
     fn meta(&self) -> Map<String, Value> {
+        let running = !self.finished();
         let st = self.lock();
         let mut m = Map::new();
         m.insert("process".into(), json!(self.handle));
         m.insert("pid".into(), json!(self.pid));
-        m.insert("running".into(), json!(!self.finished()));
+        m.insert("running".into(), json!(running));
         m.insert("exit_code".into(), json!(st.exit.0));
         if let Some(s) = st.exit.1 {
             m.insert("signal".into(), json!(s));
         }
+        m.insert("tty".into(), json!(self.tty));
+        m.insert("stdin_open".into(), json!(running && st.stdin_open));
+        m.insert("ready".into(), json!(st.ready));
         let (rss, cpu) = st.resources;
         m.insert(
             "resources".into(),
@@ -127,6 +161,19 @@ impl Job {
             );
         }
         m
+    }
+
+    /// Whether `ctx`'s session may write to or signal this job (see the module doc).
+    fn check_owner(&self, ctx: &ToolContext, what: &str) -> Result<(), ToolError> {
+        if ctx.takeover || ctx.session == self.owner {
+            return Ok(());
+        }
+        Err(ToolError::invalid(format!(
+            "{} was started by another session: only that session may {what} it \
+             (a person can take it over: `toolvisor attach {}`, or a grant token for \
+             this tool)",
+            self.handle, self.handle
+        )))
     }
 
     /// Remove the log file (the job leaves the table; only finished jobs do).
@@ -152,7 +199,29 @@ impl Record for JobLog {
         self.job
             .bytes
             .fetch_add(data.len() as u64, Ordering::Release);
+        self.job.progress.send_modify(|n| *n += 1);
     }
+}
+
+/// A process about to become a job, and what it brings.
+pub(crate) struct NewJob {
+    pub command: String,
+    pub proc: Running,
+    pub input: SharedInput,
+    /// Whether `input` may be written (see [`super::input::prepare`]).
+    pub stdin_open: bool,
+    /// Until when it may run (None: until it ends or is killed).
+    pub deadline: Option<tokio::time::Instant>,
+    pub cgroup: Option<CommandCgroup>,
+    pub limits: ExecLimits,
+}
+
+/// A foreground command that yielded: its process, and the output it had written.
+pub(crate) struct Yielded {
+    pub job: NewJob,
+    pub log: LogStart,
+    /// Bytes it wrote (its log may hold fewer: capped).
+    pub bytes: u64,
 }
 
 impl Jobs {
@@ -195,15 +264,8 @@ impl Jobs {
             })
     }
 
-    /// Start a background job and return at once with its handle.
-    pub(crate) fn start(
-        &self,
-        state: &ExecState,
-        a: &RunArgs<'_>,
-        ctx: &ToolContext,
-    ) -> Result<Outcome, ToolError> {
-        let (cwd, cwd_path) = super::open_cwd(ctx, a.cwd)?;
-        let env = super::env::build(std::env::vars(), &ctx.init.exec, a.env)?;
+    /// A new handle, when there is room for one more running job.
+    fn reserve(&self) -> Result<String, ToolError> {
         let mut t = self.lock();
         prune(&mut t);
         let running = t.jobs.iter().filter(|j| !j.finished()).count();
@@ -218,65 +280,146 @@ impl Jobs {
             ));
         }
         t.next += 1;
-        let handle = format!("w{}-{}", self.index, t.next);
+        Ok(format!("w{}-{}", self.index, t.next))
+    }
+
+    /// Put a started process in the table and run it to its end in the background.
+    /// `read` bytes of its log count as read already (a yielded command's output).
+    fn admit(
+        &self,
+        handle: String,
+        mut new: NewJob,
+        log: ArtifactFile,
+        (bytes, owner): (u64, &str),
+    ) -> Arc<Job> {
+        let tty = new.proc.tty;
+        let stdin_open = new.stdin_open;
+        let job = Arc::new(Job {
+            handle,
+            command: new.command,
+            pid: new.proc.pid,
+            started: SystemTime::now(),
+            owner: owner.to_owned(),
+            tty,
+            log_path: log.path.clone(),
+            bytes: AtomicU64::new(bytes),
+            logged: AtomicU64::new(log.written),
+            kill: CancelFlag::new(),
+            done: watch::channel(false).0,
+            progress: watch::channel(0).0,
+            control: new.proc.take_control(),
+            input: new.input,
+            state: Mutex::new(JobState {
+                cursor: log.written,
+                stdin_open,
+                ..JobState::default()
+            }),
+        });
+        self.lock().jobs.push(Arc::clone(&job));
+        tokio::spawn(run_job(
+            Arc::clone(&job),
+            new.proc,
+            log,
+            new.deadline,
+            (new.cgroup, new.limits),
+        ));
+        job
+    }
+
+    /// Start a background job; return at once with its handle, or once it is `ready`.
+    pub(crate) async fn start(
+        &self,
+        state: &ExecState,
+        a: &RunArgs<'_>,
+        ctx: &ToolContext,
+    ) -> Result<Outcome, ToolError> {
+        let handle = self.reserve()?;
         let file = state
             .artifacts
             .create(&format!("job-{handle}"))
             .map_err(|e| ToolError::internal(format!("cannot create the output file: {e}")))?;
-        let cgroup = state
-            .cgroups
-            .create()
-            .map_err(|e| ToolError::internal(format!("cannot make the command's cgroup: {e}")))?;
-        let spec = Spec {
-            command: a.command,
-            env: &env,
-            cwd: &cwd,
-            cwd_path: &cwd_path,
-            instance: &ctx.init.exec.instance,
-            merged: true,
-            network: ctx.network,
-            cgroup: cgroup.as_ref(),
-        };
-        let proc = state.launcher.spawn(&spec)?;
-        let job = Arc::new(Job {
-            handle: handle.clone(),
+        let (mut proc, cgroup) = super::run_command::launch(state, a, ctx, true, true)?;
+        let setup = tokio::time::Instant::now() + TERMINAL_WAIT;
+        let terminal = proc.attach_terminal(setup).await?;
+        let input = terminal.or_else(|| proc.stdin.take());
+        let Prepared { input, open, .. } =
+            super::input::prepare(input, a.stdin, &CancelFlag::new());
+        let new = NewJob {
             command: a.command.to_owned(),
-            pid: proc.pid,
-            started: SystemTime::now(),
-            log_path: file.path.clone(),
-            bytes: AtomicU64::new(0),
-            logged: AtomicU64::new(0),
-            kill: CancelFlag::new(),
-            done: watch::channel(false).0,
-            state: Mutex::new(JobState::default()),
-        });
-        t.jobs.push(Arc::clone(&job));
-        drop(t);
-        let deadline = a.timeout.map(|d| tokio::time::Instant::now() + d);
-        let limits = ctx.init.exec.sandbox.limits.clone();
-        tokio::spawn(run_job(
-            Arc::clone(&job),
             proc,
-            file,
-            deadline,
-            (cgroup, limits),
-        ));
+            input,
+            stdin_open: open,
+            deadline: a.timeout.map(|d| tokio::time::Instant::now() + d),
+            cgroup,
+            limits: ctx.init.exec.sandbox.limits.clone(),
+        };
+        let job = self.admit(handle, new, file, (0, &ctx.session));
+        if let Some(r) = &a.ready {
+            return Ok(self.wait_ready(&job, r, ctx).await);
+        }
         let mut out = Outcome::ok(format!(
-            "Started background process {handle} (pid {})",
-            job.pid
+            "Started background process {} (pid {})",
+            job.handle, job.pid
         ));
         out.meta = job.meta();
         Ok(out)
     }
 
+    /// A handle for a foreground command about to yield, when there is room for it.
+    pub(crate) fn reserve_for_yield(&self) -> Result<String, ToolError> {
+        self.reserve()
+    }
+
+    /// Make a yielded foreground command the job `handle` of `owner`; its meta.
+    pub(crate) fn adopt(
+        &self,
+        state: &ExecState,
+        handle: String,
+        y: Yielded,
+        owner: &str,
+    ) -> Result<Map<String, Value>, String> {
+        let log = match y.log {
+            LogStart::File(f) => f,
+            LogStart::Bytes(bytes) => {
+                let mut f = state
+                    .artifacts
+                    .create(&format!("job-{handle}"))
+                    .map_err(|e| format!("cannot create the output file of {handle}: {e}"))?;
+                f.write(&bytes);
+                f
+            }
+        };
+        let job = self.admit(handle, y.job, log, (y.bytes, owner));
+        let mut meta = job.meta();
+        meta.insert("next".into(), json!(job.lock().cursor));
+        Ok(meta)
+    }
+
     /// `list_processes`: a table for the model, `meta.processes` for programs.
     pub(crate) fn list(&self) -> Outcome {
         let jobs = self.lock().jobs.clone();
+        let live: Vec<u32> = jobs
+            .iter()
+            .filter(|j| !j.finished())
+            .map(|j| j.pid)
+            .collect();
+        let mut ports = live
+            .iter()
+            .copied()
+            .zip(super::ports::listening_each(&live));
         let mut rows = Vec::new();
         let mut text = String::new();
         for j in &jobs {
             let m = j.meta();
             let running = !j.finished();
+            let listening = if running {
+                ports
+                    .find(|(pid, _)| *pid == j.pid)
+                    .map(|p| p.1)
+                    .unwrap_or_default()
+            } else {
+                Vec::new()
+            };
             let bytes = j.bytes.load(Ordering::Acquire);
             let started = rfc3339(j.started);
             let exit = match (m.get("exit_code").and_then(Value::as_i64), m.get("signal")) {
@@ -302,6 +445,7 @@ impl Jobs {
                 json!(if running { "running" } else { "exited" }),
             );
             row.insert("output_bytes".into(), json!(bytes));
+            row.insert("listening".into(), json!(listening));
             rows.push(Value::Object(row));
         }
         let content = if jobs.is_empty() {
@@ -317,42 +461,19 @@ impl Jobs {
         out
     }
 
-    /// `read_output`: a contiguous page of at most `shell_max` bytes from `since`
-    /// (default: where the last read stopped), cut on a character boundary; `meta.next`
-    /// is exactly where it ended. Works while the job runs: the log is read from disk
-    /// as far as it has been written.
-    pub(crate) fn read_output(&self, args: &Value) -> Result<Outcome, ToolError> {
+    /// `kill_process`: stop the job and everything it started, and wait until it is
+    /// gone; with `signal`, send only that signal to its process group.
+    pub(crate) async fn kill(&self, args: &Value, ctx: &ToolContext) -> Result<Outcome, ToolError> {
         let job = self.find(args)?;
-        // The state first, then the file: a job seen finished has its log complete, and
-        // the page reports the state it was read under (`running`, `exit_code`).
-        let meta = job.meta();
-        let finished = job_finished(&meta);
-        let mut st = job.lock();
-        let since = args
-            .get("since")
-            .and_then(Value::as_u64)
-            .unwrap_or(st.cursor);
-        let logged = job.logged.load(Ordering::Acquire);
-        let page = read_page(&job.log_path, since, self.page, finished, logged)?;
-        st.cursor = page.next;
-        if finished && page.next >= page.len {
-            st.read_to_end = true;
-        }
-        drop(st);
-        let mut out = Outcome::ok(String::from_utf8_lossy(&page.bytes).into_owned());
-        out.meta = meta;
-        out.meta.insert("next".into(), json!(page.next));
-        out.meta.insert(
-            "output_bytes".into(),
-            json!(job.bytes.load(Ordering::Acquire)),
-        );
-        Ok(out)
-    }
-
-    /// `kill_process`: stop the job and everything it started, and wait until it is gone.
-    pub(crate) async fn kill(&self, args: &Value) -> Result<Outcome, ToolError> {
-        let job = self.find(args)?;
+        job.check_owner(ctx, "signal")?;
+        let signal = match args.get("signal") {
+            None | Some(Value::Null) => None,
+            Some(v) => Some(parse_signal(v)?),
+        };
         let was_running = !job.finished();
+        if let (Some(sig), true) = (signal, was_running) {
+            return send_signal(&job, sig).await;
+        }
         if was_running {
             job.kill.cancel();
             if !job.wait_done().await {
@@ -412,6 +533,53 @@ impl Jobs {
     }
 }
 
+/// `signal` by name (`INT`, `TERM`, …: the schema's enum).
+fn parse_signal(v: &Value) -> Result<Signal, ToolError> {
+    let name = v.as_str().unwrap_or_default();
+    let sig = match name {
+        "INT" => Signal::SIGINT,
+        "TERM" => Signal::SIGTERM,
+        "KILL" => Signal::SIGKILL,
+        "HUP" => Signal::SIGHUP,
+        "QUIT" => Signal::SIGQUIT,
+        "USR1" => Signal::SIGUSR1,
+        "USR2" => Signal::SIGUSR2,
+        _ => {
+            return Err(ToolError::invalid(format!(
+                "signal {v} is not one of {}",
+                toolvisor_protocol::tools::SIGNALS.join(", ")
+            )));
+        }
+    };
+    Ok(sig)
+}
+
+/// Deliver `sig` to a running job's process group.
+async fn send_signal(job: &Job, sig: Signal) -> Result<Outcome, ToolError> {
+    let sent = match &job.control {
+        Some(c) => c.signal(sig).await,
+        None => Err(SignalError::Gone),
+    };
+    match sent {
+        Ok(()) => {
+            let mut out = Outcome::ok(format!(
+                "Sent {} to {} (pid {})",
+                sig.as_str(),
+                job.handle,
+                job.pid
+            ));
+            out.meta = job.meta();
+            out.meta.insert("signal_sent".into(), json!(sig.as_str()));
+            Ok(out)
+        }
+        Err(SignalError::Gone) => Err(ToolError::invalid(format!(
+            "{} has ended: there is no process to signal",
+            job.handle
+        ))),
+        Err(e) => Err(ToolError::internal(format!("{}: {e}", job.handle))),
+    }
+}
+
 /// The job's life: pump its output into the log until it ends (or is killed), then
 /// record how it ended and wake the waiters.
 async fn run_job(
@@ -426,15 +594,25 @@ async fn run_job(
         job: Arc::clone(&job),
     };
     let cpu = super::run_command::cpu_watch(cgroup.as_ref(), limits.cpu_s);
-    let ended = supervise(&mut proc, &mut log, None, deadline, &job.kill, cpu).await;
+    let bounds = Bounds {
+        deadline,
+        cancel: &job.kill,
+        cpu,
+        yield_at: None,
+    };
+    let ended = supervise(&mut proc, &mut log, None, bounds).await;
     let report = proc.report();
     let limit = super::limits::stopped_by(&ended, cgroup.as_ref(), &limits);
     // The group goes (killed and removed) with the job's last process.
     drop(cgroup);
     log.file.seal();
+    if let Ok(mut input) = job.input.try_lock() {
+        *input = None;
+    }
     {
         let mut st = job.lock();
         st.exit = exit_parts(ended.status);
+        st.stdin_open = false;
         if let Some(r) = &report {
             st.resources = (r.peak_rss_bytes, r.cpu_ms);
         }
@@ -449,66 +627,7 @@ async fn run_job(
         st.log = Some(log.file);
     }
     job.done.send_replace(true);
-}
-
-/// Whether a [`Job::meta`] snapshot says the job had ended.
-fn job_finished(meta: &Map<String, Value>) -> bool {
-    meta.get("running").and_then(Value::as_bool) == Some(false)
-}
-
-/// One `read_output` page of a job's log.
-#[derive(Debug)]
-struct Page {
-    bytes: Vec<u8>,
-    /// Offset right after `bytes`.
-    next: u64,
-    /// The log's length when it was read.
-    len: u64,
-}
-
-/// Read at most `max` bytes of the log at `path` from `since` (clamped to its length,
-/// and to `logged`, what was written of it: the file may hold reserved room beyond).
-/// Unless the job has `finished`, an incomplete UTF-8 character at the end of the page
-/// is left for the next read: the rest of it may still be on its way.
-fn read_page(
-    path: &Path,
-    since: u64,
-    max: usize,
-    finished: bool,
-    logged: u64,
-) -> Result<Page, ToolError> {
-    let failed = |e: std::io::Error| ToolError::internal(format!("cannot read the output: {e}"));
-    let file = std::fs::File::open(path).map_err(failed)?;
-    let len = file.metadata().map_err(failed)?.len().min(logged);
-    let since = since.min(len);
-    let want = usize::try_from(len - since).map_or(max, |n| n.min(max));
-    let mut bytes = vec![0u8; want];
-    let mut n = 0;
-    while n < want {
-        match file.read_at(&mut bytes[n..], since + n as u64) {
-            Ok(0) => break,
-            Ok(k) => n += k,
-            Err(e) => return Err(failed(e)),
-        }
-    }
-    bytes.truncate(n);
-    let at_end = since + n as u64 >= len;
-    bytes.truncate(page_cut(&bytes, at_end, finished));
-    let next = since + bytes.len() as u64;
-    Ok(Page { bytes, next, len })
-}
-
-/// Where a page of `bytes` ends: before a trailing incomplete character, unless the
-/// log is complete and read to its end (then that character is all there is). A page
-/// is never cut to nothing while more follows, so paging always advances.
-fn page_cut(bytes: &[u8], at_end: bool, finished: bool) -> usize {
-    if finished && at_end {
-        return bytes.len();
-    }
-    match complete_prefix(bytes) {
-        0 if !at_end => bytes.len(),
-        c => c,
-    }
+    job.progress.send_modify(|n| *n += 1);
 }
 
 /// Drop finished jobs read to their end, then the oldest finished beyond the cap.
@@ -595,38 +714,13 @@ mod tests {
     }
 
     #[test]
-    fn pages_hold_back_a_trailing_partial_char_until_the_job_ends() {
-        let euro = "€".as_bytes();
-        let b = [b'a', euro[0], euro[1]];
-        assert_eq!(page_cut(&b, true, false), 1, "running: wait for the rest");
-        assert_eq!(page_cut(&b, false, true), 1, "finished, more follows");
-        assert_eq!(
-            page_cut(&b, true, true),
-            3,
-            "finished and at the end: all of it"
-        );
-        assert_eq!(page_cut(&b[1..], true, false), 0, "nothing whole yet");
-        assert_eq!(page_cut(&b[1..], false, false), 2, "never stuck mid-log");
-    }
-
-    #[test]
-    fn read_page_reads_a_growing_log() {
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("log");
-        std::fs::write(&path, "one\n").unwrap();
-        let p = read_page(&path, 0, 100, false, u64::MAX).unwrap();
-        assert_eq!((p.bytes.as_slice(), p.next, p.len), (&b"one\n"[..], 4, 4));
-        std::fs::write(&path, "one\ntwo\n").unwrap();
-        let p = read_page(&path, p.next, 2, false, u64::MAX).unwrap();
-        assert_eq!((p.bytes.as_slice(), p.next), (&b"tw"[..], 6));
-        let p = read_page(&path, 99, 2, false, u64::MAX).unwrap();
-        let p2 = read_page(&path, 0, 100, false, 3).unwrap();
-        assert_eq!(p2.bytes, b"one", "never past what was logged");
-        assert_eq!(
-            (p.bytes.len(), p.next),
-            (0, 8),
-            "since past the end is clamped"
-        );
+    fn signals_by_name() {
+        assert_eq!(parse_signal(&json!("INT")).unwrap(), Signal::SIGINT);
+        assert_eq!(parse_signal(&json!("USR2")).unwrap(), Signal::SIGUSR2);
+        for bad in [json!("SIGINT"), json!("int"), json!(9), json!("STOP")] {
+            let e = parse_signal(&bad).unwrap_err();
+            assert_eq!(e.kind, ErrorType::InvalidParams, "{bad}");
+        }
     }
 
     #[test]
