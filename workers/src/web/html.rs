@@ -13,7 +13,7 @@ use super::fetch_error;
 use crate::ToolError;
 
 /// Stack of the thread that parses and renders HTML.
-const HTML_STACK: usize = 512 << 20;
+const HTML_STACK: usize = 64 << 20;
 
 /// Columns the readable text may use before a paragraph wraps: wide enough that
 /// paragraphs stay one line each.
