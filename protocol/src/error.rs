@@ -53,6 +53,18 @@ pub enum ErrorType {
     InternalError,
     /// A command was stopped by one of `[workers.exec.limits]` (the message names it).
     ResourceLimit,
+    /// A skill or subagent action of an envelope: toolvisor runs tools only.
+    UnsupportedAction,
+    /// `web_fetch`: the server answered with a non-2xx status (the message names it).
+    HttpError,
+    /// `web_fetch`: the address is refused, or the fetch failed (network, TLS, size, time).
+    FetchError,
+    /// `web_search`: no search endpoint is configured, or it failed.
+    SearchError,
+    /// `memory`: a missing `key`/`value`, a size bound, or a store that cannot be used.
+    MemoryError,
+    /// `write_todos`: a missing `task`, an unknown id, a size bound, or a broken list.
+    TodoError,
     // Connection level.
     /// Connection level: a frame that is not a well-formed message.
     BadMessage,
@@ -70,6 +82,8 @@ pub enum ErrorType {
     UnknownCall,
     /// Connection level: a `confirm` of an interaction unknown, answered or expired.
     UnknownInteraction,
+    /// An `envelope` whose block cannot be run (the message names the problem).
+    BadEnvelope,
 }
 
 impl ErrorType {
@@ -98,6 +112,12 @@ impl ErrorType {
             ErrorType::Overloaded => "Overloaded",
             ErrorType::InternalError => "InternalError",
             ErrorType::ResourceLimit => "ResourceLimit",
+            ErrorType::UnsupportedAction => "UnsupportedAction",
+            ErrorType::HttpError => "HttpError",
+            ErrorType::FetchError => "FetchError",
+            ErrorType::SearchError => "SearchError",
+            ErrorType::MemoryError => "MemoryError",
+            ErrorType::TodoError => "TodoError",
             ErrorType::BadMessage => "BadMessage",
             ErrorType::UnknownMessage => "UnknownMessage",
             ErrorType::FrameTooLarge => "FrameTooLarge",
@@ -106,6 +126,7 @@ impl ErrorType {
             ErrorType::DuplicateCallId => "DuplicateCallId",
             ErrorType::UnknownCall => "UnknownCall",
             ErrorType::UnknownInteraction => "UnknownInteraction",
+            ErrorType::BadEnvelope => "BadEnvelope",
         }
     }
 

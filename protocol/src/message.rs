@@ -21,6 +21,7 @@ pub const KNOWN_CLIENT_TYPES: &[&str] = &[
     "restart",
     "ping",
     "explain",
+    "envelope",
 ];
 
 /// The `type` values the server sends.
@@ -40,6 +41,7 @@ pub const KNOWN_SERVER_TYPES: &[&str] = &[
     "pong",
     "error",
     "explanation",
+    "envelope_done",
 ];
 
 /// One tool call, alone (`call`) or inside a `batch`.
@@ -225,6 +227,12 @@ pub enum ClientMessage {
         /// The arguments, as a call would give them.
         #[serde(default = "empty_args")]
         args: Value,
+    },
+    /// A model's text with (at most) one fenced `yips-agent` or `yips-tools` block: its
+    /// tool actions run as a batch.
+    Envelope {
+        id: Id,
+        text: String,
     },
 }
 
@@ -521,6 +529,13 @@ pub enum ServerMessage {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         error: Option<ErrorBody>,
     },
+    /// An envelope's end: after its batch's `batch_done` (when it had a block).
+    EnvelopeDone {
+        id: Id,
+        assistant_text: String,
+        /// Every action id of the block, in order (unsupported ones included).
+        ids: Vec<Id>,
+    },
 }
 
 impl ServerMessage {
@@ -651,6 +666,7 @@ mod tests {
                 group: Some("exec".into())
             }),
             arb_id().prop_map(|id| ClientMessage::Ping { id }),
+            (arb_id(), ".{0,40}").prop_map(|(id, text)| ClientMessage::Envelope { id, text }),
         ]
     }
 
@@ -765,6 +781,11 @@ mod tests {
             },
             ServerMessage::Ack { id: id.clone() },
             ServerMessage::Pong { id: id.clone() },
+            ServerMessage::EnvelopeDone {
+                id: id.clone(),
+                assistant_text: "done".into(),
+                ids: vec!["t1".into(), Id::Int(2)],
+            },
             ServerMessage::error(Some(id), crate::ErrorType::DuplicateCallId, "dup"),
             ServerMessage::error(None, crate::ErrorType::BadMessage, "bad"),
         ];

@@ -28,6 +28,12 @@ pub const COMMAND_CGROUP_PREFIX: &str = "toolvisor-";
 /// (docs/SANDBOX.md). The supervisor passes it to workers.
 pub const SANDBOX_TEST_FAIL_VAR: &str = "TOOLVISOR_SANDBOX_TEST_FAIL";
 
+/// Test hook: a comma-separated list of `ip:port` that `web_fetch` treats as public
+/// addresses, so a test's server on 127.0.0.1 can stand for "somewhere allowed" while
+/// every other private address stays refused (docs/PROTOCOL.md §12). The supervisor
+/// passes it to workers.
+pub const WEB_TEST_ALLOW_VAR: &str = "TOOLVISOR_WEB_TEST_ALLOW";
+
 /// The message types a worker decodes; another `type` is refused, not guessed at.
 pub const KNOWN_TO_WORKER: &[&str] = &["init", "run", "cancel", "shutdown"];
 /// The message types the supervisor decodes from a worker.
@@ -194,6 +200,55 @@ pub struct WorkerInit {
     /// restart): background process handles use it so a handle never names two jobs.
     #[serde(default)]
     pub generation: u64,
+    /// `[web]`: what the web tools may reach and how much they fetch.
+    #[serde(default)]
+    pub web: WebSettings,
+    /// `[skills]`: where the `meta` worker looks for skills.
+    #[serde(default)]
+    pub skills: SkillsSettings,
+}
+
+/// `[web]`: the web tools' settings.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct WebSettings {
+    /// Let `web_fetch` reach loopback, private, link-local and other non-public
+    /// addresses (refused by default: an agent must not become a way into the LAN).
+    pub allow_private: bool,
+    /// The most bytes one download may have; past it the fetch fails.
+    pub max_bytes: u64,
+    /// How long one fetch or search may take, redirects included.
+    pub timeout_ms: u64,
+    /// A SearXNG-compatible endpoint for `web_search` (`GET <url>?q=…&format=json`).
+    pub search_url: Option<String>,
+}
+
+impl Default for WebSettings {
+    fn default() -> Self {
+        WebSettings {
+            allow_private: false,
+            max_bytes: 10 << 20,
+            timeout_ms: 30_000,
+            search_url: None,
+        }
+    }
+}
+
+/// `[skills]`: where skills are found.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct SkillsSettings {
+    /// Directories (workspace-relative, or `scope:/…`) whose subdirectories with a
+    /// `SKILL.md` are skills.
+    pub paths: Vec<String>,
+}
+
+impl Default for SkillsSettings {
+    fn default() -> Self {
+        SkillsSettings {
+            paths: vec![".skills".into(), ".claude/skills".into()],
+        }
+    }
 }
 
 /// Supervisor → worker.

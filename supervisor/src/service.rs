@@ -122,15 +122,20 @@ impl Service {
         let mut order = Vec::new();
         let mut announced = Vec::new();
         for group in groups::plan(&config, &registry) {
-            let (announce, rx) = match &group.kind {
-                Kind::External { risk, .. } => {
+            let source = match &group.kind {
+                Kind::External { risk, .. } => Some(Source::External(*risk)),
+                Kind::Builtin if group.announces_builtin() => Some(Source::Builtin),
+                Kind::Builtin => None,
+            };
+            let (announce, rx) = match source {
+                Some(source) => {
                     let (tx, rx) = watch::channel(None);
                     let hook: Announce = Arc::new(move |tools| {
                         let _ = tx.send(Some(tools));
                     });
-                    (Some(hook), Some((group.name.clone(), *risk, rx)))
+                    (Some(hook), Some((group.name.clone(), source, rx)))
                 }
-                Kind::Builtin => (None, None),
+                None => (None, None),
             };
             announced.extend(rx);
             let spec = pool_spec(&group, &paths, &config, &init, &spawner, &events, announce);
@@ -159,11 +164,16 @@ impl Service {
             next_session: AtomicU64::new(1),
             drain: Drain::new(),
         });
-        for (group, floor, rx) in announced {
+        for (group, source, mut rx) in announced {
+            if source == Source::Builtin {
+                // A built-in group's tools are part of what a client sees at once: wait
+                // (bounded) for its worker's first word before serving.
+                first_announcement(&service, &group, &mut rx).await;
+            }
             tokio::spawn(follow_announcements(
                 Arc::downgrade(&service),
                 group,
-                floor,
+                source,
                 rx,
             ));
         }
@@ -304,8 +314,11 @@ impl Service {
 
     /// A group's worker announced its tools: the registry takes them, and
     /// `tools_changed` tells `workers` subscribers when the set changed.
-    fn take_announcement(&self, group: &str, floor: Risk, tools: Vec<AnnouncedTool>) {
-        let change = self.registry.announce(group, floor, tools);
+    fn take_announcement(&self, group: &str, source: Source, tools: Vec<AnnouncedTool>) {
+        let change = match source {
+            Source::External(floor) => self.registry.announce(group, floor, tools),
+            Source::Builtin => self.registry.announce_builtin(group, tools),
+        };
         for w in &change.warnings {
             tracing::warn!(group, "{w}");
         }
@@ -323,7 +336,14 @@ impl Service {
 /// The names rules may use: every registered tool, and any name when an external
 /// group will announce its own.
 pub fn tool_names(config: &Config, registry: &Registry) -> ToolNames {
-    let names = ToolNames::of(registry.entries().map(|e| e.def.as_ref()));
+    // Built-in tools a worker announces may be absent now (no skills yet) and come later.
+    let templates = tools::announced();
+    let names = ToolNames::of(
+        registry
+            .entries()
+            .map(|e| e.def.as_ref())
+            .chain(templates.iter()),
+    );
     if config.workers.external.is_empty() {
         names
     } else {
@@ -376,17 +396,48 @@ fn pool_spec(
     }
 }
 
+/// Whose word an announcement is: an external group's (its tools, at least the
+/// group's risk) or a built-in group's (templates it fills).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Source {
+    External(Risk),
+    Builtin,
+}
+
+/// How long `serve` waits for a built-in group's first announcement.
+const FIRST_ANNOUNCEMENT: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// Take `group`'s first announcement once it comes, or go on without it after
+/// [`FIRST_ANNOUNCEMENT`] (its tools join when its worker is up).
+async fn first_announcement(
+    service: &Service,
+    group: &str,
+    rx: &mut watch::Receiver<Option<Vec<AnnouncedTool>>>,
+) {
+    let first = tokio::time::timeout(FIRST_ANNOUNCEMENT, rx.wait_for(Option::is_some))
+        .await
+        .ok()
+        .and_then(|r| r.ok().map(|tools| tools.clone()));
+    match first {
+        Some(tools) => service.take_announcement(group, Source::Builtin, tools.unwrap_or_default()),
+        None => tracing::warn!(
+            group,
+            "the worker did not say which tools it has within {FIRST_ANNOUNCEMENT:?}; they join once it does"
+        ),
+    }
+}
+
 /// Apply a group's announcements, the newest first, for as long as the service lives.
 async fn follow_announcements(
     service: std::sync::Weak<Service>,
     group: String,
-    floor: Risk,
+    source: Source,
     mut rx: watch::Receiver<Option<Vec<AnnouncedTool>>>,
 ) {
     loop {
         let tools = rx.borrow_and_update().clone();
         if let (Some(tools), Some(s)) = (tools, service.upgrade()) {
-            s.take_announcement(&group, floor, tools);
+            s.take_announcement(&group, source, tools);
         }
         if rx.changed().await.is_err() {
             return;

@@ -5,12 +5,14 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod harness;
+mod httpd;
 
 mod batch;
 mod cli;
 mod crash;
 mod disk_full;
 mod edit;
+mod envelope;
 mod exec;
 mod external;
 mod fairness;
@@ -22,5 +24,8 @@ mod policy_corpus;
 mod protocol;
 mod sandbox;
 mod search;
+mod skills;
+mod state;
 mod supervision;
 mod terminal;
+mod web;

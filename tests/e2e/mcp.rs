@@ -63,7 +63,7 @@ fn an_mcp_host_lists_and_calls_tools() {
     );
     assert_eq!(got[0]["result"]["serverInfo"]["name"], "toolvisor");
     let tools = got[1]["result"]["tools"].as_array().expect("tools");
-    assert_eq!(tools.len(), 15);
+    assert_eq!(tools.len(), 19);
     assert!(
         tools
             .iter()

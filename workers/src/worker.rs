@@ -18,7 +18,7 @@ use tokio::sync::mpsc;
 use toolvisor_protocol::frame;
 use toolvisor_protocol::message::Guards;
 use toolvisor_protocol::worker::{
-    CONTROL_FD, FromWorker, KNOWN_TO_WORKER, Outcome, ToWorker, WorkerInit,
+    AnnouncedTool, CONTROL_FD, FromWorker, KNOWN_TO_WORKER, Outcome, ToWorker, WorkerInit,
 };
 use toolvisor_protocol::writer::write_queued;
 
@@ -58,6 +58,9 @@ pub fn main(group: &str) -> i32 {
         }
     };
     let journals = (group == tools::EDIT).then(|| crate::edit::temps::prepare(&init.state_dir));
+    if group == tools::STATE {
+        crate::state::prepare(&init.state_dir);
+    }
     let cgroups = ExecState::cgroups(&init);
     let landlock = crate::sandbox::confine(&init, &cgroups.bases());
     let resolver = match Resolver::new(&init.roots, &init.protected) {
@@ -158,12 +161,9 @@ async fn serve(
     let (tx, rx) = mpsc::channel::<FromWorker>(OUTBOX);
     let writer = tokio::spawn(write_loop(wr, rx));
     let pid = std::process::id();
+    let tools = announced(&init, &resolver);
     if tx
-        .send(FromWorker::Ready {
-            pid,
-            guards,
-            tools: Vec::new(),
-        })
+        .send(FromWorker::Ready { pid, guards, tools })
         .await
         .is_err()
     {
@@ -249,6 +249,16 @@ async fn serve(
     0
 }
 
+/// The built-in tools this worker names itself in `ready`: the `meta` worker's
+/// `activate_skill` when it finds skills (found again at every start, so a SIGHUP,
+/// which restarts it, rescans them). Other groups' tools are compiled in.
+fn announced(init: &WorkerInit, resolver: &Resolver) -> Vec<AnnouncedTool> {
+    if init.group != tools::META {
+        return Vec::new();
+    }
+    crate::skills::announce(resolver, &init.skills.paths)
+}
+
 /// What this worker reports as active in `ready` (`status.guards`).
 fn guards(init: &WorkerInit, exec: &ExecState, landlock: Option<u32>) -> Guards {
     let is_exec = init.group == tools::EXEC;
@@ -290,19 +300,25 @@ struct Job {
 }
 
 impl Job {
-    /// Start the call: exec tools are async (they wait on processes); the others are
-    /// blocking file work, run on a blocking thread that also sends the `done` itself,
-    /// one thread hand-off less than awaiting it from a task.
+    /// Start the call: exec and web tools are async (they wait on processes and the
+    /// network); the others are blocking file work, run on a blocking thread that also
+    /// sends the `done` itself, one thread hand-off less than awaiting it from a task.
     fn start(self) {
-        if self.ctx.init.group == tools::EXEC {
-            tokio::spawn(self.run_async());
-        } else {
-            tokio::task::spawn_blocking(move || self.run_blocking());
+        match self.ctx.init.group.as_str() {
+            tools::EXEC | tools::WEB => {
+                tokio::spawn(self.run_async());
+            }
+            _ => {
+                tokio::task::spawn_blocking(move || self.run_blocking());
+            }
         }
     }
 
     async fn run_async(self) {
-        let outcome = crate::exec::run(&self.exec, &self.tool, &self.args, &self.ctx).await;
+        let outcome = match self.ctx.init.group.as_str() {
+            tools::WEB => crate::web::run(&self.tool, &self.args, &self.ctx).await,
+            _ => crate::exec::run(&self.exec, &self.tool, &self.args, &self.ctx).await,
+        };
         let tx = self.tx.clone();
         let _ = tx.send(self.done(outcome)).await;
     }
@@ -311,6 +327,8 @@ impl Job {
         let run = std::panic::AssertUnwindSafe(|| match self.ctx.init.group.as_str() {
             tools::SEARCH => crate::search::run(&self.tool, &self.args, &self.ctx),
             tools::EDIT => crate::edit::run(&self.tool, &self.args, &self.ctx),
+            tools::STATE => crate::state::run(&self.tool, &self.args, &self.ctx),
+            tools::META => crate::skills::run(&self.tool, &self.args, &self.ctx),
             other => ToolError::internal(format!("unknown group {other}")).into(),
         });
         // A tool that panics still answers (the panic message went to stderr).

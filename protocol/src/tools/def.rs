@@ -140,6 +140,10 @@ pub struct PolicyTraits {
     pub always_asks: bool,
     /// Changes the files its path parameters name (an edit under `public:/` is high risk).
     pub edits_paths: bool,
+    /// The tool's own risk holds only until a call of it with the same value of this
+    /// argument has succeeded in the session; later such calls are low risk (a skill is
+    /// medium on its first activation, then low).
+    pub familiar_by: Option<&'static str>,
 }
 
 /// One tool, whatever its origin.
@@ -178,6 +182,9 @@ pub struct ToolDef {
     /// An argument holding a background process handle, which names the worker that
     /// must run the call (`process`).
     pub handle_arg: Option<&'static str>,
+    /// Inside an envelope (the legacy translation of seed 003), a call of this tool is
+    /// staged as this preview tool instead, with the same arguments.
+    pub envelope_as: Option<&'static str>,
     /// Acts on a background process: only the session that started it may, unless the
     /// call carries a person's grant token for this tool (a takeover).
     pub acts_on_process: bool,
@@ -209,6 +216,7 @@ impl ToolDef {
             policy: PolicyTraits::default(),
             timeout_arg: None,
             handle_arg: None,
+            envelope_as: None,
             acts_on_process: false,
             check: None,
             waits: None,

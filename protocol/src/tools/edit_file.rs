@@ -47,6 +47,7 @@ pub fn def() -> ToolDef {
         paths: vec![PathParam::new("path")],
         describe,
         confirm_preview: ConfirmPreview::DiffOf(super::preview_edit_file::NAME),
+        envelope_as: Some(super::preview_edit_file::NAME),
         policy: PolicyTraits {
             edits_paths: true,
             ..PolicyTraits::default()

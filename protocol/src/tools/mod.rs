@@ -8,6 +8,7 @@
 pub mod args;
 pub mod def;
 
+pub mod activate_skill;
 pub mod apply_file_change;
 pub mod edit_file;
 pub mod glob;
@@ -15,14 +16,18 @@ pub mod grep;
 pub mod kill_process;
 pub mod list_processes;
 pub mod ls;
+pub mod memory;
 pub mod preview_edit_file;
 pub mod preview_write_file;
 pub mod read_file;
 pub mod read_many_files;
 pub mod read_output;
 pub mod run_command;
+pub mod web_fetch;
+pub mod web_search;
 pub mod write_file;
 pub mod write_input;
+pub mod write_todos;
 
 pub use def::{ConfirmPreview, Hints, PathParam, PolicyTraits, Risk, Route, ToolDef};
 
@@ -32,6 +37,12 @@ pub const SEARCH: &str = "search";
 pub const EDIT: &str = "edit";
 /// The built-in group of the tools that run commands (and manage background ones).
 pub const EXEC: &str = "exec";
+/// The web tools: their own worker, no write access anywhere.
+pub const WEB: &str = "web";
+/// The agent's durable memory and todo list: the only writer of its store.
+pub const STATE: &str = "state";
+/// Tools about the agent's own context (skills); its worker announces them.
+pub const META: &str = "meta";
 
 /// Largest `stdin` of `run_command` and `data` of `write_input`, in bytes (the
 /// schema's `maxLength` counts characters; the supervisor and the worker count bytes).
@@ -60,10 +71,38 @@ pub fn builtin() -> Vec<ToolDef> {
         list_processes::def(),
         read_output::def(),
         kill_process::def(),
+        web_fetch::def(),
+        web_search::def(),
+        memory::def(),
+        write_todos::def(),
         write_input::def(),
     ];
     tools.sort_by(|a, b| a.name.cmp(&b.name));
     tools
+}
+
+/// Built-in tools whose worker announces them, as templates: the worker names the
+/// tool and gives its schema and description (what it found: the workspace's skills);
+/// everything else — risk, policy traits, describer, hints — is the template's.
+pub fn announced() -> Vec<ToolDef> {
+    vec![activate_skill::def(&[])]
+}
+
+/// The definition of a built-in tool of `group` as its worker announced it: the
+/// template's, with the announced description and schema. `None` when `group` has no
+/// such template (a built-in worker cannot invent tools).
+pub fn from_announcement(
+    group: &str,
+    name: &str,
+    description: &str,
+    parameters: &serde_json::Value,
+) -> Option<ToolDef> {
+    let mut def = announced()
+        .into_iter()
+        .find(|t| t.group == group && t.name == name)?;
+    def.description = description.to_owned();
+    def.parameters = parameters.clone();
+    Some(def)
 }
 
 /// Find a tool by name or alias.
@@ -84,7 +123,7 @@ mod tests {
         sorted.sort();
         sorted.dedup();
         assert_eq!(names, sorted);
-        assert_eq!(names.len(), 15);
+        assert_eq!(names.len(), 19);
         for t in &tools {
             assert_eq!(
                 t.parameters["additionalProperties"],
@@ -93,7 +132,7 @@ mod tests {
                 t.name
             );
             assert!(
-                [SEARCH, EDIT, EXEC].contains(&t.group.as_str()),
+                [SEARCH, EDIT, EXEC, WEB, STATE].contains(&t.group.as_str()),
                 "{}",
                 t.name
             );
@@ -187,5 +226,43 @@ mod tests {
                 assert_eq!(preview.route, Route::Preview);
             }
         }
+    }
+
+    #[test]
+    fn envelope_translations_name_a_preview_of_the_same_arguments() {
+        let tools = builtin();
+        let translated: Vec<&str> = tools
+            .iter()
+            .filter_map(|t| t.envelope_as.map(|p| (t, p)))
+            .map(|(t, p)| {
+                let preview = find(&tools, p).expect("the preview tool exists");
+                assert_eq!(preview.parameters, t.parameters, "{}", t.name);
+                assert_eq!(preview.route, Route::Preview);
+                t.name.as_str()
+            })
+            .collect();
+        assert_eq!(translated, ["edit_file", "write_file"]);
+    }
+
+    #[test]
+    fn an_announcement_fills_only_the_templates_schema_and_description() {
+        let skills = [activate_skill::Skill {
+            name: "pdf".into(),
+            description: "Read PDFs".into(),
+        }];
+        let full = activate_skill::def(&skills);
+        let def = from_announcement(
+            META,
+            activate_skill::NAME,
+            &full.description,
+            &full.parameters,
+        )
+        .expect("a template");
+        assert_eq!(def.risk, Risk::Medium);
+        assert_eq!(def.policy.familiar_by, Some("name"));
+        assert_eq!(def.parameters["properties"]["name"]["enum"], json!(["pdf"]));
+        assert!(def.description.contains("- pdf: Read PDFs"));
+        assert!(from_announcement(SEARCH, activate_skill::NAME, "", &json!({})).is_none());
+        assert!(from_announcement(META, "rm_everything", "", &json!({})).is_none());
     }
 }

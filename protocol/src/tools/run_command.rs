@@ -30,7 +30,7 @@ pub fn def() -> ToolDef {
         policy: PolicyTraits {
             shell: true,
             always_asks: true,
-            edits_paths: false,
+            ..PolicyTraits::default()
         },
         timeout_arg: Some("timeout"),
         check: Some(check),

@@ -51,7 +51,10 @@ impl Service {
         let _open = self.open_call();
         let ids: Vec<Id> = calls.iter().map(|c| c.req.id.clone()).collect();
         self.publish_batch("batch_started", &session, &id, &ids);
-        let together: Vec<bool> = calls.iter().map(|c| self.may_overlap(&c.req)).collect();
+        let together: Vec<bool> = calls
+            .iter()
+            .map(|c| self.may_overlap(&session, &c.req))
+            .collect();
         let mut calls = calls.into_iter();
         for seg in segments(&together) {
             let part: Vec<BatchCall> = calls.by_ref().take(seg.len()).collect();
@@ -62,11 +65,12 @@ impl Service {
 
     /// Whether a call may run alongside its neighbours: it fails validation (it ends
     /// at once), or the policy allows it outright at low risk (nobody will be asked).
-    pub fn may_overlap(&self, req: &CallRequest) -> bool {
+    pub fn may_overlap(&self, session: &SessionInfo, req: &CallRequest) -> bool {
         let Ok(tool) = self.admit(req) else {
             return true;
         };
-        let d = self.policy().decide(&tool, &req.args);
+        let base = session.familiar.base_risk(&tool, &req.args);
+        let d = self.policy().decide_at(&tool, &req.args, base);
         d.action == Action::Allow && d.risk == Risk::Low
     }
 

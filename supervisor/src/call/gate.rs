@@ -41,7 +41,8 @@ impl Service {
     ) -> (Decision, Result<(), Outcome>) {
         let (req, tool) = (call.req, call.tool);
         let policy = self.policy();
-        let mut decision = policy.decide(tool, &req.args);
+        let base = call.session.familiar.base_risk(tool, &req.args);
+        let mut decision = policy.decide_at(tool, &req.args, base);
         if let Route::ApplyPreview { .. } = tool.route {
             self.add_change_location(call, &mut decision);
         }

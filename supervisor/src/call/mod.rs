@@ -6,6 +6,8 @@ pub mod batch;
 pub mod changes;
 pub mod confirm;
 pub mod dispatch;
+pub mod envelope;
+pub mod familiar;
 pub mod gate;
 pub mod grants;
 pub mod previews;

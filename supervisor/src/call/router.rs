@@ -29,6 +29,8 @@ pub struct SessionInfo {
     pub uid: u32,
     /// Where this session's messages go.
     pub out: Outbox,
+    /// What this session already did successfully that lowers a call's risk.
+    pub familiar: Arc<crate::call::familiar::Familiar>,
 }
 
 /// An admitted call on its way: who asks, what, for which tool, and its cancel.
@@ -154,6 +156,7 @@ impl Service {
             return to_result(req.id.clone(), o, extra, started, 0);
         }
         let (mut outcome, worker) = self.route_watched(&call, decision.network).await;
+        session.familiar.learn(&tool, &req.args, outcome.status);
         let seq = rec
             .completed(
                 self.audit(),

@@ -4,7 +4,7 @@
 use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
 
-use toolvisor_protocol::worker::Limits;
+use toolvisor_protocol::worker::{Limits, SkillsSettings, WebSettings};
 
 mod policy;
 mod toml_error;
@@ -65,6 +65,10 @@ pub struct Config {
     pub limits: Limits,
     /// `[audit]`: durability and rotation of the log.
     pub audit: AuditConfig,
+    /// `[web]`: what `web_fetch` may reach, its caps, and `web_search`'s endpoint.
+    pub web: WebSettings,
+    /// `[skills]`: where skills are found.
+    pub skills: SkillsSettings,
 }
 
 /// `[workspace]`: the roots tools may reach; relative paths are taken against the

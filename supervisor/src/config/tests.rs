@@ -142,3 +142,37 @@ fn bad_value_is_named() {
     let err = Config::parse("[workers.search]\ncount = 0\n", "t").unwrap_err();
     assert!(err.to_string().contains("workers.search.count"), "{err}");
 }
+
+#[test]
+fn web_and_skills_tables_parse_and_are_checked() {
+    let c = Config::parse(
+        "[web]\nallow_private = true\nmax_bytes = 1024\ntimeout_ms = 500\nsearch_url = \"http://127.0.0.1:8888/search\"\n[skills]\npaths = [\"skills\"]\n[workers.web]\ncount = 2\n",
+        "t",
+    )
+    .unwrap();
+    assert!(c.web.allow_private);
+    assert_eq!(c.web.max_bytes, 1024);
+    assert_eq!(c.skills.paths, ["skills"]);
+    assert_eq!(c.workers.count("web"), 2);
+    assert_eq!(c.workers.count("state"), 1);
+    let d = Config::default();
+    assert!(!d.web.allow_private);
+    assert_eq!(d.web.max_bytes, 10 << 20);
+    assert_eq!(d.web.timeout_ms, 30_000);
+    assert_eq!(d.skills.paths, [".skills", ".claude/skills"]);
+    for (bad, key) in [
+        ("[web]\nmax_bytes = 0\n", "web.max_bytes"),
+        ("[web]\ntimeout_ms = 0\n", "web.timeout_ms"),
+        (
+            "[web]\nsearch_url = \"file:///etc/passwd\"\n",
+            "web.search_url",
+        ),
+        ("[skills]\npaths = [\"../elsewhere\"]\n", "skills.paths"),
+        ("[skills]\npaths = [\"/etc\"]\n", "skills.paths"),
+        ("[web]\nallow_privat = true\n", "allow_privat"),
+        ("[workers.state]\ncommand = [\"x\"]\n", "workers.state"),
+    ] {
+        let e = Config::parse(bad, "t").unwrap_err().to_string();
+        assert!(e.contains(key), "{bad}: {e}");
+    }
+}

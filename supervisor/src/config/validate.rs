@@ -50,6 +50,7 @@ impl Config {
                 return Err(format!("limits.{key} must be at least 1024, not {v}"));
             }
         }
+        self.validate_web_and_skills()?;
         if self.server.max_open_calls == 0 {
             return Err("server.max_open_calls must be at least 1".into());
         }
@@ -135,6 +136,41 @@ impl Config {
                 return Err(format!(
                     "workers.{name}: not a built-in group ({}); an external worker group needs `command = [\"program\", ...]`",
                     super::BUILTIN_GROUPS.join(", ")
+                ));
+            }
+        }
+        Ok(())
+    }
+}
+
+impl Config {
+    /// `[web]` caps are positive and the search endpoint is an http(s) URL; skill
+    /// paths are relative (they are confined to the workspace like any tool path).
+    fn validate_web_and_skills(&self) -> Result<(), String> {
+        let w = &self.web;
+        if w.max_bytes == 0 {
+            return Err("web.max_bytes must be at least 1".into());
+        }
+        if w.timeout_ms == 0 {
+            return Err("web.timeout_ms must be at least 1 ms".into());
+        }
+        if let Some(url) = &w.search_url {
+            let lower = url.to_ascii_lowercase();
+            let http = lower.starts_with("http://") || lower.starts_with("https://");
+            if !http || url.len() > 4096 || url.chars().any(char::is_whitespace) {
+                return Err(format!(
+                    "web.search_url must be an http:// or https:// URL, not {url:?}"
+                ));
+            }
+        }
+        for p in &self.skills.paths {
+            let path = std::path::Path::new(p);
+            let climbs = path
+                .components()
+                .any(|c| matches!(c, std::path::Component::ParentDir));
+            if p.is_empty() || path.is_absolute() || climbs {
+                return Err(format!(
+                    "skills.paths: `{p}` must be a relative path inside the workspace"
                 ));
             }
         }

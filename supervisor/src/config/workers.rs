@@ -105,6 +105,12 @@ pub struct WorkersConfig {
     /// The command-running tools' group (its sandbox and limits too).
     #[serde(default)]
     pub exec: GroupConfig,
+    #[serde(default)]
+    pub web: GroupConfig,
+    #[serde(default)]
+    pub state: GroupConfig,
+    #[serde(default)]
+    pub meta: GroupConfig,
     /// `[workers.NAME]` with `command = [...]`: an executable that speaks the worker
     /// protocol and announces its tools.
     #[serde(flatten)]
@@ -112,11 +118,11 @@ pub struct WorkersConfig {
 }
 
 /// The built-in groups, in the order their workers start.
-pub const BUILTIN_GROUPS: &[&str] = &["search", "edit", "exec"];
+pub const BUILTIN_GROUPS: &[&str] = &["search", "edit", "exec", "web", "state", "meta"];
 
 impl WorkersConfig {
-    /// How many workers `group` runs: its `count`, else the group's default (edit
-    /// and external groups 1, the others 2).
+    /// How many workers `group` runs: its `count`, else the group's default (search
+    /// and exec 2, the others 1).
     pub fn count(&self, group: &str) -> usize {
         let default = match group {
             "search" | "exec" => 2,
@@ -131,6 +137,9 @@ impl WorkersConfig {
             "search" => Some(&self.search),
             "edit" => Some(&self.edit),
             "exec" => Some(&self.exec),
+            "web" => Some(&self.web),
+            "state" => Some(&self.state),
+            "meta" => Some(&self.meta),
             other => self.external.get(other),
         }
     }
@@ -141,6 +150,9 @@ impl WorkersConfig {
             ("search", &self.search),
             ("edit", &self.edit),
             ("exec", &self.exec),
+            ("web", &self.web),
+            ("state", &self.state),
+            ("meta", &self.meta),
         ]
         .into_iter()
         .chain(self.external.iter().map(|(k, v)| (k.as_str(), v)))

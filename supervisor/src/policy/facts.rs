@@ -6,7 +6,7 @@
 use std::collections::HashMap;
 
 use serde_json::{Map, Value};
-use toolvisor_protocol::tools::{PathParam, ToolDef};
+use toolvisor_protocol::tools::{PathParam, Risk, ToolDef};
 
 use super::decide::Unit;
 use super::hazards;
@@ -50,7 +50,12 @@ pub(super) struct Facts<'a> {
 static EMPTY: std::sync::LazyLock<Map<String, Value>> = std::sync::LazyLock::new(Map::new);
 
 impl<'a> Facts<'a> {
-    pub(super) fn gather(def: &'a ToolDef, args: &'a Value, scopes: &Scopes) -> Facts<'a> {
+    pub(super) fn gather(
+        def: &'a ToolDef,
+        args: &'a Value,
+        scopes: &Scopes,
+        base: Risk,
+    ) -> Facts<'a> {
         let args = args.as_object().unwrap_or(&EMPTY);
         let path_params = resolve_paths(&def.paths, args, scopes);
         let resolved: HashMap<_, _> = path_params
@@ -71,7 +76,7 @@ impl<'a> Facts<'a> {
             )
         });
         let dangerous_env = risk::dangerous_env(args.get(rules::ENV).and_then(Value::as_object));
-        let assessment = risk::assess(def, &all_paths, shell.as_ref(), &dangerous_env);
+        let assessment = risk::assess(def, base, &all_paths, shell.as_ref(), &dangerous_env);
         Facts {
             def,
             args,

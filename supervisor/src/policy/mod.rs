@@ -122,7 +122,14 @@ impl Policy {
     /// Decide one validated call of `tool` (its definition, whatever name it was
     /// called by).
     pub fn decide(&self, tool: &ToolDef, args: &Value) -> Decision {
-        let facts = Facts::gather(tool, args, &self.scopes);
+        self.decide_at(tool, args, tool.risk)
+    }
+
+    /// [`Policy::decide`] with `base` in place of the tool's own risk (what the
+    /// session already knows may lower it: [`ToolDef::policy`]`.familiar_by`). The
+    /// arguments may still raise it.
+    pub fn decide_at(&self, tool: &ToolDef, args: &Value, base: Risk) -> Decision {
+        let facts = Facts::gather(tool, args, &self.scopes, base);
         let verdicts = self.verdicts(&facts);
         let mut decision = self.combine(&facts, &verdicts);
         if decision.action == Action::Ask {

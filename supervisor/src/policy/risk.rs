@@ -25,15 +25,17 @@ impl Assessment {
     }
 }
 
-/// Assess a call from its tool, resolved paths, parsed command and `env`.
+/// Assess a call from its tool, its base risk (the tool's own, or what the session
+/// lowered it to), resolved paths, parsed command and `env`.
 pub fn assess(
     tool: &ToolDef,
+    base: Risk,
     paths: &[ScopedPath],
     shell: Option<&Analysis>,
     env: &[String],
 ) -> Assessment {
     let mut a = Assessment {
-        risk: tool.risk,
+        risk: base,
         notes: Vec::new(),
     };
     for p in paths {

@@ -9,7 +9,7 @@
 
 use std::sync::{Arc, RwLock};
 
-use toolvisor_protocol::tools::{Risk, ToolDef};
+use toolvisor_protocol::tools::{self, Risk, ToolDef};
 use toolvisor_protocol::worker::AnnouncedTool;
 
 use super::Registry;
@@ -61,6 +61,30 @@ impl LiveRegistry {
                 Err(why) => warnings.push(format!("group `{group}`: {why}; the tool is left out")),
             }
         }
+        self.replace(group, defs, warnings)
+    }
+
+    /// Replace a built-in group's announced tools (the `meta` worker's
+    /// `activate_skill`): each must be one of the group's templates
+    /// ([`tools::from_announcement`]), which keeps its own risk and policy; only the
+    /// schema and description come from the worker.
+    pub fn announce_builtin(&self, group: &str, announced: Vec<AnnouncedTool>) -> Change {
+        let mut warnings = Vec::new();
+        let mut defs = Vec::new();
+        for t in announced {
+            match tools::from_announcement(group, &t.name, &t.description, &t.input_schema) {
+                Some(def) => defs.push(def),
+                None => warnings.push(format!(
+                    "group `{group}` announced `{}`, which is not one of its tools; left out",
+                    t.name.chars().take(80).collect::<String>()
+                )),
+            }
+        }
+        self.replace(group, defs, warnings)
+    }
+
+    /// Swap in the snapshot with `group`'s tools replaced by `defs`.
+    fn replace(&self, group: &str, defs: Vec<ToolDef>, mut warnings: Vec<String>) -> Change {
         let mut slot = self.0.write().unwrap_or_else(|p| p.into_inner());
         let before = slot.names_in(group);
         let (next, more) = slot.with_group(group, defs);
@@ -142,6 +166,51 @@ mod tests {
         let fewer = live.announce("w", Risk::Medium, vec![tool("a")]);
         assert!(fewer.changed);
         assert!(live.get().find("b").is_none());
+    }
+
+    #[test]
+    fn a_builtin_group_announces_only_its_templates() {
+        let live = LiveRegistry::new(Registry::default());
+        let skills = [tools::activate_skill::Skill {
+            name: "pdf".into(),
+            description: "PDFs".into(),
+        }];
+        let full = tools::activate_skill::def(&skills);
+        let announced = AnnouncedTool {
+            name: full.name.clone(),
+            description: full.description.clone(),
+            input_schema: full.parameters.clone(),
+            ..tool("x")
+        };
+        let c = live.announce_builtin(tools::META, vec![announced.clone(), tool("rm_rf")]);
+        assert_eq!(c.tools, ["activate_skill"]);
+        assert_eq!(c.warnings.len(), 1, "{:?}", c.warnings);
+        let reg = live.get();
+        let def = &reg.find("activate_skill").unwrap().def;
+        assert_eq!(
+            def.risk,
+            Risk::Medium,
+            "the template's risk, whatever was announced"
+        );
+        assert!(
+            reg.find("activate_skill")
+                .unwrap()
+                .check(&json!({"name": "pdf"}))
+                .is_ok()
+        );
+        assert!(
+            reg.find("activate_skill")
+                .unwrap()
+                .check(&json!({"name": "nope"}))
+                .is_err()
+        );
+        // The same announcement again changes nothing; none removes the tool.
+        assert!(!live.announce_builtin(tools::META, vec![announced]).changed);
+        let gone = live.announce_builtin(tools::META, vec![]);
+        assert!(gone.changed && gone.tools.is_empty());
+        // Another group cannot claim the template.
+        let other = live.announce_builtin(tools::SEARCH, vec![tool("activate_skill")]);
+        assert!(other.tools.is_empty() && other.warnings.len() == 1);
     }
 
     #[test]

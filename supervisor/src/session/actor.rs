@@ -32,8 +32,15 @@ pub enum SessionMsg {
     Closed,
     /// A call task finished: unregister the id, then send its result.
     CallDone(Box<ToolResult>),
-    /// Every call of a batch has its result: unregister the batch, send `batch_done`.
-    BatchDone(Id, Vec<Id>),
+    /// Every call of a batch has its result: unregister the batch, send `batch_done`
+    /// (and `envelope_done` when the batch ran an envelope's tool actions).
+    BatchDone(Id, Vec<Id>, Option<EnvelopeEnd>),
+}
+
+/// What an envelope's `envelope_done` says once its batch is done.
+pub struct EnvelopeEnd {
+    pub assistant_text: String,
+    pub ids: Vec<Id>,
 }
 
 /// What a session actor starts with.
@@ -136,9 +143,15 @@ impl Actor for SessionActor {
                 st.open.remove(&result.id);
                 st.out.send(&ServerMessage::Result(*result));
             }
-            SessionMsg::BatchDone(id, ids) => {
+            SessionMsg::BatchDone(id, ids, envelope) => {
                 st.batches.remove(&id);
-                st.out.send(&ServerMessage::BatchDone { id, ids });
+                st.out.send(&ServerMessage::BatchDone {
+                    id: id.clone(),
+                    ids,
+                });
+                if let Some(end) = envelope {
+                    st.out.send(&envelope_done(id, end));
+                }
             }
         }
         Ok(())
@@ -228,6 +241,7 @@ impl SessionState {
                 crate::session::subscribe::start(&self.service, &self.out, id, topics);
             }
             ClientMessage::Batch { id, calls } => self.batch(myself, &info, id, calls),
+            ClientMessage::Envelope { id, text } => self.envelope(myself, &info, id, text),
             ClientMessage::Grant {
                 id,
                 tools,
@@ -290,6 +304,7 @@ impl SessionState {
             interactive,
             uid: self.uid,
             out: self.out.clone(),
+            familiar: Default::default(),
         }));
         self.out.send(&ServerMessage::Welcome {
             protocol: PROTOCOL_VERSION,
@@ -341,6 +356,71 @@ impl SessionState {
             self.refuse_duplicate(id);
             return;
         }
+        self.start_batch(myself, info, id, calls, None);
+    }
+
+    /// Run an envelope (docs/PROTOCOL.md, "Envelopes"): no block → `envelope_done` with
+    /// the text; a block that cannot run → `BadEnvelope` and nothing runs; else its
+    /// skill and subagent actions get `UnsupportedAction` results and its tool actions
+    /// run as a batch with the envelope's id, then `envelope_done`.
+    fn envelope(
+        &mut self,
+        myself: &ActorRef<SessionMsg>,
+        info: &Arc<SessionInfo>,
+        id: Id,
+        text: String,
+    ) {
+        if self.is_open(&id) {
+            self.refuse_duplicate(id);
+            return;
+        }
+        let max = self.service.config().server.max_open_calls;
+        let env = match crate::call::envelope::parse(&text, max) {
+            Ok(Some(env)) => env,
+            Ok(None) => {
+                let end = EnvelopeEnd {
+                    assistant_text: text,
+                    ids: Vec::new(),
+                };
+                self.out.send(&envelope_done(id, end));
+                return;
+            }
+            Err(why) => {
+                self.out
+                    .send(&ServerMessage::error(Some(id), ErrorType::BadEnvelope, why));
+                return;
+            }
+        };
+        let plan = self.service.plan_envelope(env);
+        for (action, why) in plan.unsupported {
+            if self.is_open(&action) || action == id {
+                self.refuse_duplicate(action);
+            } else {
+                let r = refused(action, ErrorType::UnsupportedAction, &why);
+                self.out.send(&ServerMessage::Result(r));
+            }
+        }
+        let end = EnvelopeEnd {
+            assistant_text: plan.assistant_text,
+            ids: plan.ids,
+        };
+        self.start_batch(myself, info, id, plan.calls, Some((plan.translated, end)));
+    }
+
+    /// The body of `batch` (and of an envelope's tool actions), once the batch's own id
+    /// is known to be free.
+    fn start_batch(
+        &mut self,
+        myself: &ActorRef<SessionMsg>,
+        info: &Arc<SessionInfo>,
+        id: Id,
+        calls: Vec<CallRequest>,
+        envelope: Option<(std::collections::HashSet<Id>, EnvelopeEnd)>,
+    ) {
+        let (translated, envelope) = match envelope {
+            Some((t, end)) => (t, Some(end)),
+            None => (Default::default(), None),
+        };
         let (calls, refused) = split_duplicates(&id, calls, |c| self.is_open(c));
         for dup in refused {
             self.out.send(&ServerMessage::error(
@@ -355,7 +435,13 @@ impl SessionState {
                 self.out
                     .send(&ServerMessage::Result(overloaded(c.id, &why)));
             }
-            self.out.send(&ServerMessage::BatchDone { id, ids });
+            self.out.send(&ServerMessage::BatchDone {
+                id: id.clone(),
+                ids,
+            });
+            if let Some(end) = envelope {
+                self.out.send(&envelope_done(id, end));
+            }
             return;
         }
         let batch_token = self.service.shutdown().child_token();
@@ -370,13 +456,16 @@ impl SessionState {
             .collect();
         let (svc, info, me) = (self.service.clone(), info.clone(), myself.clone());
         let to_session = me.clone();
-        let deliver: Deliver = Arc::new(move |r| {
+        let deliver: Deliver = Arc::new(move |mut r| {
+            if translated.contains(&r.id) {
+                crate::call::envelope::mark_translated(&mut r);
+            }
             let _ = to_session.cast(SessionMsg::CallDone(Box::new(r)));
         });
         tokio::spawn(async move {
             svc.run_batch(info, id.clone(), calls, deliver).await;
             // Every CallDone was cast before this, so `batch_done` follows all results.
-            let _ = me.cast(SessionMsg::BatchDone(id, ids));
+            let _ = me.cast(SessionMsg::BatchDone(id, ids, envelope));
         });
     }
 
@@ -437,11 +526,21 @@ impl SessionState {
 
 /// An `Overloaded` result for a call refused before it was registered.
 fn overloaded(id: Id, why: &str) -> ToolResult {
-    let o = toolvisor_protocol::worker::Outcome::err(toolvisor_protocol::ErrorBody::new(
-        ErrorType::Overloaded,
-        why,
-    ));
+    refused(id, ErrorType::Overloaded, why)
+}
+
+/// A result for a call refused before it was registered (no audit record).
+fn refused(id: Id, kind: ErrorType, why: &str) -> ToolResult {
+    let o = toolvisor_protocol::worker::Outcome::err(toolvisor_protocol::ErrorBody::new(kind, why));
     to_result(id, o, Default::default(), std::time::Instant::now(), 0)
+}
+
+fn envelope_done(id: Id, end: EnvelopeEnd) -> ServerMessage {
+    ServerMessage::EnvelopeDone {
+        id,
+        assistant_text: end.assistant_text,
+        ids: end.ids,
+    }
 }
 
 /// The `id` of a request, when it has one (to echo in an error).
@@ -455,7 +554,8 @@ fn request_id(m: &ClientMessage) -> Option<Id> {
         | ClientMessage::Status { id }
         | ClientMessage::Restart { id, .. }
         | ClientMessage::Ping { id }
-        | ClientMessage::Explain { id, .. } => Some(id.clone()),
+        | ClientMessage::Explain { id, .. }
+        | ClientMessage::Envelope { id, .. } => Some(id.clone()),
         ClientMessage::Call(c) => Some(c.id.clone()),
         ClientMessage::Hello { .. } | ClientMessage::Confirm { .. } => None,
     }

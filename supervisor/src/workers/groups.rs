@@ -45,6 +45,11 @@ struct Traits {
     /// Past a deadline or cancel, how long the worker may take to answer itself (exec
     /// kills a command with TERM, then KILL after 2 s, and reports its output).
     patience: Duration,
+    /// The worker names some of its tools itself (the `meta` worker offers
+    /// `activate_skill` only when it finds skills): the group runs even when the
+    /// registry has none of its tools yet, and its announcements fill the templates of
+    /// [`tools::announced`].
+    announces: bool,
 }
 
 const BUILTIN: &[Traits] = &[
@@ -52,16 +57,41 @@ const BUILTIN: &[Traits] = &[
         name: tools::SEARCH,
         nice: 10,
         patience: Duration::ZERO,
+        announces: false,
     },
     Traits {
         name: tools::EDIT,
         nice: 0,
         patience: Duration::ZERO,
+        announces: false,
     },
     Traits {
         name: tools::EXEC,
         nice: 0,
         patience: EXEC_PATIENCE,
+        announces: false,
+    },
+    // Network-bound: it waits, it does not compute, so it needs no niceness; a fetch
+    // stops at once on a cancel.
+    Traits {
+        name: tools::WEB,
+        nice: 0,
+        patience: Duration::ZERO,
+        announces: false,
+    },
+    Traits {
+        name: tools::STATE,
+        nice: 0,
+        patience: Duration::ZERO,
+        announces: false,
+    },
+    // Reading skills is a small walk; niced like search so a big skills tree never
+    // delays the supervisor.
+    Traits {
+        name: tools::META,
+        nice: 10,
+        patience: Duration::ZERO,
+        announces: true,
     },
 ];
 
@@ -86,6 +116,12 @@ impl Group {
         }
     }
 
+    /// Whether the group's worker announces built-in tools of its own (see
+    /// [`Traits::announces`]).
+    pub fn announces_builtin(&self) -> bool {
+        self.kind == Kind::Builtin && self.traits().is_some_and(|t| t.announces)
+    }
+
     /// The external command, for the spawner (`None`: this binary).
     pub fn command(&self) -> Option<Vec<String>> {
         match &self.kind {
@@ -95,13 +131,13 @@ impl Group {
     }
 }
 
-/// Every group to run: the built-in groups that have tools, in the order the table
-/// lists them, then the configured external groups by name.
+/// Every group to run: the built-in groups that have tools (or announce them), in the
+/// order the table lists them, then the configured external groups by name.
 pub fn plan(config: &Config, registry: &Registry) -> Vec<Group> {
     let present = registry.groups();
     let builtin = BUILTIN
         .iter()
-        .filter(|t| present.iter().any(|g| g == t.name))
+        .filter(|t| t.announces || present.iter().any(|g| g == t.name))
         .map(|t| Group {
             name: t.name.to_owned(),
             kind: Kind::Builtin,
@@ -130,15 +166,20 @@ mod tests {
         .unwrap();
         let groups = plan(&config, &registry);
         let names: Vec<&str> = groups.iter().map(|g| g.name.as_str()).collect();
-        assert_eq!(names, ["search", "edit", "exec", "words"]);
+        assert_eq!(
+            names,
+            ["search", "edit", "exec", "web", "state", "meta", "words"]
+        );
         assert_eq!(groups[0].nice(), 10);
         assert_eq!(groups[2].patience(), EXEC_PATIENCE);
+        assert!(groups[5].announces_builtin() && !groups[0].announces_builtin());
+        assert!(!groups[6].announces_builtin());
         assert_eq!(
-            groups[3].command(),
+            groups[6].command(),
             Some(vec!["python3".to_string(), "w.py".to_string()])
         );
         assert_eq!(
-            groups[3].kind,
+            groups[6].kind,
             Kind::External {
                 command: vec!["python3".into(), "w.py".into()],
                 risk: Risk::Low

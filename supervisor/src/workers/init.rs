@@ -81,6 +81,8 @@ pub fn worker_init(
             sandbox,
         },
         generation: 0,
+        web: config.web.clone(),
+        skills: config.skills.clone(),
     })
 }
 

@@ -34,6 +34,8 @@ const BASE_ENV: &[&str] = &[
     "TOOLVISOR_EDIT_NAMED_TEMPS",
     // Makes command sandboxes fail to set up, for tests (docs/SANDBOX.md).
     toolvisor_protocol::worker::SANDBOX_TEST_FAIL_VAR,
+    // Addresses web_fetch treats as public, for tests (docs/PROTOCOL.md §12).
+    toolvisor_protocol::worker::WEB_TEST_ALLOW_VAR,
 ];
 
 /// A freshly started worker process.

@@ -44,6 +44,8 @@ impl Ws {
         let resolver = Arc::new(Resolver::new(&roots, &protected).unwrap());
         let init = WorkerInit {
             generation: 0,
+            web: Default::default(),
+            skills: Default::default(),
             group: "edit".into(),
             index: 0,
             roots,

@@ -44,6 +44,8 @@ fn fixture_with(limits: Limits, max_jobs: usize, shim: bool) -> Fixture {
     let marker = unique_marker();
     let init = WorkerInit {
         generation: 0,
+        web: Default::default(),
+        skills: Default::default(),
         group: "exec".into(),
         index: 0,
         roots: Roots {

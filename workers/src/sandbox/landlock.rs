@@ -3,7 +3,8 @@
 //!
 //! Only writes are handled (reads stay allowed everywhere, so `search` can still read
 //! anything the resolver lets it). Per group:
-//! - `search`: no writes at all;
+//! - `search`, `web` and `meta`: no writes at all;
+//! - `state`: its store (`STATE/store`, see [`crate::state::store`]) and nothing else;
 //! - `edit`: the roots, and its temp-name journals (`STATE/edit-temps`, see
 //!   [`crate::edit::temps`]);
 //! - `exec`: the roots, the temp dir, `/dev/null`, `workers.exec.writable`, and the
@@ -53,7 +54,9 @@ pub fn confine(init: &WorkerInit, cgroups: &[PathBuf]) -> Option<u32> {
             p.extend(cgroups.iter().cloned());
             p
         }
-        _ => Vec::new(), // search, and anything unknown: read-only
+        // The state worker writes its store and nothing else.
+        tools::STATE => vec![crate::state::store::dir(&init.state_dir)],
+        _ => Vec::new(), // search, web, meta, and anything unknown: read-only
     };
     restrict_writes(&paths)
 }
@@ -158,6 +161,8 @@ mod tests {
     fn init(group: &str, root: &Path, state: &Path, writable: Vec<PathBuf>) -> WorkerInit {
         WorkerInit {
             generation: 0,
+            web: Default::default(),
+            skills: Default::default(),
             group: group.into(),
             index: 0,
             roots: Roots {
@@ -297,5 +302,36 @@ mod tests {
         let out = cmd.output().unwrap();
         assert!(out.status.success(), "{out:?}");
         assert!(!dir.path().join("f").exists());
+    }
+
+    #[test]
+    fn state_group_writes_only_its_store() {
+        if restrict_probe().is_none() {
+            return;
+        }
+        let ws = tempfile::tempdir().unwrap();
+        let state = tempfile::tempdir().unwrap();
+        let store = crate::state::store::dir(state.path());
+        std::fs::create_dir(&store).unwrap();
+        let i = init("state", ws.path(), state.path(), vec![]);
+        let (w, s, st) = (ws.path().display(), state.path().display(), store.display());
+        let mut cmd = std::process::Command::new("sh");
+        cmd.arg("-c").arg(format!(
+            "echo ok > {st}/memory.json && mv {st}/memory.json {st}/m2 \
+             && ! (echo x > {s}/audit.jsonl) 2>/dev/null && ! (echo x > {w}/f) 2>/dev/null"
+        ));
+        // SAFETY: as in confined_sh.
+        unsafe {
+            cmd.pre_exec(move || {
+                confine(&i, &[])
+                    .map(|_| ())
+                    .ok_or_else(|| std::io::Error::from_raw_os_error(libc::ENOSYS))
+            });
+        }
+        let out = cmd.output().unwrap();
+        assert!(out.status.success(), "{out:?}");
+        assert!(store.join("m2").exists());
+        assert!(!state.path().join("audit.jsonl").exists());
+        assert!(!ws.path().join("f").exists());
     }
 }

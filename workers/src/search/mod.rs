@@ -138,6 +138,8 @@ pub(crate) mod testutil {
         };
         let init = WorkerInit {
             generation: 0,
+            web: Default::default(),
+            skills: Default::default(),
             group: "search".into(),
             index: 0,
             roots: roots.clone(),
