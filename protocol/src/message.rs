@@ -245,6 +245,16 @@ pub struct WorkerStatus {
     pub cpu_percent: f32,
 }
 
+/// A call in flight, in `status.calls`: dispatched to a worker and not yet ended.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct CallStatus {
+    pub id: Id,
+    pub session: String,
+    pub tool: String,
+    /// Since it was dispatched to a worker.
+    pub running_ms: u64,
+}
+
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct AuditStatus {
     pub path: String,
@@ -335,6 +345,9 @@ pub enum ServerMessage {
         workers: Vec<WorkerStatus>,
         audit: AuditStatus,
         guards: Guards,
+        /// The calls in flight, longest running first.
+        #[serde(default)]
+        calls: Vec<CallStatus>,
     },
     Ack {
         id: Id,
@@ -604,6 +617,12 @@ mod tests {
                     protected: vec![".git/config".into()],
                     limits: Some("cgroup1".into()),
                 },
+                calls: vec![CallStatus {
+                    id: Id::Int(3),
+                    session: "s1".into(),
+                    tool: "run_command".into(),
+                    running_ms: 1200,
+                }],
             },
             ServerMessage::Ack { id: id.clone() },
             ServerMessage::Pong { id: id.clone() },

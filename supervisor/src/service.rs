@@ -64,6 +64,8 @@ pub struct Service {
     idle: Notify,
     /// Parent of every call's cancellation token: cancelling it cancels them all.
     pub shutdown: CancellationToken,
+    /// The calls dispatched to a worker and not yet ended (`status.calls`).
+    pub running: crate::call::running::Running,
 }
 
 impl Service {
@@ -137,6 +139,7 @@ impl Service {
             active: AtomicUsize::new(0),
             idle: Notify::new(),
             shutdown: CancellationToken::new(),
+            running: Default::default(),
         }))
     }
 

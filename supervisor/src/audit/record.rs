@@ -1,4 +1,4 @@
-//! Typed audit records (DESIGN §7). Callers build a struct and hand it to
+//! Typed audit records (docs/AUDIT.md). Callers build a struct and hand it to
 //! [`super::Audit::record`]; the field names live here only, so a misspelt field is a
 //! compile error rather than a record no tool can query.
 
@@ -199,18 +199,26 @@ impl Record for ConfirmRequested<'_> {
     }
 }
 
-/// `confirm_answered`: the answer (`approved`, `denied`, `timeout`, `withdrawn`) and who gave it.
+/// `confirm_answered`: the answer (`approved`, `denied`, `timeout`, `withdrawn`) and who
+/// gave it: the answering session (`by`) and its client (`by_client`), or `by` =
+/// `timeout` (nobody answered in time) or `cancel` (the call was cancelled or its
+/// session closed).
 #[derive(Clone, Debug)]
 pub struct ConfirmAnswered<'a> {
     pub call_id: &'a str,
     pub answer: &'a str,
     pub by: &'a str,
+    pub by_client: Option<&'a str>,
 }
 
 impl Record for ConfirmAnswered<'_> {
     const KIND: &'static str = "confirm_answered";
     fn fields(&self) -> Map<String, Value> {
-        obj(json!({"call_id": self.call_id, "answer": self.answer, "by": self.by}))
+        let mut m = obj(json!({"call_id": self.call_id, "answer": self.answer, "by": self.by}));
+        if let Some(c) = self.by_client {
+            m.insert("by_client".into(), Value::String(c.to_owned()));
+        }
+        m
     }
 }
 

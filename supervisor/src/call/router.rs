@@ -138,6 +138,9 @@ impl Service {
         let (mut outcome, worker) = self
             .route_watched(&session, &req, spec, network, &cancel)
             .await;
+        if let Some(g) = self.config().workers.group(spec.group) {
+            crate::call::timeout_hint::explain(g, spec, &req, &mut outcome);
+        }
         let seq = rec
             .completed(
                 &self.audit,
@@ -166,6 +169,7 @@ impl Service {
             call_fields(session, &req.id, spec.name, "running"),
         );
         let began = Instant::now();
+        let _running = self.running.enter(&req.id, &session.id, spec.name);
         let run = self.route(session, req, spec, network, cancel);
         tokio::pin!(run);
         let mut tick = tokio::time::interval_at(tokio::time::Instant::now() + HEARTBEAT, HEARTBEAT);
