@@ -17,7 +17,19 @@ pub fn explain(group: &GroupConfig, spec: &ToolSpec, req: &CallRequest, o: &mut 
         return;
     };
     let hint = hint(group, spec, req);
-    e.message = format!("{}. {hint}", e.message.trim_end_matches('.'));
+    let error_content = format!("Error: {}", e.message);
+    let what = e.message.trim_end_matches('.').to_owned();
+    e.message = format!("{what}. {hint}");
+    // The model reads `content`: an error's text is rebuilt, a command's output gets
+    // the hint as its last line.
+    if o.content == error_content {
+        o.content = format!("Error: {}", e.message);
+    } else {
+        if !o.content.is_empty() && !o.content.ends_with('\n') {
+            o.content.push('\n');
+        }
+        o.content.push_str(&format!("[{what}: {hint}]"));
+    }
 }
 
 /// The sentence for a call of `spec` as `req` asked it, under `group`'s settings.
@@ -119,10 +131,24 @@ mod tests {
             "command timed out after 30000 ms and was killed",
         ));
         explain(&GroupConfig::default(), run, &r, &mut o);
-        let m = &o.error.as_ref().unwrap().message;
+        let m = o.error.as_ref().unwrap().message.clone();
         assert!(
             m.starts_with("command timed out after 30000 ms and was killed. The deadline"),
             "{m}"
+        );
+        assert_eq!(o.content, format!("Error: {m}"));
+        // A command's output keeps its text and gets the hint as a last line.
+        let mut o = Outcome::err(ErrorBody::new(
+            ErrorType::Timeout,
+            "command timed out after 30000 ms and was killed",
+        ));
+        o.content = "compiling…".into();
+        explain(&GroupConfig::default(), run, &r, &mut o);
+        let last = o.content.lines().last().unwrap();
+        assert!(o.content.starts_with("compiling…\n["), "{}", o.content);
+        assert!(
+            last.starts_with("[command timed out after 30000 ms and was killed: The deadline"),
+            "{last}"
         );
         let mut o = Outcome::err(ErrorBody::new(ErrorType::Cancelled, "cancelled"));
         explain(&GroupConfig::default(), run, &r, &mut o);
