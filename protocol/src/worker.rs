@@ -29,7 +29,7 @@ pub const COMMAND_CGROUP_PREFIX: &str = "toolvisor-";
 pub const SANDBOX_TEST_FAIL_VAR: &str = "TOOLVISOR_SANDBOX_TEST_FAIL";
 
 pub const KNOWN_TO_WORKER: &[&str] = &["init", "run", "cancel", "shutdown"];
-pub const KNOWN_FROM_WORKER: &[&str] = &["ready", "output", "done"];
+pub const KNOWN_FROM_WORKER: &[&str] = &["ready", "tools", "output", "done"];
 
 /// Truncation thresholds and size caps (`[limits]`).
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -241,6 +241,16 @@ pub enum FromWorker {
     Ready {
         pid: u32,
         guards: Guards,
+        /// The tools this worker serves. Built-in workers announce none (their tools
+        /// are compiled into the supervisor); an external worker or an MCP server's
+        /// worker announces every tool it has.
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        tools: Vec<AnnouncedTool>,
+    },
+    /// The worker's tool set changed (an MCP server's `tools/list_changed`): the full
+    /// new list replaces the announced one.
+    Tools {
+        tools: Vec<AnnouncedTool>,
     },
     Output {
         call: u64,
@@ -251,4 +261,46 @@ pub enum FromWorker {
         call: u64,
         outcome: Outcome,
     },
+}
+
+/// A tool as a worker announces it (docs/PROTOCOL.md, "Worker protocol"). The
+/// supervisor validates calls against `inputSchema` before they reach the worker, and
+/// decides them by `risk`, the hints and `paths` like a built-in tool's.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct AnnouncedTool {
+    pub name: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub title: Option<String>,
+    #[serde(default)]
+    pub description: String,
+    #[serde(rename = "inputSchema")]
+    pub input_schema: Value,
+    #[serde(
+        rename = "outputSchema",
+        default,
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub output_schema: Option<Value>,
+    #[serde(default)]
+    pub annotations: Annotations,
+    /// The tool's own risk; the supervisor may only raise it (default `medium`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub risk: Option<crate::tools::Risk>,
+    /// Parameters that name workspace paths (the policy resolves and confines them).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub paths: Vec<String>,
+}
+
+/// MCP-style hints about a tool; absent hints are the cautious defaults.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Annotations {
+    #[serde(default)]
+    pub read_only_hint: Option<bool>,
+    #[serde(default)]
+    pub destructive_hint: Option<bool>,
+    #[serde(default)]
+    pub idempotent_hint: Option<bool>,
+    #[serde(default)]
+    pub open_world_hint: Option<bool>,
 }

@@ -5,13 +5,13 @@
 
 use toolvisor_protocol::client::Client;
 use toolvisor_protocol::message::{ClientMessage, ServerMessage};
-use toolvisor_protocol::tools::catalog;
+use toolvisor_protocol::tools::builtin;
 
 use crate::cli::PolicyCommand;
 use crate::workspace::Resolved;
 use toolvisor_supervisor::policy::Policy;
 use toolvisor_supervisor::policy::explain::{explain, render};
-use toolvisor_supervisor::registry::validate::Validators;
+use toolvisor_supervisor::registry::Registry;
 
 pub fn run(cmd: &PolicyCommand, r: &Resolved) -> i32 {
     let local = r.explicit_config;
@@ -57,12 +57,13 @@ fn explain_locally(
     args: &serde_json::Value,
 ) -> Result<ServerMessage, (i32, String)> {
     let config = r.config().map_err(|e| (2, e))?;
-    let roots = toolvisor_supervisor::service::workspace_roots(&r.workspace, &config)
+    let roots = toolvisor_supervisor::workers::init::workspace_roots(&r.workspace, &config)
         .map_err(|e| (2, e))?;
-    let policy =
-        Policy::new(&config.policy, &roots).map_err(|e| (2, format!("bad [policy]: {e}")))?;
-    let validators = Validators::new(&catalog()).map_err(|e| (70, e.to_string()))?;
-    Ok(explain("cli".into(), &policy, &validators, tool, args))
+    let registry = Registry::new(builtin()).map_err(|e| (70, e.to_string()))?;
+    let names = toolvisor_supervisor::service::tool_names(&config, &registry);
+    let policy = Policy::new(&config.policy, &roots, &names)
+        .map_err(|e| (2, format!("bad [policy]: {e}")))?;
+    Ok(explain("cli".into(), &policy, &registry, tool, args))
 }
 
 fn ask_daemon(

@@ -1,28 +1,38 @@
-//! The running service: configuration, the tool catalog, one pool per group, the
-//! event bus, and the bookkeeping that lets a drain wait for every open call.
+//! The running service: what every call path shares, each piece owned by the module
+//! that knows it — the configuration and policy (swapped on SIGHUP, [`crate::serve::reload`]),
+//! the tool registry ([`crate::registry::live`]), one pool per group
+//! ([`crate::workers`]), grants, confirmations and previews ([`crate::call`]), the
+//! event bus, the audit log, and the drain bookkeeping ([`crate::serve::drain`]).
+//! Fields are private; the accessors below are the only way in.
 
 use std::collections::HashMap;
-use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, RwLock};
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
-use tokio::sync::Notify;
+use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
-use toolvisor_protocol::tools::{self, ToolSpec};
-use toolvisor_protocol::worker::{ExecSettings, Roots, SandboxSettings, WorkerInit};
+use toolvisor_protocol::message::Topic;
+use toolvisor_protocol::tools::{self, Risk};
+use toolvisor_protocol::worker::{AnnouncedTool, WorkerInit};
 
 use crate::audit::Audit;
 use crate::call::confirm::Confirmations;
 use crate::call::grants::Grants;
 use crate::call::previews::PreviewStore;
-use crate::config::{Config, SandboxMode};
-use crate::policy::Policy;
-use crate::registry::validate::Validators;
-use crate::session::events::Events;
+use crate::config::Config;
+use crate::policy::{Policy, ToolNames};
+use crate::registry::Registry;
+use crate::registry::live::LiveRegistry;
+use crate::serve::drain::{ActiveCall, Drain};
+use crate::session::events::{Events, obj};
+use crate::workers::groups::{self, Group, Kind};
+use crate::workers::init::worker_init;
 use crate::workers::pool::{Pool, PoolSpec};
 use crate::workers::restart::RestartPolicy;
 use crate::workers::spawn::{SpawnSpec, Spawner};
+use crate::workers::worker::Announce;
 
 /// Where things are, fixed for the life of the process.
 #[derive(Clone, Debug)]
@@ -38,109 +48,117 @@ pub struct Paths {
     pub namespaces: Result<(), String>,
 }
 
-/// Niceness of search workers: below the supervisor, so pings and other groups' calls
-/// are not queued behind CPU-bound walks.
-const SEARCH_NICE: i32 = 10;
+/// Why the service could not start (serve exits 78: the configuration cannot work).
+#[derive(Debug, thiserror::Error)]
+pub enum StartError {
+    #[error("{0}")]
+    Workers(String),
+    #[error("bad [policy]: {0}")]
+    Policy(String),
+    #[error("the built-in tools do not load: {0}")]
+    Registry(#[from] crate::registry::RegistryError),
+    #[error("cannot start the {group} pool: {message}")]
+    Pool { group: String, message: String },
+}
 
 pub struct Service {
-    pub paths: Paths,
-    pub config: RwLock<Arc<Config>>,
-    pub tools: Vec<ToolSpec>,
-    pub validators: Validators,
-    pub policy: RwLock<Arc<Policy>>,
-    pub grants: Grants,
-    pub confirmations: Confirmations,
-    /// Changes shown by a preview, waiting for `apply_file_change`.
-    pub previews: std::sync::Mutex<PreviewStore>,
-    pub pools: HashMap<String, Arc<Pool>>,
-    pub events: Events,
-    pub audit: Audit,
-    pub started: Instant,
+    paths: Paths,
+    config: RwLock<Arc<Config>>,
+    registry: LiveRegistry,
+    policy: RwLock<Arc<Policy>>,
+    grants: Grants,
+    confirmations: Confirmations,
+    /// Changes shown by a preview, waiting to be applied.
+    pub(crate) previews: std::sync::Mutex<PreviewStore>,
+    pools: HashMap<String, Arc<Pool>>,
+    /// The groups in the order they started (built-in first, then external by name).
+    order: Vec<String>,
+    events: Events,
+    audit: Audit,
+    started: Instant,
     /// The marker every command carries in its environment.
-    pub instance: String,
+    instance: String,
     next_call: AtomicU64,
     next_session: AtomicU64,
-    active: AtomicUsize,
-    idle: Notify,
-    /// Parent of every call's cancellation token: cancelling it cancels them all.
-    pub shutdown: CancellationToken,
+    drain: Drain,
     /// The calls dispatched to a worker and not yet ended (`status.calls`).
-    pub running: crate::call::running::Running,
+    running: crate::call::running::Running,
 }
 
 impl Service {
-    /// Start the pools of every group.
+    /// Load the built-in tools, compile the policy, and start the pools of every
+    /// group; external groups' tools join the registry as their workers announce them.
     pub async fn start(
         paths: Paths,
         config: Config,
         spawner: Spawner,
         instance: String,
         audit: Audit,
-    ) -> Result<Arc<Service>, String> {
+    ) -> Result<Arc<Service>, StartError> {
         let events = Events::new();
         let hook_audit = audit.clone();
         events.set_audit(Arc::new(move |kind, fields| {
             hook_audit.append_detached(kind, fields);
         }));
-        let init = worker_init(&paths, &config, &instance)?;
-        let policy =
-            Policy::new(&config.policy, &init.roots).map_err(|e| format!("bad [policy]: {e}"))?;
+        let init = worker_init(&paths, &config, &instance).map_err(StartError::Workers)?;
+        let registry = Registry::new(tools::builtin())?;
+        let policy = Policy::new(&config.policy, &init.roots, &tool_names(&config, &registry))
+            .map_err(StartError::Policy)?;
         let mut pools = HashMap::new();
-        for group in tools::GROUPS {
-            let Some(gcfg) = config.workers.group(group) else {
-                continue;
+        let mut order = Vec::new();
+        let mut announced = Vec::new();
+        for group in groups::plan(&config, &registry) {
+            let (announce, rx) = match &group.kind {
+                Kind::External { risk, .. } => {
+                    let (tx, rx) = watch::channel(None);
+                    let hook: Announce = Arc::new(move |tools| {
+                        let _ = tx.send(Some(tools));
+                    });
+                    (Some(hook), Some((group.name.clone(), *risk, rx)))
+                }
+                Kind::Builtin => (None, None),
             };
-            let spec = PoolSpec {
-                group: (*group).to_owned(),
-                count: config.workers.count(group),
-                queue_max: gcfg.queue_max,
-                max_in_flight: gcfg.max_in_flight,
-                spawner: spawner.clone(),
-                spawn: SpawnSpec {
-                    exe: paths.exe.clone(),
-                    group: (*group).to_owned(),
-                    cwd: paths.workspace.clone(),
-                    passthrough: gcfg.env_passthrough.clone(),
-                    nice: if *group == "search" { SEARCH_NICE } else { 0 },
-                },
-                init: WorkerInit {
-                    group: (*group).to_owned(),
-                    ..init.clone()
-                },
-                policy: RestartPolicy::new(config.supervisor.clone()),
-                events: events.clone(),
-                deadline_grace: if *group == "exec" {
-                    crate::workers::worker::EXEC_PATIENCE
-                } else {
-                    Duration::ZERO
-                },
-            };
-            let pool = Pool::start(spec)
-                .await
-                .map_err(|e| format!("cannot start the {group} pool: {e}"))?;
-            pools.insert((*group).to_owned(), pool);
+            announced.extend(rx);
+            let spec = pool_spec(&group, &paths, &config, &init, &spawner, &events, announce);
+            let pool = Pool::start(spec).await.map_err(|e| StartError::Pool {
+                group: group.name.clone(),
+                message: e.to_string(),
+            })?;
+            order.push(group.name.clone());
+            pools.insert(group.name, pool);
         }
-        Ok(Arc::new(Service {
+        let service = Arc::new(Service {
             paths,
             config: RwLock::new(Arc::new(config)),
-            validators: Validators::new(&tools::catalog()).map_err(|e| e.to_string())?,
+            registry: LiveRegistry::new(registry),
             grants: Grants::new(policy.scopes().clone()),
             confirmations: Confirmations::new(policy.confirm_timeout()),
             policy: RwLock::new(Arc::new(policy)),
             previews: std::sync::Mutex::new(PreviewStore::new()),
-            tools: tools::catalog(),
             pools,
+            order,
             events,
             audit,
             started: Instant::now(),
             instance,
             next_call: AtomicU64::new(1),
             next_session: AtomicU64::new(1),
-            active: AtomicUsize::new(0),
-            idle: Notify::new(),
-            shutdown: CancellationToken::new(),
+            drain: Drain::new(),
             running: Default::default(),
-        }))
+        });
+        for (group, floor, rx) in announced {
+            tokio::spawn(follow_announcements(
+                Arc::downgrade(&service),
+                group,
+                floor,
+                rx,
+            ));
+        }
+        Ok(service)
+    }
+
+    pub fn paths(&self) -> &Paths {
+        &self.paths
     }
 
     pub fn policy(&self) -> Arc<Policy> {
@@ -157,6 +175,68 @@ impl Service {
             .clone()
     }
 
+    /// Put a reloaded configuration and its policy in force (SIGHUP).
+    pub fn replace_config(&self, config: Config, policy: Policy) {
+        self.confirmations.set_timeout(policy.confirm_timeout());
+        *self.policy.write().unwrap_or_else(|p| p.into_inner()) = Arc::new(policy);
+        *self.config.write().unwrap_or_else(|p| p.into_inner()) = Arc::new(config);
+    }
+
+    /// The tool registry now.
+    pub fn registry(&self) -> Arc<Registry> {
+        self.registry.get()
+    }
+
+    /// The names rules may use under `config`.
+    pub fn tool_names(&self, config: &Config) -> ToolNames {
+        tool_names(config, &self.registry())
+    }
+
+    pub fn grants(&self) -> &Grants {
+        &self.grants
+    }
+
+    pub fn confirmations(&self) -> &Confirmations {
+        &self.confirmations
+    }
+
+    /// The calls running now (`status.calls`).
+    pub fn running(&self) -> &crate::call::running::Running {
+        &self.running
+    }
+
+    pub fn pools(&self) -> &HashMap<String, Arc<Pool>> {
+        &self.pools
+    }
+
+    /// The pools in the order their groups started.
+    pub fn pools_in_order(&self) -> Vec<&Arc<Pool>> {
+        self.order
+            .iter()
+            .filter_map(|g| self.pools.get(g))
+            .collect()
+    }
+
+    pub fn pool(&self, group: &str) -> Option<&Arc<Pool>> {
+        self.pools.get(group)
+    }
+
+    pub fn events(&self) -> &Events {
+        &self.events
+    }
+
+    pub fn audit(&self) -> &Audit {
+        &self.audit
+    }
+
+    pub fn started(&self) -> Instant {
+        self.started
+    }
+
+    pub fn instance(&self) -> &str {
+        &self.instance
+    }
+
     pub fn next_call(&self) -> u64 {
         self.next_call.fetch_add(1, Ordering::SeqCst)
     }
@@ -166,46 +246,29 @@ impl Service {
     }
 
     /// Count a call as open until the guard drops.
-    pub fn open_call(self: &Arc<Self>) -> ActiveCall {
-        self.active.fetch_add(1, Ordering::SeqCst);
-        ActiveCall(self.clone())
+    pub fn open_call(&self) -> ActiveCall {
+        self.drain.open()
     }
 
     pub fn active_calls(&self) -> usize {
-        self.active.load(Ordering::SeqCst)
+        self.drain.active()
+    }
+
+    /// Cancelled when the drain gives up on the calls still open.
+    pub fn shutdown(&self) -> &CancellationToken {
+        self.drain.shutdown()
     }
 
     /// Wait until no call is open, or `grace` passes; then cancel the rest and wait
     /// (bounded) for them to answer.
-    pub async fn drain(&self, grace: Duration) {
-        if tokio::time::timeout(grace, self.until_no_calls())
-            .await
-            .is_err()
-        {
-            tracing::warn!(
-                open = self.active_calls(),
-                "drain grace over; cancelling the calls still open"
-            );
-            self.shutdown.cancel();
-            let _ = tokio::time::timeout(Duration::from_secs(5), self.until_no_calls()).await;
-        }
-    }
-
-    /// Resolves once no call is open.
-    async fn until_no_calls(&self) {
-        loop {
-            let notified = self.idle.notified();
-            if self.active_calls() == 0 {
-                return;
-            }
-            notified.await;
-        }
+    pub async fn drain(&self, grace: std::time::Duration) {
+        self.drain.run(grace).await;
     }
 
     /// The exec worker processes now (commands run under them).
     pub fn exec_worker_pids(&self) -> Vec<u32> {
         self.pools
-            .get("exec")
+            .get(tools::EXEC)
             .map(|p| p.workers().iter().filter_map(|w| w.pid()).collect())
             .unwrap_or_default()
     }
@@ -215,111 +278,90 @@ impl Service {
             pool.stop().await;
         }
     }
-}
 
-/// An open call; dropping it lets a drain go on.
-pub struct ActiveCall(Arc<Service>);
-
-impl Drop for ActiveCall {
-    fn drop(&mut self) {
-        if self.0.active.fetch_sub(1, Ordering::SeqCst) == 1 {
-            self.0.idle.notify_waiters();
+    /// A group's worker announced its tools: the registry takes them, and
+    /// `tools_changed` tells `workers` subscribers when the set changed.
+    fn take_announcement(&self, group: &str, floor: Risk, tools: Vec<AnnouncedTool>) {
+        let change = self.registry.announce(group, floor, tools);
+        for w in &change.warnings {
+            tracing::warn!(group, "{w}");
+        }
+        if change.changed {
+            tracing::info!(group, tools = change.tools.len(), "tools announced");
+            self.events.publish(
+                Topic::Workers,
+                "tools_changed",
+                obj(serde_json::json!({"group": group, "tools": change.tools})),
+            );
         }
     }
 }
 
-/// The roots of `workspace` as `config` names them, canonical.
-pub fn workspace_roots(workspace: &Path, config: &Config) -> Result<Roots, String> {
-    let root = |p: &Path| {
-        let p = if p.is_absolute() {
-            p.to_owned()
-        } else {
-            workspace.join(p)
-        };
-        p.canonicalize()
-            .map_err(|e| format!("workspace root {}: {e}", p.display()))
-    };
-    Ok(Roots {
-        private: root(&config.workspace.private)?,
-        shared: config.workspace.shared.as_deref().map(root).transpose()?,
-        public: config.workspace.public.as_deref().map(root).transpose()?,
-    })
-}
-
-/// The `init` every worker gets (its group filled in per pool).
-pub fn worker_init(paths: &Paths, config: &Config, instance: &str) -> Result<WorkerInit, String> {
-    let roots = workspace_roots(&paths.workspace, config)?;
-    let mut protected = vec![paths.state_dir.clone()];
-    if let Ok(c) = paths.config_file.canonicalize() {
-        protected.push(c);
-    }
-    let exec = &config.workers.exec;
-    let sandbox = sandbox_settings(paths, config, paths.config_file.canonicalize().ok())?;
-    Ok(WorkerInit {
-        group: String::new(),
-        index: 0,
-        roots,
-        protected,
-        state_dir: paths.state_dir.clone(),
-        limits: config.limits.clone(),
-        exec: ExecSettings {
-            env_passthrough: exec.env_passthrough.clone(),
-            env: exec.env.clone(),
-            writable: exec.writable.clone(),
-            max_jobs: exec.max_jobs,
-            instance: instance.to_owned(),
-            exe: paths.exe.clone(),
-            sandbox,
-        },
-        generation: 0,
-    })
-}
-
-/// `p` with its directory resolved (the file itself may not exist yet: the socket).
-fn canonical(p: &Path) -> PathBuf {
-    if let Ok(c) = p.canonicalize() {
-        return c;
-    }
-    match (
-        p.parent().and_then(|d| d.canonicalize().ok()),
-        p.file_name(),
-    ) {
-        (Some(dir), Some(name)) => dir.join(name),
-        _ => p.to_path_buf(),
+/// The names rules may use: every registered tool, and any name when an external
+/// group will announce its own.
+pub fn tool_names(config: &Config, registry: &Registry) -> ToolNames {
+    let names = ToolNames::of(registry.entries().map(|e| e.def.as_ref()));
+    if config.workers.external.is_empty() {
+        names
+    } else {
+        names.open()
     }
 }
 
-/// How commands are confined: namespaces unless `workers.exec.sandbox = "off"` or the
-/// host refuses them; `required` and refused is an error (serve exits 78, a reload
-/// fails).
-fn sandbox_settings(
+/// What a group's pool runs.
+fn pool_spec(
+    group: &Group,
     paths: &Paths,
     config: &Config,
-    config_file: Option<PathBuf>,
-) -> Result<SandboxSettings, String> {
-    let exec = &config.workers.exec;
-    let namespaces = match (exec.sandbox, &paths.namespaces) {
-        (SandboxMode::Off, _) => false,
-        (_, Ok(())) => true,
-        (SandboxMode::Required, Err(why)) => {
-            return Err(format!(
-                "workers.exec.sandbox = \"required\", but commands cannot have their own namespaces here: {why}"
-            ));
-        }
-        (SandboxMode::Auto, Err(_)) => false,
-    };
-    let state = canonical(&paths.state_dir);
-    let socket = canonical(&paths.socket);
-    let mut hidden = vec![state.clone()];
-    if !socket.starts_with(&state) {
-        hidden.push(socket);
+    init: &WorkerInit,
+    spawner: &Spawner,
+    events: &Events,
+    announce: Option<Announce>,
+) -> PoolSpec {
+    let gcfg = config
+        .workers
+        .group(&group.name)
+        .cloned()
+        .unwrap_or_default();
+    PoolSpec {
+        group: group.name.clone(),
+        count: config.workers.count(&group.name),
+        queue_max: gcfg.queue_max,
+        max_in_flight: gcfg.max_in_flight,
+        spawner: spawner.clone(),
+        spawn: SpawnSpec {
+            exe: paths.exe.clone(),
+            group: group.name.clone(),
+            command: group.command(),
+            cwd: paths.workspace.clone(),
+            passthrough: gcfg.env_passthrough.clone(),
+            nice: group.nice(),
+        },
+        init: WorkerInit {
+            group: group.name.clone(),
+            ..init.clone()
+        },
+        policy: RestartPolicy::new(config.supervisor.clone()),
+        events: events.clone(),
+        deadline_grace: group.patience(),
+        announce,
     }
-    Ok(SandboxSettings {
-        namespaces,
-        network: exec.network,
-        protected: exec.protected.clone(),
-        config_file,
-        hidden,
-        limits: exec.limits.clone(),
-    })
+}
+
+/// Apply a group's announcements, the newest first, for as long as the service lives.
+async fn follow_announcements(
+    service: std::sync::Weak<Service>,
+    group: String,
+    floor: Risk,
+    mut rx: watch::Receiver<Option<Vec<AnnouncedTool>>>,
+) {
+    loop {
+        let tools = rx.borrow_and_update().clone();
+        if let (Some(tools), Some(s)) = (tools, service.upgrade()) {
+            s.take_announcement(&group, floor, tools);
+        }
+        if rx.changed().await.is_err() {
+            return;
+        }
+    }
 }

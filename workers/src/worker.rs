@@ -10,6 +10,7 @@ use std::os::fd::FromRawFd;
 use std::os::unix::net::UnixStream as StdUnixStream;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
+use toolvisor_protocol::tools;
 
 use serde_json::Value;
 use tokio::io::AsyncWriteExt;
@@ -56,7 +57,7 @@ pub fn main(group: &str) -> i32 {
             return EXIT_CONFIG;
         }
     };
-    let journals = (group == "edit").then(|| crate::edit::temps::prepare(&init.state_dir));
+    let journals = (group == tools::EDIT).then(|| crate::edit::temps::prepare(&init.state_dir));
     let cgroups = ExecState::cgroups(&init);
     let landlock = crate::sandbox::confine(&init, &cgroups.bases());
     let resolver = match Resolver::new(&init.roots, &init.protected) {
@@ -157,7 +158,15 @@ async fn serve(
     let (tx, rx) = mpsc::channel::<FromWorker>(OUTBOX);
     let writer = tokio::spawn(write_loop(wr, rx));
     let pid = std::process::id();
-    if tx.send(FromWorker::Ready { pid, guards }).await.is_err() {
+    if tx
+        .send(FromWorker::Ready {
+            pid,
+            guards,
+            tools: Vec::new(),
+        })
+        .await
+        .is_err()
+    {
         return EXIT_SOFTWARE;
     }
     let running: Running = Arc::default();
@@ -238,7 +247,7 @@ async fn serve(
 
 /// What this worker reports as active in `ready` (`status.guards`).
 fn guards(init: &WorkerInit, exec: &ExecState, landlock: Option<u32>) -> Guards {
-    let is_exec = init.group == "exec";
+    let is_exec = init.group == tools::EXEC;
     let s = &init.exec.sandbox;
     let mut protected: Vec<String> = crate::sandbox::protect::names(&s.protected)
         .iter()
@@ -281,7 +290,7 @@ impl Job {
     /// blocking file work, run on a blocking thread that also sends the `done` itself,
     /// one thread hand-off less than awaiting it from a task.
     fn start(self) {
-        if self.ctx.init.group == "exec" {
+        if self.ctx.init.group == tools::EXEC {
             tokio::spawn(self.run_async());
         } else {
             tokio::task::spawn_blocking(move || self.run_blocking());
@@ -296,8 +305,8 @@ impl Job {
 
     fn run_blocking(self) {
         let run = std::panic::AssertUnwindSafe(|| match self.ctx.init.group.as_str() {
-            "search" => crate::search::run(&self.tool, &self.args, &self.ctx),
-            "edit" => crate::edit::run(&self.tool, &self.args, &self.ctx),
+            tools::SEARCH => crate::search::run(&self.tool, &self.args, &self.ctx),
+            tools::EDIT => crate::edit::run(&self.tool, &self.args, &self.ctx),
             other => ToolError::internal(format!("unknown group {other}")).into(),
         });
         // A tool that panics still answers (the panic message went to stderr).

@@ -24,7 +24,6 @@ use toolvisor_protocol::tools::Risk;
 
 use crate::call::router::{SessionInfo, internal_result};
 use crate::config::Action;
-use crate::policy::CallFacts;
 use crate::service::Service;
 
 /// Hands one call's result to its session (which unregisters the id, then sends it).
@@ -62,13 +61,10 @@ impl Service {
     /// Whether a call may run alongside its neighbours: it fails validation (it ends
     /// at once), or the policy allows it outright at low risk (nobody will be asked).
     pub fn may_overlap(&self, req: &CallRequest) -> bool {
-        if self.admit(req).is_err() {
+        let Ok(tool) = self.admit(req) else {
             return true;
-        }
-        let d = self.policy().decide(&CallFacts {
-            tool: &req.tool,
-            args: &req.args,
-        });
+        };
+        let d = self.policy().decide(&tool, &req.args);
         d.action == Action::Allow && d.risk == Risk::Low
     }
 
@@ -113,7 +109,7 @@ impl Service {
             "ids".into(),
             serde_json::to_value(ids).unwrap_or(Value::Null),
         );
-        self.events.publish(Topic::Calls, name, m);
+        self.events().publish(Topic::Calls, name, m);
     }
 }
 

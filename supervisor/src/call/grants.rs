@@ -5,13 +5,13 @@
 //!
 //! Time is passed in (`now`) so expiry is tested without sleeping.
 
+use crate::registry::Registry;
 use std::collections::HashMap;
 use std::io::Read;
 use std::sync::Mutex;
 use std::time::{Duration, Instant, SystemTime};
 
 use toolvisor_protocol::ErrorType;
-use toolvisor_protocol::tools::{ToolSpec, catalog, find};
 
 use crate::config::Action;
 use crate::policy::paths::{ScopedPath, Scopes};
@@ -99,7 +99,7 @@ pub struct TokenUse<'a> {
 
 #[derive(Clone, Debug)]
 struct Grant {
-    tools: Vec<&'static str>,
+    tools: Vec<String>,
     trace_id: Option<String>,
     paths: Vec<ScopedPath>,
     expires: Instant,
@@ -113,7 +113,6 @@ struct Grant {
 pub struct Grants {
     /// Swapped by a reload that changes the workspace roots.
     scopes: std::sync::RwLock<Scopes>,
-    tools: Vec<ToolSpec>,
     live: Mutex<HashMap<String, Grant>>,
 }
 
@@ -122,7 +121,6 @@ impl Grants {
     pub fn new(scopes: Scopes) -> Grants {
         Grants {
             scopes: std::sync::RwLock::new(scopes),
-            tools: catalog(),
             live: Mutex::new(HashMap::new()),
         }
     }
@@ -146,8 +144,14 @@ impl Grants {
         self.live.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// Issue a token for `req`, valid until `now + ttl`.
-    pub fn issue(&self, req: &GrantRequest, now: Instant) -> Result<Issued, GrantError> {
+    /// Issue a token for `req`, valid until `now + ttl`; its tool names (or aliases)
+    /// must be in `tools`.
+    pub fn issue(
+        &self,
+        req: &GrantRequest,
+        now: Instant,
+        tools: &Registry,
+    ) -> Result<Issued, GrantError> {
         if req.tools.is_empty() {
             return Err(GrantError::NoTools);
         }
@@ -169,8 +173,9 @@ impl Grants {
             .tools
             .iter()
             .map(|t| {
-                find(&self.tools, t)
-                    .map(|s| s.name)
+                tools
+                    .find(t)
+                    .map(|e| e.def.name.clone())
                     .ok_or_else(|| GrantError::UnknownTool(t.clone()))
             })
             .collect::<Result<Vec<_>, _>>()?;
@@ -241,8 +246,8 @@ impl Grants {
         if g.used && !g.reusable {
             return Err(TokenInvalid::Used);
         }
-        let tool = find(&self.tools, call.tool).map_or(call.tool, |s| s.name);
-        if !g.tools.contains(&tool) {
+        // `call.tool` is the tool's name, whatever alias the call used.
+        if !g.tools.iter().any(|t| t == call.tool) {
             return Err(TokenInvalid::WrongTool {
                 tool: call.tool.to_string(),
                 allowed: g.tools.join(", "),
@@ -300,6 +305,10 @@ pub fn random_hex(n: usize) -> std::io::Result<String> {
 
 #[cfg(test)]
 mod tests {
+    fn reg() -> Registry {
+        Registry::new(toolvisor_protocol::tools::builtin()).unwrap()
+    }
+
     use super::*;
     use toolvisor_protocol::worker::Roots;
 
@@ -338,8 +347,8 @@ mod tests {
     fn tokens_are_128_bit_hex_and_distinct() {
         let g = grants();
         let now = Instant::now();
-        let a = g.issue(&req(&["shell"]), now).unwrap().token;
-        let b = g.issue(&req(&["shell"]), now).unwrap().token;
+        let a = g.issue(&req(&["shell"]), now, &reg()).unwrap().token;
+        let b = g.issue(&req(&["shell"]), now, &reg()).unwrap().token;
         assert_eq!(a.len(), 32);
         assert!(a.chars().all(|c| c.is_ascii_hexdigit()));
         assert_ne!(a, b);
@@ -349,10 +358,11 @@ mod tests {
     fn single_use_tokens_are_spent() {
         let g = grants();
         let now = Instant::now();
-        let t = g.issue(&req(&["run_command"]), now).unwrap().token;
-        assert_eq!(g.redeem(&t, &call("shell", DOT), now), Ok(()));
+        // Issued by an alias; redeemed by the tool's name (the gate passes that).
+        let t = g.issue(&req(&["shell"]), now, &reg()).unwrap().token;
+        assert_eq!(g.redeem(&t, &call("run_command", DOT), now), Ok(()));
         assert_eq!(
-            g.redeem(&t, &call("shell", DOT), now),
+            g.redeem(&t, &call("run_command", DOT), now),
             Err(TokenInvalid::Used)
         );
     }
@@ -363,9 +373,9 @@ mod tests {
         let now = Instant::now();
         let mut r = req(&["ls"]);
         r.reusable = true;
-        let issued = g.issue(&r, now).unwrap();
+        let issued = g.issue(&r, now, &reg()).unwrap();
         for _ in 0..3 {
-            assert_eq!(g.redeem(&issued.token, &call("list_dir", DOT), now), Ok(()));
+            assert_eq!(g.redeem(&issued.token, &call("ls", DOT), now), Ok(()));
         }
         let later = issued.expires;
         assert_eq!(
@@ -378,7 +388,7 @@ mod tests {
     fn expiry_uses_the_time_given() {
         let g = grants();
         let now = Instant::now();
-        let t = g.issue(&req(&["ls"]), now).unwrap().token;
+        let t = g.issue(&req(&["ls"]), now, &reg()).unwrap().token;
         let late = now + Duration::from_secs(61);
         assert_eq!(
             g.redeem(&t, &call("ls", DOT), late),
@@ -397,7 +407,7 @@ mod tests {
         let mut r = req(&["write_file"]);
         r.trace_id = Some("t1".into());
         r.paths = vec!["./src/../src".into()];
-        let t = g.issue(&r, now).unwrap().token;
+        let t = g.issue(&r, now, &reg()).unwrap().token;
         let good = vec!["src/a.rs".to_string()];
         let bad = vec!["srcx/a.rs".to_string()];
 
@@ -439,7 +449,7 @@ mod tests {
         let mut r = req(&["run_command"]);
         r.reusable = true;
         r.paths = vec!["sub".into()];
-        let t = g.issue(&r, now).unwrap().token;
+        let t = g.issue(&r, now, &reg()).unwrap().token;
         let root = vec![".".to_string()];
         let sub = vec!["sub/deeper".to_string()];
         assert!(matches!(
@@ -453,7 +463,7 @@ mod tests {
     fn deny_beats_a_token_and_allow_does_not_spend_it() {
         let g = grants();
         let now = Instant::now();
-        let t = g.issue(&req(&["ls"]), now).unwrap().token;
+        let t = g.issue(&req(&["ls"]), now, &reg()).unwrap().token;
         let c = call("ls", DOT);
         assert_eq!(g.settle(Action::Deny, &t, &c, now), Ok(Action::Deny));
         assert_eq!(g.settle(Action::Allow, &t, &c, now), Ok(Action::Allow));
@@ -465,25 +475,37 @@ mod tests {
     fn bad_requests_are_refused() {
         let g = grants();
         let now = Instant::now();
-        assert!(matches!(g.issue(&req(&[]), now), Err(GrantError::NoTools)));
         assert!(matches!(
-            g.issue(&req(&["nope"]), now),
+            g.issue(&req(&[]), now, &reg()),
+            Err(GrantError::NoTools)
+        ));
+        assert!(matches!(
+            g.issue(&req(&["nope"]), now, &reg()),
             Err(GrantError::UnknownTool(_))
         ));
         let mut r = req(&["ls"]);
         r.paths = vec!["../../etc".into()];
-        assert!(matches!(g.issue(&r, now), Err(GrantError::PathOutside(_))));
+        assert!(matches!(
+            g.issue(&r, now, &reg()),
+            Err(GrantError::PathOutside(_))
+        ));
         let mut r = req(&["ls"]);
         r.ttl = Duration::ZERO;
-        assert!(matches!(g.issue(&r, now), Err(GrantError::ZeroTtl)));
+        assert!(matches!(g.issue(&r, now, &reg()), Err(GrantError::ZeroTtl)));
         let mut r = req(&["ls"]);
         r.ttl = Duration::MAX;
-        assert!(matches!(g.issue(&r, now), Err(GrantError::TtlTooLarge(_))));
+        assert!(matches!(
+            g.issue(&r, now, &reg()),
+            Err(GrantError::TtlTooLarge(_))
+        ));
         // u64::MAX ms fits the clocks but would give the year 584556076.
         r.ttl = Duration::from_millis(u64::MAX);
-        assert!(matches!(g.issue(&r, now), Err(GrantError::TtlTooLarge(_))));
+        assert!(matches!(
+            g.issue(&r, now, &reg()),
+            Err(GrantError::TtlTooLarge(_))
+        ));
         r.ttl = MAX_TTL;
-        assert!(g.issue(&r, now).is_ok(), "a year is allowed");
+        assert!(g.issue(&r, now, &reg()).is_ok(), "a year is allowed");
     }
 
     #[test]
@@ -500,7 +522,7 @@ mod tests {
             (outside, "`/etc`"),
             (zero, "`ttl_ms`"),
         ] {
-            let e = g.issue(&r, now).unwrap_err();
+            let e = g.issue(&r, now, &reg()).unwrap_err();
             assert_eq!(e.error_type(), ErrorType::BadMessage, "{e}");
             assert!(e.to_string().contains(says), "{e}");
         }

@@ -3,7 +3,9 @@
 //! previews, batches, and the audit records each call leaves.
 
 pub mod batch;
+pub mod changes;
 pub mod confirm;
+pub mod dispatch;
 pub mod gate;
 pub mod grants;
 pub mod previews;

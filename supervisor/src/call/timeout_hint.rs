@@ -6,17 +6,17 @@
 use serde_json::Value;
 use toolvisor_protocol::ErrorType;
 use toolvisor_protocol::message::CallRequest;
-use toolvisor_protocol::tools::ToolSpec;
+use toolvisor_protocol::tools::ToolDef;
 use toolvisor_protocol::worker::Outcome;
 
 use crate::config::GroupConfig;
 
 /// Append the hint to a `Timeout` outcome's error message (other outcomes pass).
-pub fn explain(group: &GroupConfig, spec: &ToolSpec, req: &CallRequest, o: &mut Outcome) {
+pub fn explain(group: &GroupConfig, tool: &ToolDef, req: &CallRequest, o: &mut Outcome) {
     let Some(e) = o.error.as_mut().filter(|e| e.kind == ErrorType::Timeout) else {
         return;
     };
-    let hint = hint(group, spec, req);
+    let hint = hint(group, tool, req);
     let error_content = format!("Error: {}", e.message);
     let what = e.message.trim_end_matches('.').to_owned();
     e.message = format!("{what}. {hint}");
@@ -32,16 +32,18 @@ pub fn explain(group: &GroupConfig, spec: &ToolSpec, req: &CallRequest, o: &mut 
     }
 }
 
-/// The sentence for a call of `spec` as `req` asked it, under `group`'s settings.
-pub fn hint(group: &GroupConfig, spec: &ToolSpec, req: &CallRequest) -> String {
-    let g = spec.group;
+/// The sentence for a call of `tool` as `req` asked it, under `group`'s settings.
+pub fn hint(group: &GroupConfig, tool: &ToolDef, req: &CallRequest) -> String {
+    let g = &tool.group;
     let max = group.max_timeout_ms;
-    let has_own = spec.parameters.pointer("/properties/timeout").is_some();
-    let own = req.args.get("timeout").and_then(Value::as_u64);
-    let ways = if has_own {
+    let own = tool
+        .timeout_arg
+        .and_then(|a| req.args.get(a))
+        .and_then(Value::as_u64);
+    let ways = if let Some(arg) = tool.timeout_arg {
         format!(
-            "the call's `timeout_ms` or {}'s `timeout` argument",
-            spec.name
+            "the call's `timeout_ms` or {}'s `{arg}` argument",
+            tool.name
         )
     } else {
         "the call's `timeout_ms`".to_owned()
@@ -70,7 +72,7 @@ mod tests {
     use super::*;
     use serde_json::json;
     use toolvisor_protocol::ErrorBody;
-    use toolvisor_protocol::tools::{catalog, find};
+    use toolvisor_protocol::tools::{builtin, find};
 
     fn req(tool: &str, args: Value, timeout_ms: Option<u64>) -> CallRequest {
         let mut r = CallRequest::new("c", tool, args);
@@ -80,7 +82,7 @@ mod tests {
 
     #[test]
     fn each_limit_says_how_to_raise_it() {
-        let tools = catalog();
+        let tools = builtin();
         let run = find(&tools, "run_command").unwrap();
         let g = GroupConfig::default();
         let h = hint(
@@ -123,7 +125,7 @@ mod tests {
 
     #[test]
     fn only_timeouts_get_the_hint() {
-        let tools = catalog();
+        let tools = builtin();
         let run = find(&tools, "run_command").unwrap();
         let r = req("run_command", json!({"command": "x"}), None);
         let mut o = Outcome::err(ErrorBody::new(

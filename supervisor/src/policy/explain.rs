@@ -7,36 +7,35 @@ use serde_json::Value;
 use toolvisor_protocol::message::{ExplainedPart, ServerMessage};
 use toolvisor_protocol::{ErrorBody, ErrorType, Id};
 
-use super::{CallFacts, Policy};
-use crate::call::gate::action_str;
-use crate::registry::validate::Validators;
+use super::Policy;
+use crate::registry::Registry;
 
 /// The `explanation` for a call of `tool` with `args`.
 pub fn explain(
     id: Id,
     policy: &Policy,
-    validators: &Validators,
+    registry: &Registry,
     tool: &str,
     args: &Value,
 ) -> ServerMessage {
-    let spec = toolvisor_protocol::tools::find(&policy.tools, tool);
-    if let Err(message) = validators.check(tool, args) {
-        let kind = if spec.is_some() {
-            ErrorType::InvalidParams
-        } else {
-            ErrorType::ToolNotFound
-        };
-        return ServerMessage::Explanation {
-            id,
-            decision: "error".into(),
-            risk: spec.map_or("high", |s| s.risk.as_str()).into(),
-            reason: message.clone(),
-            rule: None,
-            parts: None,
-            error: Some(ErrorBody::new(kind, message)),
-        };
+    let error = |kind, risk: &str, message: String| ServerMessage::Explanation {
+        id: id.clone(),
+        decision: "error".into(),
+        risk: risk.into(),
+        reason: message.clone(),
+        rule: None,
+        parts: None,
+        error: Some(ErrorBody::new(kind, message)),
+    };
+    let Some(entry) = registry.find(tool) else {
+        return error(ErrorType::ToolNotFound, "high", registry.not_found(tool));
+    };
+    let def = &entry.def;
+    if let Err(violations) = entry.check(args) {
+        let message = format!("invalid arguments for {}:\n{violations}", def.name);
+        return error(ErrorType::InvalidParams, def.risk.as_str(), message);
     }
-    let d = policy.decide(&CallFacts { tool, args });
+    let d = policy.decide(def, args);
     // The gate refuses a path outside every root before anyone is asked.
     let outside = d
         .locations
@@ -44,16 +43,15 @@ pub fn explain(
         .find(|l| policy.scopes().resolve(l).is_outside());
     let (decision, reason) = match outside {
         Some(path) => ("deny", format!("`{path}` is outside the workspace")),
-        None => (action_str(d.action), d.reason.clone()),
+        None => (d.action.as_str(), d.reason.clone()),
     };
-    let is_command = spec.is_some_and(|s| s.name == "run_command");
-    let parts = is_command.then(|| {
+    let parts = def.policy.shell.then(|| {
         d.parts
             .iter()
             .map(|p| ExplainedPart {
                 text: p.text.clone(),
                 words: p.words.clone(),
-                decision: action_str(p.action).into(),
+                decision: p.action.as_str().into(),
                 rule: p.rule.map(|r| r as u64),
                 hazards: p.hazards.clone(),
             })

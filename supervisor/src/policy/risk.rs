@@ -3,7 +3,7 @@
 //! asked and written to the audit log, so each raise carries a note saying why.
 
 use serde_json::{Map, Value};
-use toolvisor_protocol::tools::{Risk, ToolSpec};
+use toolvisor_protocol::tools::{Risk, ToolDef};
 
 use super::hazards::{basename, is_env_hazard};
 use super::paths::ScopedPath;
@@ -23,24 +23,22 @@ impl Assessment {
     }
 }
 
-/// Tools that change files: an edit under `public:/` publishes it.
-const EDIT_TOOLS: &[&str] = &["write_file", "edit_file"];
-
 /// Assess a call from its tool, resolved paths, parsed command and `env`.
 pub fn assess(
-    spec: &ToolSpec,
+    tool: &ToolDef,
     paths: &[ScopedPath],
     shell: Option<&Analysis>,
     env: &[String],
 ) -> Assessment {
     let mut a = Assessment {
-        risk: spec.risk,
+        risk: tool.risk,
         notes: Vec::new(),
     };
     for p in paths {
         if p.is_outside() {
             a.raise(format!("`{p}` is outside the workspace"));
-        } else if p.is_public() && EDIT_TOOLS.contains(&spec.name) {
+        } else if p.is_public() && tool.policy.edits_paths {
+            // An edit under `public:/` publishes it.
             a.raise(format!("it edits `{p}` under public:/"));
         }
     }

@@ -1,7 +1,7 @@
-//! `[[policy.rules]]` compiled once: tool names resolved to the canonical tool,
-//! regexes built, and for every tool the order in which its rules are tried —
-//! tool-specific rules first, then `*` rules, file order within each
-//! (docs/POLICY.md).
+//! `[[policy.rules]]` compiled once: tool names resolved to the canonical tool (a
+//! `tool` ending in `*` matches every tool whose name starts with the rest), regexes
+//! built, and for every tool the order in which its rules are tried — tool-specific
+//! rules first, then `*` rules, file order within each (docs/POLICY.md).
 //!
 //! Conditions on `run_command`'s `command` test one simple command's words after
 //! quote removal: `startsWith` is a word prefix, `equals` compares the words re-joined
@@ -13,7 +13,7 @@
 use std::collections::HashMap;
 
 use regex::Regex;
-use toolvisor_protocol::tools::{Risk, ToolSpec, find};
+use toolvisor_protocol::tools::{Risk, ToolDef};
 
 use crate::config::{Action, Condition, Hazards, Operator, Rule};
 
@@ -134,6 +134,8 @@ pub struct CompiledRule {
     pub tests: Vec<Test>,
     /// `hazards = "allow"`: argument hazards do not turn this rule's allow into an ask.
     pub hazards_allow: bool,
+    /// `network = true`: a command this rule allows gets the host's network.
+    pub network: bool,
 }
 
 impl CompiledRule {
@@ -203,18 +205,100 @@ impl CompiledRule {
     }
 }
 
+/// The tool names a rule may name: every tool and alias registered now, and the name
+/// spaces of groups whose tools are known only once their worker announces them (an
+/// MCP server's `NAME__` prefix; any name at all when an external group is
+/// configured). A rule naming nothing that can exist is a configuration error: a rule
+/// that silently never matches is a trap.
+#[derive(Clone, Debug, Default)]
+pub struct ToolNames {
+    /// Name or alias → the tool's name.
+    canonical: HashMap<String, String>,
+    /// Prefixes of names that may appear later.
+    prefixes: Vec<String>,
+    /// An external group may announce any name.
+    open: bool,
+}
+
+impl ToolNames {
+    /// The names of `tools`.
+    pub fn of<'a>(tools: impl IntoIterator<Item = &'a ToolDef>) -> ToolNames {
+        let mut canonical = HashMap::new();
+        for t in tools {
+            canonical.insert(t.name.clone(), t.name.clone());
+            for a in &t.aliases {
+                canonical.insert(a.clone(), t.name.clone());
+            }
+        }
+        ToolNames {
+            canonical,
+            ..ToolNames::default()
+        }
+    }
+
+    /// Names starting with `prefix` may appear later (an MCP server's tools).
+    pub fn with_prefix(mut self, prefix: String) -> ToolNames {
+        self.prefixes.push(prefix);
+        self
+    }
+
+    /// Any name may appear later (an external worker group announces its own).
+    pub fn open(mut self) -> ToolNames {
+        self.open = true;
+        self
+    }
+
+    /// The tool `name` (a name or an alias) stands for, if it can exist.
+    fn resolve(&self, name: &str) -> Option<String> {
+        if let Some(c) = self.canonical.get(name) {
+            return Some(c.clone());
+        }
+        let later = self.open || self.prefixes.iter().any(|p| name.starts_with(p.as_str()));
+        later.then(|| name.to_owned())
+    }
+
+    /// Whether a pattern `prefix*` can match a tool.
+    fn can_match_prefix(&self, prefix: &str) -> bool {
+        self.open
+            || self.canonical.keys().any(|n| n.starts_with(prefix))
+            || self
+                .prefixes
+                .iter()
+                .any(|p| p.starts_with(prefix) || prefix.starts_with(p.as_str()))
+    }
+}
+
+/// Which tools a rule is for.
+#[derive(Clone, Debug, PartialEq, Eq)]
+enum ToolMatch {
+    /// One tool, by its name (an alias in the rule is resolved to it).
+    Exact(String),
+    /// Every tool whose name starts with this (`github__*`).
+    Prefix(String),
+}
+
+impl ToolMatch {
+    fn matches(&self, tool: &ToolDef) -> bool {
+        match self {
+            ToolMatch::Exact(name) => tool.name == *name,
+            ToolMatch::Prefix(p) => tool.name.starts_with(p.as_str()),
+        }
+    }
+}
+
 /// Every rule, and for each tool the order to try them in.
 #[derive(Clone, Debug, Default)]
 pub struct RuleSet {
     rules: Vec<CompiledRule>,
-    by_tool: HashMap<&'static str, Vec<usize>>,
+    /// Tool-specific rules (by name or pattern), in file order.
+    specific: Vec<(ToolMatch, usize)>,
     star: Vec<usize>,
 }
 
 impl RuleSet {
-    /// Compile `rules`; a rule naming no known tool or alias, or a bad regex, is an
-    /// error naming the rule, since a rule that silently never matches is a trap.
-    pub fn new(rules: &[Rule], tools: &[ToolSpec]) -> Result<RuleSet, String> {
+    /// Compile `rules`; a rule naming no tool that can exist, or a bad regex, is an
+    /// error naming the rule.
+    pub fn new(rules: &[Rule], tools: &ToolNames) -> Result<RuleSet, String> {
         let mut set = RuleSet::default();
         for (index, rule) in rules.iter().enumerate() {
             let tests = rule
@@ -230,36 +314,62 @@ impl RuleSet {
                 message: rule.message.clone(),
                 tests,
                 hazards_allow: rule.hazards == Hazards::Allow,
+                network: rule.network == Some(true),
             });
             if rule.tool == "*" {
                 set.star.push(index);
-            } else {
-                let spec = find(tools, &rule.tool).ok_or_else(|| {
-                    format!("policy.rules[{index}]: unknown tool `{}`", rule.tool)
-                })?;
-                set.by_tool.entry(spec.name).or_default().push(index);
+                continue;
             }
+            let matcher = match rule.tool.strip_suffix('*') {
+                Some(prefix) if tools.can_match_prefix(prefix) => {
+                    ToolMatch::Prefix(prefix.to_owned())
+                }
+                Some(_) => {
+                    return Err(format!(
+                        "policy.rules[{index}]: `{}` matches no tool",
+                        rule.tool
+                    ));
+                }
+                None => ToolMatch::Exact(tools.resolve(&rule.tool).ok_or_else(|| {
+                    format!("policy.rules[{index}]: unknown tool `{}`", rule.tool)
+                })?),
+            };
+            set.specific.push((matcher, index));
         }
         Ok(set)
     }
 
-    /// The rules for `tool` (canonical name) in the order they are tried.
-    pub fn for_tool<'a>(&'a self, tool: &str) -> impl Iterator<Item = &'a CompiledRule> + 'a {
-        let specific = self.by_tool.get(tool).map(Vec::as_slice).unwrap_or(&[]);
-        specific
+    /// The rules for `tool` in the order they are tried.
+    pub fn for_tool<'a, 't>(
+        &'a self,
+        tool: &'t ToolDef,
+    ) -> impl Iterator<Item = &'a CompiledRule> + use<'a, 't> {
+        self.specific
             .iter()
-            .chain(self.star.iter())
-            .map(|&i| &self.rules[i])
+            .filter(move |(m, _)| m.matches(tool))
+            .map(|(_, i)| *i)
+            .chain(self.star.iter().copied())
+            .map(|i| &self.rules[i])
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use toolvisor_protocol::tools::catalog;
+    use toolvisor_protocol::tools::{builtin, find};
 
     fn rule(tool: &str, action: Action) -> Rule {
         Rule::new(tool, action)
+    }
+
+    fn names() -> ToolNames {
+        ToolNames::of(&builtin())
+    }
+
+    fn order(set: &RuleSet, tool: &str) -> Vec<usize> {
+        let tools = builtin();
+        let def = find(&tools, tool).unwrap();
+        set.for_tool(def).map(|r| r.index).collect()
     }
 
     #[test]
@@ -270,16 +380,39 @@ mod tests {
             rule("run_command", Action::Ask),
             rule("*", Action::Ask),
         ];
-        let set = RuleSet::new(&rules, &catalog()).unwrap();
-        let order: Vec<usize> = set.for_tool("run_command").map(|r| r.index).collect();
-        assert_eq!(order, [1, 2, 0, 3]);
-        let order: Vec<usize> = set.for_tool("ls").map(|r| r.index).collect();
-        assert_eq!(order, [0, 3]);
+        let set = RuleSet::new(&rules, &names()).unwrap();
+        assert_eq!(order(&set, "run_command"), [1, 2, 0, 3]);
+        assert_eq!(order(&set, "ls"), [0, 3]);
+    }
+
+    #[test]
+    fn a_pattern_rule_is_tool_specific_for_every_tool_it_matches() {
+        let rules = vec![
+            rule("*", Action::Deny),
+            rule("read_*", Action::Allow),
+            rule("read_file", Action::Ask),
+        ];
+        let set = RuleSet::new(&rules, &names()).unwrap();
+        assert_eq!(order(&set, "read_file"), [1, 2, 0]);
+        assert_eq!(order(&set, "read_many_files"), [1, 0]);
+        assert_eq!(order(&set, "ls"), [0]);
+        let err = RuleSet::new(&[rule("nothing_*", Action::Allow)], &names()).unwrap_err();
+        assert!(err.contains("matches no tool"), "{err}");
+    }
+
+    #[test]
+    fn names_of_tools_that_appear_later_are_accepted() {
+        let mcp = names().with_prefix("github__".into());
+        assert!(RuleSet::new(&[rule("github__search", Action::Allow)], &mcp).is_ok());
+        assert!(RuleSet::new(&[rule("github__*", Action::Allow)], &mcp).is_ok());
+        assert!(RuleSet::new(&[rule("gitlab__search", Action::Allow)], &mcp).is_err());
+        let open = names().open();
+        assert!(RuleSet::new(&[rule("word_count", Action::Allow)], &open).is_ok());
     }
 
     #[test]
     fn unknown_tools_and_bad_regexes_are_refused() {
-        let err = RuleSet::new(&[rule("nope", Action::Allow)], &catalog()).unwrap_err();
+        let err = RuleSet::new(&[rule("nope", Action::Allow)], &names()).unwrap_err();
         assert!(
             err.contains("policy.rules[0]") && err.contains("nope"),
             "{err}"
@@ -290,7 +423,7 @@ mod tests {
             operator: Operator::Matches,
             value: "(".into(),
         });
-        assert!(RuleSet::new(&[r], &catalog()).is_err());
+        assert!(RuleSet::new(&[r], &names()).is_err());
     }
 
     #[test]
@@ -375,8 +508,12 @@ mod tests {
             operator: Operator::StartsWith,
             value: "rm".into(),
         });
-        let set = RuleSet::new(&[deny], &catalog()).unwrap();
-        let r = set.for_tool("run_command").next().unwrap();
+        let set = RuleSet::new(&[deny], &names()).unwrap();
+        let tools = builtin();
+        let r = set
+            .for_tool(find(&tools, "run_command").unwrap())
+            .next()
+            .unwrap();
         let none = |_: &str| None;
         for cmd in ["rm -rf x", "/bin/rm -rf x", "./x/../rm"] {
             let c = CommandWords::new(words(cmd).0);

@@ -8,6 +8,7 @@
 //! status dump; SIGUSR2 rotates the audit log. The memory watchdog runs alongside, and
 //! systemd hears of readiness and the stop ([`notify`]).
 
+pub mod drain;
 pub mod leftovers;
 pub mod notify;
 pub mod reload;
@@ -191,7 +192,7 @@ async fn serve(args: ServeArgs, state: StateDir) -> i32 {
     drain(&service, &mut signals).await;
     // A call sent on a connection still open from now on is refused before it starts
     // (and recorded as `rejected`), rather than waiting for a stopped worker.
-    service.shutdown.cancel();
+    service.shutdown().cancel();
     stop_workers(&service).await;
     listener_ref.stop(None);
     let stopped = crate::audit::record::SupervisorStopped {
@@ -213,7 +214,7 @@ async fn serve(args: ServeArgs, state: StateDir) -> i32 {
 /// stop takes one grace, not one per group. Their `worker_exited` records are queued
 /// before this returns, hence before `supervisor_stopped`.
 async fn stop_workers(service: &Service) {
-    futures::future::join_all(service.pools.values().map(|p| p.stop())).await;
+    futures::future::join_all(service.pools().values().map(|p| p.stop())).await;
 }
 
 /// Open (and recover) the audit log, and say what recovery did.
@@ -307,7 +308,7 @@ async fn obey_signals(
             }
             _ = s.usr2.recv() => {
                 tracing::info!("SIGUSR2: rotating the audit log");
-                service.audit.rotate();
+                service.audit().rotate();
             }
         }
     }

@@ -16,9 +16,12 @@ use toolvisor_protocol::worker::WorkerInit;
 
 /// Read and check the configuration file again, policy included.
 fn load(service: &Service) -> Result<(Config, Policy, WorkerInit), String> {
-    let cfg = Config::load(&service.paths.config_file).map_err(|e| e.to_string())?;
-    let init = crate::service::worker_init(&service.paths, &cfg, &service.instance)?;
-    let policy = Policy::new(&cfg.policy, &init.roots).map_err(|e| format!("bad [policy]: {e}"))?;
+    let paths = service.paths();
+    let cfg = Config::load(&paths.config_file).map_err(|e| e.to_string())?;
+    let init = crate::workers::init::worker_init(paths, &cfg, service.instance())?;
+    let names = service.tool_names(&cfg);
+    let policy =
+        Policy::new(&cfg.policy, &init.roots, &names).map_err(|e| format!("bad [policy]: {e}"))?;
     Ok((cfg, policy, init))
 }
 
@@ -27,11 +30,11 @@ fn load(service: &Service) -> Result<(Config, Policy, WorkerInit), String> {
 /// replaced after its calls end, one worker of a group at a time, in the background so
 /// the signal loop stays responsive (a SIGTERM meanwhile still drains at once).
 pub async fn reload_and_restart(service: &Arc<Service>) {
-    let path = service.paths.config_file.display().to_string();
+    let path = service.paths().config_file.display().to_string();
     let (cfg, policy, init) = match load(service) {
         Ok(loaded) => loaded,
         Err(e) => {
-            service.audit.record_detached(&ConfigReloadFailed {
+            service.audit().record_detached(&ConfigReloadFailed {
                 path: &path,
                 error: &e,
             });
@@ -40,7 +43,7 @@ pub async fn reload_and_restart(service: &Arc<Service>) {
         }
     };
     let mut plans = Vec::new();
-    for (group, pool) in &service.pools {
+    for (group, pool) in service.pools() {
         if let Some(g) = cfg.workers.group(group) {
             pool.set_limits(g.queue_max, g.max_in_flight);
             let reconfig = Reconfig {
@@ -52,13 +55,11 @@ pub async fn reload_and_restart(service: &Arc<Service>) {
             plans.push((pool.clone(), cfg.workers.count(group), reconfig));
         }
     }
-    service.confirmations.set_timeout(policy.confirm_timeout());
-    service.grants.set_scopes(policy.scopes().clone());
-    service.audit.reconfigure(&cfg.audit);
-    *service.config.write().unwrap_or_else(|p| p.into_inner()) = Arc::new(cfg);
-    *service.policy.write().unwrap_or_else(|p| p.into_inner()) = Arc::new(policy);
-    let digest = file_sha256(&service.paths.config_file);
-    service.audit.record_detached(&ConfigReloaded {
+    service.grants().set_scopes(policy.scopes().clone());
+    service.audit().reconfigure(&cfg.audit);
+    service.replace_config(cfg, policy);
+    let digest = file_sha256(&service.paths().config_file);
+    service.audit().record_detached(&ConfigReloaded {
         path: &path,
         config_sha256: &digest,
     });

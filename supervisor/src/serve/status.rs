@@ -28,13 +28,7 @@ async fn sample(pids: Vec<u32>) -> Vec<Usage> {
 pub async fn status(svc: &Arc<Service>, id: Id) -> ServerMessage {
     let mut workers = Vec::new();
     let mut guards = Guards::default();
-    let mut groups: Vec<_> = svc.pools.values().collect();
-    groups.sort_by_key(|p| {
-        toolvisor_protocol::tools::GROUPS
-            .iter()
-            .position(|g| *g == p.group)
-    });
-    for pool in groups {
+    for pool in svc.pools_in_order() {
         for w in pool.workers().iter() {
             let g = w.guards.lock().unwrap_or_else(|p| p.into_inner()).clone();
             guards.landlock = guards.landlock.max(g.landlock);
@@ -61,11 +55,11 @@ pub async fn status(svc: &Arc<Service>, id: Id) -> ServerMessage {
     }
     ServerMessage::Status {
         id,
-        uptime_ms: svc.started.elapsed().as_millis() as u64,
+        uptime_ms: svc.started().elapsed().as_millis() as u64,
         workers,
         audit: svc.audit_status(),
         guards,
-        calls: svc.running.list(Instant::now()),
+        calls: svc.running().list(Instant::now()),
     }
 }
 
@@ -140,8 +134,8 @@ impl Service {
     /// Where the audit log is and the last seq written.
     pub fn audit_status(&self) -> AuditStatus {
         AuditStatus {
-            path: self.audit.path().display().to_string(),
-            seq: self.audit.last_seq(),
+            path: self.audit().path().display().to_string(),
+            seq: self.audit().last_seq(),
         }
     }
 }

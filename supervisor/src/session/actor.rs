@@ -59,7 +59,7 @@ pub struct SessionState {
 impl Drop for SessionState {
     fn drop(&mut self) {
         self.reader.abort();
-        self.service.confirmations.end_session(&self.id);
+        self.service.confirmations().end_session(&self.id);
         for token in self.open.values().chain(self.batches.values()) {
             token.cancel();
         }
@@ -194,7 +194,7 @@ impl SessionState {
                 self.out.send(&crate::policy::explain::explain(
                     id,
                     &self.service.policy(),
-                    &self.service.validators,
+                    &self.service.registry(),
                     &tool,
                     &args,
                 ))
@@ -241,7 +241,7 @@ impl SessionState {
                     session: info.id.clone(),
                     client: info.client.clone(),
                 };
-                let answer = self.service.confirmations.answer(
+                let answer = self.service.confirmations().answer(
                     &interaction,
                     approve,
                     remember.unwrap_or_default(),
@@ -287,22 +287,12 @@ impl SessionState {
             protocol: PROTOCOL_VERSION,
             server: format!("toolvisor/{}", env!("CARGO_PKG_VERSION")),
             session: self.id.clone(),
-            tools: self.service.tools.len() as u32,
+            tools: self.service.registry().len() as u32,
         });
     }
 
     fn list_tools(&self, id: Id, format: ToolFormat, groups: Option<Vec<String>>) {
-        let tools = self
-            .service
-            .tools
-            .iter()
-            .filter(|t| {
-                groups
-                    .as_ref()
-                    .is_none_or(|g| g.iter().any(|g| g == t.group))
-            })
-            .map(|t| t.listing(format))
-            .collect();
+        let tools = self.service.registry().listing(format, groups.as_deref());
         self.out.send(&ServerMessage::Tools { id, tools });
     }
 
@@ -316,7 +306,7 @@ impl SessionState {
                 .send(&ServerMessage::Result(overloaded(req.id, &why)));
             return;
         }
-        let token = self.service.shutdown.child_token();
+        let token = self.service.shutdown().child_token();
         self.open.insert(req.id.clone(), token.clone());
         let (svc, info, me) = (self.service.clone(), info.clone(), myself.clone());
         tokio::spawn(async move {
@@ -360,7 +350,7 @@ impl SessionState {
             self.out.send(&ServerMessage::BatchDone { id, ids });
             return;
         }
-        let batch_token = self.service.shutdown.child_token();
+        let batch_token = self.service.shutdown().child_token();
         self.batches.insert(id.clone(), batch_token.clone());
         let calls: Vec<BatchCall> = calls
             .into_iter()
@@ -417,7 +407,7 @@ impl SessionState {
     fn restart(&self, id: Id, group: Option<String>) {
         let (svc, out) = (self.service.clone(), self.out.clone());
         if let Some(g) = &group
-            && !svc.pools.contains_key(g)
+            && !svc.pools().contains_key(g)
         {
             out.send(&ServerMessage::error(
                 Some(id),
@@ -427,7 +417,7 @@ impl SessionState {
             return;
         }
         tokio::spawn(async move {
-            for (name, pool) in &svc.pools {
+            for (name, pool) in svc.pools() {
                 if group.as_ref().is_none_or(|g| g == name) {
                     pool.restart().await;
                 }

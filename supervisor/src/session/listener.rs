@@ -80,7 +80,7 @@ async fn accept_loop(listener: UnixListener, service: Arc<Service>, me: ActorRef
             &stream,
             cred.pid(),
             &service.exec_worker_pids(),
-            &service.instance,
+            service.instance(),
         );
         let args = SessionArgs {
             service: service.clone(),

@@ -211,11 +211,14 @@ mod tests {
             .unwrap();
         let pid = child.id() as i32;
         // Until it has exec'd, the child still has this process's environment: wait for
-        // the exec (no event to wait on but /proc; bounded).
+        // the exec to finish (no event to wait on but /proc; bounded). The name changes
+        // before the kernel records where the new environment is, so wait for both.
         let end = std::time::Instant::now() + std::time::Duration::from_secs(10);
-        while std::fs::read_to_string(format!("/proc/{pid}/comm"))
-            .map_or(true, |c| c.trim() != "sleep")
-        {
+        let execd = || {
+            std::fs::read_to_string(format!("/proc/{pid}/comm")).is_ok_and(|c| c.trim() == "sleep")
+                && !procfs::environ(pid).is_empty()
+        };
+        while !execd() {
             assert!(std::time::Instant::now() < end, "sleep never started");
             std::thread::sleep(std::time::Duration::from_millis(5));
         }

@@ -15,7 +15,7 @@ use crate::service::Service;
 use crate::session::outbox::Outbox;
 
 pub fn start(svc: &Arc<Service>, out: &Outbox, id: Id, topics: Vec<Topic>) {
-    let mut rx = svc.events.subscribe();
+    let mut rx = svc.events().subscribe();
     out.send(&ServerMessage::Subscribed { id });
     if topics.contains(&Topic::Confirmations) {
         for fields in svc.pending_confirmations() {

@@ -21,7 +21,8 @@ use crate::workers::fairq::{FairQueue, Ticket};
 use crate::workers::restart::RestartPolicy;
 use crate::workers::spawn::{SpawnSpec, Spawner};
 use crate::workers::worker::{
-    Reconfig, Reply, RestartReason, WorkerActor, WorkerArgs, WorkerMsg, WorkerShared, WorkerState,
+    Announce, Reconfig, Reply, RestartReason, WorkerActor, WorkerArgs, WorkerMsg, WorkerShared,
+    WorkerState,
 };
 
 /// What a group runs, handed to the pool by the service.
@@ -40,6 +41,8 @@ pub struct PoolSpec {
     /// Extra time the supervisor gives a worker past the deadline to answer itself
     /// (exec kills its command with TERM, then KILL after 2 s, and reports the output).
     pub deadline_grace: Duration,
+    /// Where the tools a worker announces go (groups whose tools the worker names).
+    pub announce: Option<Announce>,
 }
 
 /// One call for a worker.
@@ -529,6 +532,7 @@ impl PoolState {
             },
             policy: self.spec.policy.clone(),
             events: self.spec.events.clone(),
+            announce: self.spec.announce.clone(),
         };
         let (actor, _) = Actor::spawn_linked(None, WorkerActor, args, myself.get_cell()).await?;
         self.actors[i] = actor.get_cell();

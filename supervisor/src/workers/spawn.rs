@@ -48,8 +48,11 @@ pub struct Spawned {
 /// What to start.
 #[derive(Clone, Debug)]
 pub struct SpawnSpec {
+    /// This binary: a built-in group's worker is `exe worker --group GROUP`.
     pub exe: PathBuf,
     pub group: String,
+    /// An external group's worker: its own command line (program first) instead.
+    pub command: Option<Vec<String>>,
     pub cwd: PathBuf,
     /// Extra variables to pass through (the group's `env_passthrough`).
     pub passthrough: Vec<String>,
@@ -101,11 +104,19 @@ fn spawn(spec: &SpawnSpec) -> std::io::Result<Spawned> {
         None,
         SockFlag::SOCK_CLOEXEC,
     )?;
-    let mut cmd = tokio::process::Command::new(&spec.exe);
-    cmd.arg("worker")
-        .arg("--group")
-        .arg(&spec.group)
-        .current_dir(&spec.cwd)
+    let mut cmd = match spec.command.as_deref() {
+        Some([program, args @ ..]) => {
+            let mut c = tokio::process::Command::new(program);
+            c.args(args);
+            c
+        }
+        _ => {
+            let mut c = tokio::process::Command::new(&spec.exe);
+            c.arg("worker").arg("--group").arg(&spec.group);
+            c
+        }
+    };
+    cmd.current_dir(&spec.cwd)
         .env_clear()
         .stdin(Stdio::null())
         .stdout(Stdio::null())

@@ -56,7 +56,7 @@ pub async fn run(service: Arc<Service>) {
 /// Sample every worker once and ask for the restarts [`over_limit`] picks.
 pub async fn check(service: &Arc<Service>) {
     let workers: Vec<Arc<WorkerShared>> = service
-        .pools
+        .pools()
         .values()
         .flat_map(|p| p.workers().iter().cloned().collect::<Vec<_>>())
         .collect();

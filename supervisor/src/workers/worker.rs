@@ -26,7 +26,9 @@ use tokio::io::AsyncWriteExt;
 use tokio::sync::{mpsc, oneshot, watch};
 use toolvisor_protocol::frame;
 use toolvisor_protocol::message::Guards;
-use toolvisor_protocol::worker::{FromWorker, KNOWN_FROM_WORKER, Outcome, ToWorker, WorkerInit};
+use toolvisor_protocol::worker::{
+    AnnouncedTool, FromWorker, KNOWN_FROM_WORKER, Outcome, ToWorker, WorkerInit,
+};
 
 use crate::session::events::{Events, WorkerEvent};
 use crate::workers::fairq::FairQueue;
@@ -146,7 +148,7 @@ impl Link {
                     }
                 }
             }
-            FromWorker::Ready { .. } => {}
+            FromWorker::Ready { .. } | FromWorker::Tools { .. } => {}
         }
     }
 
@@ -424,7 +426,12 @@ pub struct WorkerArgs {
     pub init: WorkerInit,
     pub policy: RestartPolicy,
     pub events: Events,
+    pub announce: Option<Announce>,
 }
+
+/// Receives the tools a worker announces: in its `ready`, and again whenever its set
+/// changes (a `tools` frame). The newest announcement replaces the group's tools.
+pub type Announce = Arc<dyn Fn(Vec<AnnouncedTool>) + Send + Sync>;
 
 pub struct WorkerActor;
 
@@ -659,6 +666,7 @@ impl WorkerActorState {
             myself.clone(),
             generation,
             self.args.init.limits.max_frame_bytes,
+            self.args.announce.clone(),
         ));
         myself.send_after(READY_TIMEOUT, move || WorkerMsg::ReadyTimeout {
             generation,
@@ -933,6 +941,7 @@ async fn read_loop(
     actor: ActorRef<WorkerMsg>,
     generation: u64,
     max_frame: usize,
+    announce: Option<Announce>,
 ) {
     let max = max_frame.max(toolvisor_protocol::DEFAULT_MAX_FRAME_BYTES) * 2;
     loop {
@@ -941,12 +950,20 @@ async fn read_loop(
             Ok(None) | Err(_) => break,
         };
         match frame::decode::<FromWorker>(&body, KNOWN_FROM_WORKER) {
-            Ok(FromWorker::Ready { pid, guards }) => {
+            Ok(FromWorker::Ready { pid, guards, tools }) => {
+                if let Some(announce) = &announce {
+                    announce(tools);
+                }
                 let _ = actor.cast(WorkerMsg::Ready {
                     generation,
                     pid,
                     guards,
                 });
+            }
+            Ok(FromWorker::Tools { tools }) => {
+                if let Some(announce) = &announce {
+                    announce(tools);
+                }
             }
             Ok(msg) => link.deliver(msg).await,
             Err(e) => tracing::warn!(pid = link.pid, "bad frame from worker: {e}"),

@@ -23,6 +23,7 @@ use std::sync::Arc;
 
 use serde_json::Value;
 use toolvisor_protocol::ErrorType;
+use toolvisor_protocol::tools;
 use toolvisor_protocol::worker::{Outcome, WorkerInit};
 
 use crate::sandbox::spec::SandboxSpec;
@@ -83,7 +84,7 @@ impl ExecState {
             cpu_s: 0,
             file_mb: 0,
         };
-        if init.group == "exec" && *limits != off && launcher_exists(init) {
+        if init.group == tools::EXEC && *limits != off && launcher_exists(init) {
             Cgroups::detect(limits)
         } else {
             Cgroups::none(limits)
@@ -135,10 +136,10 @@ fn launcher_exists(init: &WorkerInit) -> bool {
 /// `ctx.cancel` and `ctx.deadline`.
 pub async fn run(state: &ExecState, tool: &str, args: &Value, ctx: &ToolContext) -> Outcome {
     outcome(match tool {
-        "run_command" | "shell" => run_command::run(state, args, ctx).await,
-        "list_processes" => Ok(state.jobs.list()),
-        "read_output" => state.jobs.read_output(args),
-        "kill_process" => state.jobs.kill(args).await,
+        tools::run_command::NAME => run_command::run(state, args, ctx).await,
+        tools::list_processes::NAME => Ok(state.jobs.list()),
+        tools::read_output::NAME => state.jobs.read_output(args),
+        tools::kill_process::NAME => state.jobs.kill(args).await,
         _ => Err(ToolError::new(
             ErrorType::ToolNotFound,
             format!("the exec group has no tool {tool}"),

@@ -18,6 +18,7 @@
 //! `ABI::V5` on purpose: V9 would also block connecting to unix sockets.
 
 use std::path::{Path, PathBuf};
+use toolvisor_protocol::tools;
 
 use landlock::{
     ABI, AccessFs, CompatLevel, Compatible, LandlockStatus, Ruleset, RulesetAttr,
@@ -37,16 +38,16 @@ const TARGET_ABI: ABI = ABI::V5;
 /// domain forbids `mount` and `pivot_root`, which the shims it starts need to build
 /// each command's root (the commands themselves get a domain inside it).
 pub fn confine(init: &WorkerInit, cgroups: &[PathBuf]) -> Option<u32> {
-    if init.group == "exec" && init.exec.sandbox.namespaces {
+    if init.group == tools::EXEC && init.exec.sandbox.namespaces {
         return None;
     }
     let paths = match init.group.as_str() {
-        "edit" => {
+        tools::EDIT => {
             let mut p = roots(init);
             p.push(crate::edit::temps::dir(&init.state_dir));
             p
         }
-        "exec" => {
+        tools::EXEC => {
             let mut p = command_writable(init);
             p.push(init.state_dir.clone());
             p.extend(cgroups.iter().cloned());
