@@ -303,6 +303,9 @@ fn run(cli: &Cli) -> i32 {
             return 2;
         }
     };
+    if let (Some(note), false) = (&r.note, serve) {
+        eprintln!("toolvisor: note: {note}");
+    }
     match &cli.command {
         Command::Serve => serve_cmd(r),
         Command::Init { force } => crate::commands::init::run(&r, *force),

@@ -39,6 +39,9 @@ pub struct Resolved {
     pub state_dir: PathBuf,
     pub socket: PathBuf,
     pub explicit_socket: Option<PathBuf>,
+    /// Said once on stderr by client commands: the config file has a mistake, so the
+    /// state directory may be a guess (`serve` reports the mistake itself, and stops).
+    pub note: Option<String>,
 }
 
 impl Resolved {
@@ -72,9 +75,6 @@ pub fn resolve(
         ));
     }
     let (state_dir, note) = state_dir_of(&config_file);
-    if let Some(note) = note {
-        eprintln!("toolvisor: note: {note}");
-    }
     let state_dir = absolute(&workspace, &state_dir);
     let state_dir = state_dir.canonicalize().unwrap_or(state_dir);
     let socket_path = socket.map_or_else(
@@ -88,6 +88,7 @@ pub fn resolve(
         state_dir,
         socket: socket_path,
         explicit_socket: socket.map(Path::to_owned),
+        note,
     })
 }
 

@@ -2,6 +2,7 @@
 //! real socket. One test binary, so the slow parts build and link once.
 
 mod harness;
+mod pty;
 
 mod batch;
 mod cli;
@@ -15,7 +16,9 @@ mod limits;
 mod mcp;
 mod policy;
 mod policy_corpus;
+mod prompts;
 mod protocol;
 mod sandbox;
 mod search;
 mod supervision;
+mod surfaces;

@@ -714,11 +714,13 @@ fn memory_watchdog_replaces_a_worker_above_its_limit() {
 fn sigusr1_logs_a_status_dump() {
     let mut s = Server::start("");
     signal(s.pid(), Signal::SIGUSR1);
-    let line = s.wait_log("status: {", Duration::from_secs(10));
+    let line = s.wait_log("status: worker", Duration::from_secs(10));
     assert!(
-        line.contains("\"workers\"") && line.contains("\"guards\""),
+        line.contains("group=") && line.contains("cpu_percent="),
         "{line}"
     );
+    let summary = s.wait_log("audit_seq=", Duration::from_secs(10));
+    assert!(summary.contains("landlock="), "{summary}");
     stop_cleanly(&mut s);
 }
 
