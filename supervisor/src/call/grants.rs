@@ -1,6 +1,6 @@
-//! Grant tokens (`grant` in docs/PROTOCOL.md, docs/POLICY.md; other tools call them confirm tokens): a person or script
-//! approves in advance, so a non-interactive agent can pass an `ask` it could not
-//! answer itself. A token never passes a `deny`, and a token that does not fit a call
+//! Grant tokens (`grant` in docs/PROTOCOL.md, docs/POLICY.md; other tools call them
+//! confirm tokens): a person or script approves in advance, so a non-interactive agent
+//! can pass an `ask` it could not answer itself. A token never passes a `deny`, and a token that does not fit a call
 //! says why and stays usable.
 //!
 //! Time is passed in (`now`) so expiry is tested without sleeping.

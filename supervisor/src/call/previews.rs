@@ -17,7 +17,7 @@ use serde_json::{Map, Value, json};
 use sha2::{Digest, Sha256};
 use toolvisor_protocol::ErrorType;
 
-/// The TTL when the config says nothing (DESIGN §9 `[edit] preview_ttl_ms`).
+/// The TTL when the config says nothing (`[edit] preview_ttl_ms`, docs/CONFIG.md).
 pub const DEFAULT_TTL: Duration = Duration::from_secs(600);
 
 /// How long a used or expired token's id is remembered, to say "already used" or
