@@ -244,13 +244,16 @@ impl CallView {
 
 /// "→ approved by toolvisor-cli (session s5)" from a `confirm_answered` event.
 pub fn outcome_line(fields: &serde_json::Map<String, Value>) -> String {
-    let text = |k: &str| fields.get(k).and_then(Value::as_str).unwrap_or("");
-    let who = match (text("by"), text("by_client")) {
+    let text = |k: &str| {
+        let raw = fields.get(k).and_then(Value::as_str).unwrap_or("");
+        crate::term::sanitize(raw, false)
+    };
+    let who = match (text("by").as_str(), text("by_client").as_str()) {
         ("", _) => "another connection".to_owned(),
         (s, "") => format!("session {s}"),
         (s, c) => format!("{c} (session {s})"),
     };
-    match text("answer") {
+    match text("answer").as_str() {
         "approved" => format!("→ approved by {who}"),
         "denied" => format!("→ denied by {who}"),
         "timeout" => "→ nobody answered in time: the call is denied".to_owned(),

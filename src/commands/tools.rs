@@ -46,7 +46,11 @@ pub async fn run(
 
 /// The table of a native listing, each line at most `width` columns.
 pub fn render(tools: &[Value], width: usize) -> String {
-    let text = |t: &Value, k: &str| t.get(k).and_then(Value::as_str).unwrap_or("").to_owned();
+    // An external worker names and describes its own tools: show, never obey, escapes.
+    let text = |t: &Value, k: &str| {
+        let raw = t.get(k).and_then(Value::as_str).unwrap_or("");
+        crate::term::sanitize(raw, k == "description")
+    };
     let rows: Vec<[String; 4]> = tools
         .iter()
         .map(|t| {

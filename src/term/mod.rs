@@ -46,6 +46,27 @@ pub fn width() -> usize {
         .unwrap_or(100)
 }
 
+/// Text from the daemon made safe to show on a terminal: control characters (escape
+/// sequences could clear the screen, move the cursor or redraw a prompt) and the
+/// Unicode controls that reorder text are shown as `\x1b`, `\u{202e}`… instead of
+/// acting. A call's command, diff, description and client name are chosen by whoever
+/// asks, possibly a prompt-injected agent; the person must see what is really there.
+/// `multiline` keeps newlines and tabs (a command, a diff); otherwise they are shown
+/// escaped too (a name, a one-line description).
+pub fn sanitize(text: &str, multiline: bool) -> String {
+    let mut out = String::with_capacity(text.len());
+    for c in text.chars() {
+        let reorders = matches!(c, '\u{200e}' | '\u{200f}' | '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}');
+        match c {
+            '\n' | '\t' if multiline => out.push(c),
+            c if c.is_control() => out.push_str(&format!("\\x{:02x}", c as u32)),
+            c if reorders => out.push_str(&format!("\\u{{{:x}}}", c as u32)),
+            c => out.push(c),
+        }
+    }
+    out
+}
+
 /// "42 s", "3 min 5 s": a duration for people.
 pub fn human_secs(secs: u64) -> String {
     if secs < 120 {
@@ -58,6 +79,17 @@ pub fn human_secs(secs: u64) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn control_characters_are_shown_not_obeyed() {
+        let evil = "rm -rf ~\x1b[2K\rls\u{202e}txt.exe\x07";
+        let shown = sanitize(evil, true);
+        assert_eq!(shown, "rm -rf ~\\x1b[2K\\x0dls\\u{202e}txt.exe\\x07");
+        assert!(!shown.chars().any(|c| c.is_control()));
+        assert_eq!(sanitize("a\nb\tc", true), "a\nb\tc");
+        assert_eq!(sanitize("a\nb", false), "a\\x0ab");
+        assert_eq!(sanitize("naïve ✓", false), "naïve ✓");
+    }
 
     #[test]
     fn durations_read_well() {

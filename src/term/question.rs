@@ -9,7 +9,7 @@
 
 use std::time::Instant;
 
-use crate::term::{CLEAR_LINE, err, human_secs};
+use crate::term::{CLEAR_LINE, err, human_secs, sanitize};
 
 /// Save the cursor, go up a line, erase it (the rest is written, then restore).
 const UP_AND_CLEAR: &str = "\x1b7\x1b[1A\r\x1b[2K";
@@ -39,19 +39,23 @@ impl Question {
         let q = Question {
             tty,
             deadline,
-            who: who.to_owned(),
+            who: sanitize(who, false),
             shown_left: secs_left(deadline, Instant::now()),
             open: true,
         };
+        let one = |t: &str| sanitize(t, false);
         let mut text = format!(
             "\n== {} ({} risk): {}\n",
-            ask.tool, ask.risk, ask.description
+            one(ask.tool),
+            one(ask.risk),
+            one(ask.description)
         );
         if !ask.locations.is_empty() {
-            text.push_str(&format!("   paths: {}\n", ask.locations.join(", ")));
+            let paths: Vec<String> = ask.locations.iter().map(|l| one(l)).collect();
+            text.push_str(&format!("   paths: {}\n", paths.join(", ")));
         }
         if let Some(p) = ask.preview {
-            text.push_str(p.trim_end());
+            text.push_str(&sanitize(p.trim_end(), true));
             text.push('\n');
         }
         text.push_str(&q.time_line(q.shown_left));
