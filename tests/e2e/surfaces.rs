@@ -531,3 +531,28 @@ fn sigusr1_dumps_structured_fields_under_json_logs() {
     assert!(v["fields"]["uptime_ms"].is_u64(), "{line}");
     assert!(v["fields"]["openat2"].is_boolean(), "{line}");
 }
+
+/// The service outlives the reader of its log: with stderr a closed pipe (a journal
+/// that restarted, `serve | head`), logging fails quietly and it goes on serving.
+#[test]
+fn a_closed_log_pipe_does_not_stop_the_service() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("toolvisor.toml"), ALLOW_ALL).unwrap();
+    let (mut child, log) = spawn_serve(dir.path());
+    wait_line(&log, &mut Vec::new(), "serving", START_DEADLINE);
+    drop(log); // the reader thread ends at its next line, closing the pipe
+    let sock = dir.path().join(".toolvisor/toolvisor.sock");
+    for _ in 0..3 {
+        signal(child.id(), Signal::SIGUSR1); // a burst of lines into the closed pipe
+    }
+    block(D, async {
+        let mut c = Client::connect(&sock, "e2e", false)
+            .await
+            .expect("still serving");
+        let r = call_on(&mut c, "c", "run_command", json!({"command": "echo alive"})).await;
+        assert_eq!(r.content, "alive\n", "{r:?}");
+    });
+    signal(child.id(), Signal::SIGTERM);
+    let status = wait_child(&mut child, D).expect("it stops");
+    assert!(status.success(), "{status:?}");
+}
