@@ -265,9 +265,13 @@ pub struct AuditStatus {
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct Guards {
     /// The Landlock ABI version enforced, or null when none.
+    #[serde(default)]
     pub landlock: Option<u32>,
+    #[serde(default)]
     pub openat2: bool,
+    #[serde(default)]
     pub subreaper: bool,
+    #[serde(default)]
     pub cgroup: bool,
     /// Commands run in their own user, mount, PID, network, IPC and UTS namespaces.
     #[serde(default)]

@@ -240,6 +240,9 @@ impl Outcome {
 pub enum FromWorker {
     Ready {
         pid: u32,
+        /// The protections the worker applied to itself (an external worker's are
+        /// ignored: the supervisor reports only what it enforces).
+        #[serde(default)]
         guards: Guards,
         /// The tools this worker serves. Built-in workers announce none (their tools
         /// are compiled into the supervisor); an external worker or an MCP server's

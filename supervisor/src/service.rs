@@ -335,6 +335,11 @@ fn pool_spec(
             command: group.command(),
             cwd: paths.workspace.clone(),
             passthrough: gcfg.env_passthrough.clone(),
+            // A built-in group's `env` is for the commands it runs, not the worker.
+            env: match group.kind {
+                Kind::External { .. } => gcfg.env.clone(),
+                Kind::Builtin => Default::default(),
+            },
             nice: group.nice(),
         },
         init: WorkerInit {

@@ -10,6 +10,7 @@ mod crash;
 mod disk_full;
 mod edit;
 mod exec;
+mod external;
 mod fairness;
 mod jobs;
 mod limits;

@@ -26,7 +26,7 @@ fn everything() -> Config {
         risk: Some(toolvisor_protocol::tools::Risk::Medium),
         ..GroupConfig::default()
     };
-    c.workers.external.insert("lint".into(), external);
+    c.workers.external.insert("words".into(), external);
     c
 }
 
@@ -49,7 +49,7 @@ fn every_key_is_documented() {
     let v = toml::Value::try_from(everything()).expect("serialise");
     let mut all = std::collections::BTreeSet::new();
     keys(&v, &mut all);
-    // The names of tables that hold keys (`lint` is the example's external group).
+    // The names of tables that hold keys (`words` is the example's external group).
     for table in [
         "workspace",
         "server",
@@ -59,7 +59,7 @@ fn every_key_is_documented() {
         "edit",
         "limits",
         "audit",
-        "lint",
+        "words",
     ] {
         all.remove(table);
     }

@@ -56,6 +56,8 @@ pub struct SpawnSpec {
     pub cwd: PathBuf,
     /// Extra variables to pass through (the group's `env_passthrough`).
     pub passthrough: Vec<String>,
+    /// Variables set for the worker process itself (an external group's `env`).
+    pub env: std::collections::BTreeMap<String, String>,
     /// Scheduling niceness: search walks are CPU-bound and must not starve the
     /// supervisor (a `ping` waits behind them on a 2-core machine otherwise).
     pub nice: i32,
@@ -132,6 +134,7 @@ fn spawn(spec: &SpawnSpec) -> std::io::Result<Spawned> {
             cmd.env(key, v);
         }
     }
+    cmd.envs(&spec.env);
     let child_fd = theirs.as_raw_fd();
     let parent = std::process::id() as libc::pid_t;
     let nice = spec.nice;

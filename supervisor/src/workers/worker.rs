@@ -29,6 +29,7 @@ use toolvisor_protocol::message::Guards;
 use toolvisor_protocol::worker::{
     AnnouncedTool, FromWorker, KNOWN_FROM_WORKER, Outcome, ToWorker, WorkerInit,
 };
+use toolvisor_protocol::{ErrorBody, ErrorType};
 
 use crate::session::events::{Events, WorkerEvent};
 use crate::workers::fairq::FairQueue;
@@ -554,7 +555,14 @@ impl WorkerActorState {
         }
     }
 
-    fn ready(&mut self, pid: u32, guards: Guards) {
+    fn ready(&mut self, reported: u32, guards: Guards) {
+        // The pid we spawned is the one audited; an external worker's word about its
+        // pid or its protections is not taken (`status.guards` reports ours only).
+        let pid = self.child_pid.unwrap_or(reported);
+        let guards = match self.args.spec.command {
+            Some(_) => Guards::default(),
+            None => guards,
+        };
         self.args.policy.on_ready(Instant::now());
         *lock(&self.args.shared.guards) = guards.clone();
         self.guards = guards;
@@ -966,10 +974,30 @@ async fn read_loop(
                 }
             }
             Ok(msg) => link.deliver(msg).await,
-            Err(e) => tracing::warn!(pid = link.pid, "bad frame from worker: {e}"),
+            Err(e) => {
+                tracing::warn!(pid = link.pid, "bad frame from worker: {e}");
+                // A `done` that does not decode still ends its call, at once.
+                if let Some(call) = done_call(&body) {
+                    let why = format!("the worker sent a result that does not decode: {e}");
+                    let outcome = Outcome::err(ErrorBody::new(ErrorType::InternalError, why));
+                    link.deliver(FromWorker::Done { call, outcome }).await;
+                }
+            }
         }
     }
     let _ = actor.cast(WorkerMsg::Eof { generation });
+}
+
+/// The call a `done` frame names, read without the rest of the frame.
+fn done_call(body: &[u8]) -> Option<u64> {
+    #[derive(serde::Deserialize)]
+    struct Done {
+        #[serde(rename = "type")]
+        kind: String,
+        call: u64,
+    }
+    let d: Done = rmp_serde::from_slice(body).ok()?;
+    (d.kind == "done").then_some(d.call)
 }
 
 /// The encoded `run` frame of one call, for the pool to [`WorkerShared::submit`].
