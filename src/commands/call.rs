@@ -175,7 +175,7 @@ impl CallView {
                 }
             }
             ServerMessage::Result(r) if r.id == self.id => {
-                self.settled_elsewhere(&format!("→ the call ended: {}", r.status.as_str()));
+                self.settled_elsewhere(&ended_line(&r));
                 self.spinner.clear();
                 return Ok(Some(r));
             }
@@ -262,6 +262,20 @@ pub fn outcome_line(fields: &serde_json::Map<String, Value>) -> String {
     }
 }
 
+/// What to say when the result comes while the question is still on screen (the
+/// `confirm_answered` event can arrive after it): what the result says happened.
+fn ended_line(r: &ToolResult) -> String {
+    match r.error.as_ref().map(|e| e.kind) {
+        None => "→ approved elsewhere".to_owned(),
+        Some(ErrorType::ConfirmationTimeout) => {
+            "→ nobody answered in time: the call is denied".to_owned()
+        }
+        Some(ErrorType::PolicyDenied) => "→ denied elsewhere".to_owned(),
+        Some(ErrorType::Cancelled) => "→ withdrawn: the call was cancelled".to_owned(),
+        Some(kind) => format!("→ the call ended: {} ({kind})", r.status.as_str()),
+    }
+}
+
 /// Print the result; returns the exit code (0 for `ok`).
 fn print_result(result: &ToolResult, json: bool, streamed: bool) -> i32 {
     if json {
@@ -302,6 +316,33 @@ mod tests {
 
     fn fields(v: Value) -> serde_json::Map<String, Value> {
         v.as_object().unwrap().clone()
+    }
+
+    #[test]
+    fn a_result_before_its_event_still_says_what_happened() {
+        let result = |error: Option<ErrorType>| ToolResult {
+            id: CALL_ID.into(),
+            status: if error.is_some() {
+                Status::Denied
+            } else {
+                Status::Ok
+            },
+            content: String::new(),
+            display: String::new(),
+            error: error.map(|k| toolvisor_protocol::ErrorBody::new(k, "x")),
+            truncated: None,
+            meta: json!({}),
+            duration_ms: 0,
+            audit_seq: 0,
+        };
+        assert!(
+            ended_line(&result(Some(ErrorType::ConfirmationTimeout))).contains("nobody answered")
+        );
+        assert_eq!(
+            ended_line(&result(Some(ErrorType::PolicyDenied))),
+            "→ denied elsewhere"
+        );
+        assert_eq!(ended_line(&result(None)), "→ approved elsewhere");
     }
 
     #[test]
