@@ -1,7 +1,7 @@
-//! `/proc`: the live processes, a process's parent, children, environment and
-//! cgroups, and what this process's own descriptors name. Every reader answers `None`
-//! (or nothing) for a process that is gone or unreadable: the caller decides what an
-//! unknown process means.
+//! `/proc`: the live processes, a process's parent, children, environment, cgroups
+//! and CPU and memory use, and what this process's own descriptors name. Every reader
+//! answers `None` (or nothing) for a process that is gone or unreadable: the caller
+//! decides what an unknown process means.
 
 use std::fs;
 use std::os::fd::RawFd;
@@ -85,9 +85,107 @@ pub fn pidfd_pid(fd: RawFd) -> Option<i32> {
     (pid > 0).then_some(pid)
 }
 
+/// What `/proc/<pid>/stat` says about a process's place and cost.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Stat {
+    /// The process id.
+    pub pid: i32,
+    /// Its parent's process id.
+    pub ppid: i32,
+    /// User plus system CPU time, in clock ticks ([`clock_ticks`] per second).
+    pub cpu_ticks: u64,
+    /// When it started, in clock ticks since boot: with the pid, it names one process
+    /// (a pid may be reused, a start time with it may not).
+    pub start_ticks: u64,
+    /// Resident set, in pages ([`page_size`] bytes each).
+    pub rss_pages: u64,
+}
+
+/// The stat of `pid`, or `None` when it is gone or unreadable.
+pub fn stat(pid: i32) -> Option<Stat> {
+    let text = fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    parse_stat(pid, &text)
+}
+
+/// Fields after the last `)`: state is 0, ppid 1, utime 11, stime 12, starttime 19,
+/// rss 21 (proc(5), counted from 3 less).
+fn parse_stat(pid: i32, text: &str) -> Option<Stat> {
+    let rest = &text[text.rfind(')')? + 1..];
+    let f: Vec<&str> = rest.split_whitespace().collect();
+    let num = |i: usize| f.get(i)?.parse::<u64>().ok();
+    Some(Stat {
+        pid,
+        ppid: f.get(1)?.parse().ok()?,
+        cpu_ticks: num(11)? + num(12)?,
+        start_ticks: num(19)?,
+        rss_pages: num(21)?,
+    })
+}
+
+/// Every live process's stat (those that vanish while read are left out).
+pub fn all_stats() -> Vec<Stat> {
+    pids().filter_map(stat).collect()
+}
+
+/// Clock ticks per second (`_SC_CLK_TCK`, 100 on every Linux in use).
+pub fn clock_ticks() -> u64 {
+    // SAFETY: sysconf reads a constant of the system; no memory is passed.
+    let n = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
+    if n > 0 { n as u64 } else { 100 }
+}
+
+/// The size of a memory page in bytes.
+pub fn page_size() -> u64 {
+    // SAFETY: as above.
+    let n = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
+    if n > 0 { n as u64 } else { 4096 }
+}
+
+/// Seconds since boot, as the start times in [`Stat`] count them (`CLOCK_BOOTTIME`).
+pub fn uptime_secs() -> f64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: `ts` is a valid, writable timespec for the call's duration.
+    let rc = unsafe { libc::clock_gettime(libc::CLOCK_BOOTTIME, &mut ts) };
+    if rc == 0 {
+        ts.tv_sec as f64 + ts.tv_nsec as f64 / 1e9
+    } else {
+        0.0
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn stat_fields_are_counted_after_the_name() {
+        let line = "77 (a) b (c)) R 7 77 77 0 -1 4194304 10 0 0 0 150 25 0 0 20 0 1 0 4242 1000 321 18446744073709551615";
+        let s = parse_stat(77, line).unwrap();
+        assert_eq!(
+            s,
+            Stat {
+                pid: 77,
+                ppid: 7,
+                cpu_ticks: 175,
+                start_ticks: 4242,
+                rss_pages: 321
+            }
+        );
+        assert_eq!(parse_stat(1, "1 (x) S 0"), None);
+    }
+
+    #[test]
+    fn this_process_has_a_stat() {
+        let me = std::process::id() as i32;
+        let s = stat(me).unwrap();
+        assert_eq!(Some(s.ppid), ppid(me));
+        assert!(s.rss_pages > 0);
+        assert!(s.start_ticks as f64 / clock_ticks() as f64 <= uptime_secs() + 1.0);
+        assert!(all_stats().iter().any(|s| s.pid == me));
+    }
 
     #[test]
     fn ppid_is_read_after_a_name_with_spaces_and_parentheses() {

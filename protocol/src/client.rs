@@ -177,6 +177,61 @@ impl Client {
     }
 }
 
+/// The sending half of a [`Client::split`] connection.
+pub struct Sender {
+    wr: OwnedWriteHalf,
+}
+
+impl Sender {
+    pub async fn send(&mut self, msg: &ClientMessage) -> Result<(), ClientError> {
+        let bytes = frame::encode(msg)?;
+        self.wr.write_all(&bytes).await.map_err(FrameError::Io)?;
+        Ok(())
+    }
+}
+
+/// Messages of a [`Client::split`] connection; the last item is the error that ended it.
+pub type Incoming = tokio::sync::mpsc::Receiver<Result<ServerMessage, ClientError>>;
+
+impl Client {
+    /// Split into a sender and a channel of incoming messages, read by a task of their
+    /// own. Waiting on the channel can be given up at any moment (in a `select!` with a
+    /// keyboard or a timer) without losing part of a frame, which reading the socket
+    /// directly could. Messages already read come first. Needs a tokio runtime.
+    pub fn split(self) -> (Sender, Incoming) {
+        let Client {
+            mut rd,
+            wr,
+            backlog,
+            ..
+        } = self;
+        let (tx, rx) = tokio::sync::mpsc::channel(64);
+        tokio::spawn(async move {
+            for m in backlog {
+                if tx.send(Ok(m)).await.is_err() {
+                    return;
+                }
+            }
+            loop {
+                // A message that does not decode leaves the stream in step (its frame
+                // was whole): it is passed on and reading goes on.
+                let (next, end) = match frame::read_frame(&mut rd, DEFAULT_MAX_FRAME_BYTES).await {
+                    Ok(Some(body)) => (
+                        frame::decode(&body, KNOWN_SERVER_TYPES).map_err(Into::into),
+                        false,
+                    ),
+                    Ok(None) => (Err(ClientError::Closed), true),
+                    Err(e) => (Err(e.into()), true),
+                };
+                if tx.send(next).await.is_err() || end {
+                    return;
+                }
+            }
+        });
+        (Sender { wr }, rx)
+    }
+}
+
 /// Whether `m` is the answer to a request with id `id`.
 pub fn answers(m: &ServerMessage, id: &Id) -> bool {
     match m {

@@ -344,6 +344,19 @@ pub struct WorkerStatus {
     pub cpu_percent: f32,
 }
 
+/// A call in flight, in `status.calls`: dispatched to a worker and not yet ended.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct CallStatus {
+    /// The call's id.
+    pub id: Id,
+    /// The session that made it.
+    pub session: String,
+    /// The tool called.
+    pub tool: String,
+    /// Since it was dispatched to a worker.
+    pub running_ms: u64,
+}
+
 /// The audit log in `status`: where it is and how far it got.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct AuditStatus {
@@ -490,6 +503,9 @@ pub enum ServerMessage {
         audit: AuditStatus,
         /// What confines tools and commands here.
         guards: Guards,
+        /// The calls in flight, longest running first.
+        #[serde(default)]
+        calls: Vec<CallStatus>,
     },
     /// The answer to `restart`, once it is done.
     Ack {
@@ -778,6 +794,12 @@ mod tests {
                     protected: vec![".git/config".into()],
                     limits: Some("cgroup1".into()),
                 },
+                calls: vec![CallStatus {
+                    id: Id::Int(3),
+                    session: "s1".into(),
+                    tool: "run_command".into(),
+                    running_ms: 1200,
+                }],
             },
             ServerMessage::Ack { id: id.clone() },
             ServerMessage::Pong { id: id.clone() },

@@ -25,6 +25,10 @@ use tokio::sync::mpsc;
 use toolvisor_protocol::client::{Client, ClientError};
 use toolvisor_protocol::message::{CallRequest, ClientMessage, ServerMessage, Status};
 
+use super::call::Options;
+use super::{CLIENT, parse_args};
+use crate::workspace::Resolved;
+
 /// The key that detaches: Ctrl-] (as telnet and virsh use it).
 pub const DETACH_KEY: u8 = 0x1d;
 /// How long one long poll for output waits.
@@ -69,15 +73,24 @@ pub fn terminal_size() -> Option<(u16, u16)> {
 
 /// `call run_command … --interactive`: start the command in a terminal of the person's
 /// size, in the background, and attach to it.
-pub async fn call_interactive(
-    c: &mut Client,
-    socket: &Path,
-    mut req: CallRequest,
-) -> Result<i32, ClientError> {
+pub async fn call_interactive(r: &Resolved, o: Options) -> Result<i32, ClientError> {
     if !std::io::stdin().is_terminal() {
         eprintln!("toolvisor: --interactive needs a terminal on stdin");
         return Ok(2);
     }
+    let args = match parse_args(o.args.as_deref()) {
+        Ok(a) => a,
+        Err(e) => {
+            eprintln!("toolvisor: {e}");
+            return Ok(2);
+        }
+    };
+    let mut req = CallRequest::new("cli-1", o.tool, args);
+    req.timeout_ms = o.timeout_ms;
+    req.trace_id = o.trace;
+    req.confirm_token = o.token;
+    let mut client = Client::connect(&r.socket, CLIENT, true).await?;
+    let (c, socket) = (&mut client, r.socket.as_path());
     let Some(args) = req
         .args
         .as_object_mut()
@@ -93,7 +106,7 @@ pub async fn call_interactive(
         args.entry("cols").or_insert(json!(cols));
     }
     req.stream = None;
-    let r = super::run_to_result(c, req).await?;
+    let r = run_to_result(c, req).await?;
     let handle = r
         .meta
         .get("process")
@@ -128,7 +141,7 @@ pub async fn attach_existing(
         "read_output",
         json!({"process": handle, "since": 0}),
     );
-    let r = super::run_to_result(c, req).await?;
+    let r = run_to_result(c, req).await?;
     if r.status != Status::Ok {
         let why = r.error.map(|e| e.message).unwrap_or_default();
         eprintln!("toolvisor: cannot attach to {handle}: {why}");
@@ -324,7 +337,7 @@ impl Typing<'_> {
         let mut req = CallRequest::new("keys", "write_input", args);
         req.confirm_token = Some(self.token.to_owned());
         req.trace_id = Some(self.trace.to_owned());
-        let r = super::run_to_result(c, req).await?;
+        let r = run_to_result(c, req).await?;
         Ok(match (r.status, r.error) {
             (Status::Ok, _) => Ok(()),
             // The process ended meanwhile: the output side says how.
@@ -363,7 +376,7 @@ async fn poll_output(mut c: Client, handle: String, mut since: u64, tx: mpsc::Se
         n += 1;
         let args = json!({"process": handle, "since": since, "wait_ms": POLL_MS});
         let req = CallRequest::new(format!("out-{n}"), "read_output", args);
-        let r = match super::run_to_result(&mut c, req).await {
+        let r = match run_to_result(&mut c, req).await {
             Ok(r) => r,
             Err(e) => {
                 let _ = tx.send(Event::Failed(e.to_string())).await;
@@ -397,6 +410,95 @@ async fn poll_output(mut c: Client, handle: String, mut since: u64, tx: mpsc::Se
         }
         since = next;
     }
+}
+
+// ---- A call run to its result, a confirmation answered on the terminal ----
+
+/// Run a call to its result, answering a confirmation on the terminal like `call`
+/// (streamed output is not shown).
+async fn run_to_result(
+    c: &mut Client,
+    req: CallRequest,
+) -> Result<toolvisor_protocol::ToolResult, ClientError> {
+    let id = req.id.clone();
+    c.send(&ClientMessage::Call(req)).await?;
+    loop {
+        let (_, m) = c.recv_matching(|m| belongs(m, &id).then_some(())).await?;
+        match m {
+            m @ ServerMessage::ConfirmRequired { .. } => ask_person(c, m).await?,
+            ServerMessage::Result(r) => return Ok(r),
+            ServerMessage::Error { error, .. } => return Err(ClientError::Refused(error)),
+            _ => {}
+        }
+    }
+}
+
+/// Show a `confirm_required` and send the person's answer.
+async fn ask_person(c: &mut Client, m: ServerMessage) -> Result<(), ClientError> {
+    let ServerMessage::ConfirmRequired {
+        interaction,
+        tool,
+        description,
+        risk,
+        locations,
+        preview,
+        ..
+    } = m
+    else {
+        return Ok(());
+    };
+    show_confirmation(&tool, &description, &risk, &locations, preview.as_deref());
+    let approve = ask_line("Allow this call? [y/N] ")
+        .await
+        .is_some_and(|a| a == "y" || a == "yes");
+    c.send(&ClientMessage::Confirm {
+        interaction,
+        approve,
+        remember: None,
+    })
+    .await
+}
+
+fn belongs(m: &ServerMessage, id: &toolvisor_protocol::Id) -> bool {
+    match m {
+        ServerMessage::Output { id: i, .. } | ServerMessage::ConfirmRequired { id: i, .. } => {
+            i == id
+        }
+        ServerMessage::Confirmed { .. } => false,
+        other => toolvisor_protocol::client::answers(other, id),
+    }
+}
+
+fn show_confirmation(
+    tool: &str,
+    description: &str,
+    risk: &str,
+    locations: &[String],
+    preview: Option<&str>,
+) {
+    eprintln!("\n== {tool} ({risk} risk): {description}");
+    if !locations.is_empty() {
+        eprintln!("   paths: {}", locations.join(", "));
+    }
+    if let Some(p) = preview {
+        eprintln!("{}", p.trim_end());
+    }
+}
+
+/// One line from stdin (blocking, off the runtime); `None` at end of input.
+async fn ask_line(prompt: &str) -> Option<String> {
+    eprint!("{prompt}");
+    let _ = std::io::stderr().flush();
+    tokio::task::spawn_blocking(|| {
+        let mut line = String::new();
+        match std::io::stdin().read_line(&mut line) {
+            Ok(0) | Err(_) => None,
+            Ok(_) => Some(line.trim().to_lowercase()),
+        }
+    })
+    .await
+    .ok()
+    .flatten()
 }
 
 #[cfg(test)]

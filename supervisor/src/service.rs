@@ -97,6 +97,8 @@ pub struct Service {
     next_call: AtomicU64,
     next_session: AtomicU64,
     drain: Drain,
+    /// The calls dispatched to a worker and not yet ended (`status.calls`).
+    running: crate::call::running::Running,
 }
 
 impl Service {
@@ -163,6 +165,7 @@ impl Service {
             next_call: AtomicU64::new(1),
             next_session: AtomicU64::new(1),
             drain: Drain::new(),
+            running: Default::default(),
         });
         for (group, source, mut rx) in announced {
             if source == Source::Builtin {
@@ -226,6 +229,11 @@ impl Service {
     /// The calls waiting for a person's answer.
     pub fn confirmations(&self) -> &Confirmations {
         &self.confirmations
+    }
+
+    /// The calls running now (`status.calls`).
+    pub fn running(&self) -> &crate::call::running::Running {
+        &self.running
     }
 
     /// Every group's pool, by group.

@@ -6,6 +6,7 @@
 
 mod harness;
 mod httpd;
+mod pty;
 
 mod batch;
 mod cli;
@@ -21,6 +22,7 @@ mod limits;
 mod mcp;
 mod policy;
 mod policy_corpus;
+mod prompts;
 mod protocol;
 mod sandbox;
 mod search;
@@ -29,3 +31,4 @@ mod state;
 mod supervision;
 mod terminal;
 mod web;
+mod surfaces;

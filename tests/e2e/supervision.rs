@@ -496,7 +496,7 @@ fn sighup_during_calls_lets_them_finish_then_replaces_every_worker() {
     stop_cleanly(&mut s);
 }
 
-/// DESIGN §8: SIGHUP reloads worker counts too. A group grows at once; a shrinking one
+/// SIGHUP reloads worker counts too (docs/OPERATIONS.md). A group grows at once; a shrinking one
 /// lets the surplus worker finish its call (it shows `stopping` meanwhile), then it
 /// leaves the roster with a `worker_exited` record saying `retired`.
 #[test]
@@ -714,11 +714,13 @@ fn memory_watchdog_replaces_a_worker_above_its_limit() {
 fn sigusr1_logs_a_status_dump() {
     let mut s = Server::start("");
     signal(s.pid(), Signal::SIGUSR1);
-    let line = s.wait_log("status: {", Duration::from_secs(10));
+    let line = s.wait_log("status: worker", Duration::from_secs(10));
     assert!(
-        line.contains("\"workers\"") && line.contains("\"guards\""),
+        line.contains("group=") && line.contains("cpu_percent="),
         "{line}"
     );
+    let summary = s.wait_log("audit_seq=", Duration::from_secs(10));
+    assert!(summary.contains("landlock="), "{summary}");
     stop_cleanly(&mut s);
 }
 

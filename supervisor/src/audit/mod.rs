@@ -203,6 +203,12 @@ impl Audit {
         let _ = self.inner.tx.send(Cmd::Rotate);
     }
 
+    /// Applies new `[audit]` settings (`fsync`, `max_bytes`) from the next commit on
+    /// (SIGHUP).
+    pub fn reconfigure(&self, cfg: &AuditConfig) {
+        let _ = self.inner.tx.send(Cmd::Configure(cfg.clone()));
+    }
+
     /// Flushes, stops the writer and joins its thread. Later appends get `Closed`.
     pub async fn close(&self) {
         let (tx, rx) = oneshot::channel();

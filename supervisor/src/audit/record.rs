@@ -197,7 +197,9 @@ impl Record for ConfirmRequested<'_> {
 }
 
 /// `confirm_answered`: the answer (`approved`, `denied`, `timeout`, `withdrawn`) and who
-/// gave it.
+/// gave it: the answering session (`by`) and its client (`by_client`), or `by` =
+/// `timeout` (nobody answered in time) or `cancel` (the call was cancelled or its
+/// session closed).
 #[derive(Clone, Debug)]
 pub struct ConfirmAnswered<'a> {
     /// The call that was waiting.
@@ -205,14 +207,20 @@ pub struct ConfirmAnswered<'a> {
     /// `approved`, `denied`, `timeout`, or `withdrawn` (the call or its session ended
     /// first).
     pub answer: &'a str,
-    /// Who answered: the answering session, or the server for a timeout.
+    /// Who answered: the answering session, `timeout` or `cancel`.
     pub by: &'a str,
+    /// The answering session's client name, when a session answered.
+    pub by_client: Option<&'a str>,
 }
 
 impl Record for ConfirmAnswered<'_> {
     const KIND: &'static str = "confirm_answered";
     fn fields(&self) -> Map<String, Value> {
-        obj(json!({"call_id": self.call_id, "answer": self.answer, "by": self.by}))
+        let mut m = obj(json!({"call_id": self.call_id, "answer": self.answer, "by": self.by}));
+        if let Some(c) = self.by_client {
+            m.insert("by_client".into(), Value::String(c.to_owned()));
+        }
+        m
     }
 }
 

@@ -1,5 +1,6 @@
-//! Recovery at open (docs/AUDIT.md): cut a torn tail, complete interrupted calls, and set
-//! aside a segment whose chain is broken or that `audit.head` shows was cut short.
+//! Recovery at open (docs/AUDIT.md "Recovery at start"): cut a torn tail, complete
+//! interrupted calls, and set aside a segment whose chain is broken or that
+//! `audit.head` shows was cut short.
 //! Damage is recorded in the log itself (`recovered`) and returned to the caller;
 //! a damaged file is renamed, never rewritten.
 

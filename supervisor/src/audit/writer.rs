@@ -58,6 +58,8 @@ pub(crate) enum Cmd {
     Append(Pending),
     Rotate,
     Close(oneshot::Sender<()>),
+    /// New `[audit]` settings (a reload): they apply from the next commit on.
+    Configure(AuditConfig),
 }
 
 /// One record waiting to be committed. `reply` is `None` for the log's own records
@@ -142,6 +144,10 @@ impl Writer {
                     Cmd::Append(p) => batch.push(p),
                     Cmd::Rotate => rotate = true,
                     Cmd::Close(tx) => close = Some(tx),
+                    Cmd::Configure(cfg) => {
+                        self.fsync = cfg.fsync;
+                        self.max_bytes = cfg.max_bytes.max(1);
+                    }
                 }
                 if close.is_none() && batch.len() < MAX_BATCH {
                     cmd = rx.try_recv().ok();

@@ -6,7 +6,7 @@
 
 use std::time::{Duration, Instant};
 
-use serde_json::{Value, json};
+use serde_json::{Map, Value, json};
 use toolvisor_protocol::message::{CallRequest, ServerMessage, Topic};
 use toolvisor_protocol::tools::{ConfirmPreview, Route};
 use toolvisor_protocol::worker::Outcome;
@@ -131,6 +131,7 @@ impl Service {
         }
         let details = ConfirmDetails {
             session: session.id.clone(),
+            client: session.client.clone(),
             call_id: call_id.to_owned(),
             tool: tool.name.clone(),
             description: decision.description.clone(),
@@ -145,7 +146,7 @@ impl Service {
         let expires_in = self.confirmations().timeout();
         let msg = confirm_required(req, &interaction, &details, expires_in);
         session.out.send(&msg);
-        self.publish_confirmation("confirm_required", &msg);
+        self.publish_confirmation(&msg, &details);
         self.audit().record_detached(&ConfirmRequested {
             trace_id: req.trace_id.as_deref().unwrap_or_default(),
             call_id,
@@ -167,15 +168,26 @@ impl Service {
             Answer::Withdrawn => "withdrawn",
         };
         let approve = answer == Answer::Approved;
+        let answerer = self.confirmations().answered_by(&interaction);
+        let (by, by_client) = match (&answer, &answerer) {
+            (Answer::TimedOut, _) => ("timeout", None),
+            (Answer::Withdrawn, _) => ("cancel", None),
+            (_, Some(a)) => (a.session.as_str(), Some(a.client.as_str())),
+            (_, None) => ("unknown", None),
+        };
         self.events().publish(
             Topic::Confirmations,
             "confirm_answered",
-            obj(json!({"interaction": interaction, "approve": approve, "id": req.id, "session": session.id, "answer": word})),
+            obj(
+                json!({"interaction": interaction, "approve": approve, "id": req.id,
+                "session": session.id, "answer": word, "by": by, "by_client": by_client}),
+            ),
         );
         self.audit().record_detached(&ConfirmAnswered {
             call_id,
             answer: word,
-            by: "person",
+            by,
+            by_client,
         });
         match answer {
             Answer::Approved => Ok(()),
@@ -255,15 +267,15 @@ impl Service {
     }
 
     /// Tell `confirmations` subscribers.
-    fn publish_confirmation(&self, name: &'static str, msg: &ServerMessage) {
-        if let Ok(Value::Object(mut fields)) = serde_json::to_value(msg) {
-            fields.remove("type");
-            self.events().publish(Topic::Confirmations, name, fields);
-        }
+    fn publish_confirmation(&self, msg: &ServerMessage, d: &ConfirmDetails) {
+        let fields = confirm_event_fields(msg, d);
+        self.events()
+            .publish(Topic::Confirmations, "confirm_required", fields);
     }
 
-    /// Replay every pending interaction to a new `confirmations` subscriber.
-    pub fn pending_confirmations(&self) -> Vec<ServerMessage> {
+    /// The `confirm_required` event fields of every pending interaction, for a new
+    /// `confirmations` subscriber.
+    pub fn pending_confirmations(&self) -> Vec<Map<String, Value>> {
         self.confirmations()
             .pending(Instant::now())
             .into_iter()
@@ -274,10 +286,24 @@ impl Service {
                     .rsplit_once(':')
                     .map_or(p.details.call_id.clone(), |(_, id)| id.to_owned());
                 let req = CallRequest::new(id, p.details.tool.clone(), Value::Null);
-                confirm_required(&req, &p.interaction, &p.details, p.expires_in)
+                let msg = confirm_required(&req, &p.interaction, &p.details, p.expires_in);
+                confirm_event_fields(&msg, &p.details)
             })
             .collect()
     }
+}
+
+/// A `confirm_required` event: the message's fields, and who asks (the asking
+/// `session` and its `client`), so whoever answers knows.
+fn confirm_event_fields(msg: &ServerMessage, d: &ConfirmDetails) -> Map<String, Value> {
+    let mut fields = match serde_json::to_value(msg) {
+        Ok(Value::Object(m)) => m,
+        _ => Map::new(),
+    };
+    fields.remove("type");
+    fields.insert("session".into(), Value::String(d.session.clone()));
+    fields.insert("client".into(), Value::String(d.client.clone()));
+    fields
 }
 
 fn confirm_required(

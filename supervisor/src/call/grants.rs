@@ -1,6 +1,7 @@
-//! Grant tokens (`grant` in docs/PROTOCOL.md §4, docs/POLICY.md): a person or script
-//! approves in advance, so a non-interactive agent can pass an `ask` it could not
-//! answer itself. A token never passes a `deny`, and a token that does not fit a call
+//! Grant tokens (`grant` in docs/PROTOCOL.md, docs/POLICY.md; other tools call them
+//! confirm tokens): a person or script approves in advance, so a non-interactive agent
+//! can pass an `ask` it could not answer itself. A token never passes a `deny`, and a
+//! token that does not fit a call
 //! says why and stays usable.
 //!
 //! Time is passed in (`now`) so expiry is tested without sleeping.
@@ -144,7 +145,8 @@ struct Grant {
 /// await while holding it.
 #[derive(Debug)]
 pub struct Grants {
-    scopes: Scopes,
+    /// Swapped by a reload that changes the workspace roots.
+    scopes: std::sync::RwLock<Scopes>,
     live: Mutex<HashMap<String, Grant>>,
 }
 
@@ -152,9 +154,22 @@ impl Grants {
     /// `scopes` resolves grant paths and call locations the way rules see them.
     pub fn new(scopes: Scopes) -> Grants {
         Grants {
-            scopes,
+            scopes: std::sync::RwLock::new(scopes),
             live: Mutex::new(HashMap::new()),
         }
+    }
+
+    /// The roots as a reload left them (SIGHUP): grant paths and call locations are
+    /// resolved against them from now on.
+    pub fn set_scopes(&self, scopes: Scopes) {
+        *self.scopes.write().unwrap_or_else(|e| e.into_inner()) = scopes;
+    }
+
+    fn scopes(&self) -> Scopes {
+        self.scopes
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, Grant>> {
@@ -198,10 +213,11 @@ impl Grants {
                     .ok_or_else(|| GrantError::UnknownTool(t.clone()))
             })
             .collect::<Result<Vec<_>, _>>()?;
+        let scopes = self.scopes();
         let paths = req
             .paths
             .iter()
-            .map(|p| match self.scopes.resolve(p) {
+            .map(|p| match scopes.resolve(p) {
                 ScopedPath::Outside(_) => Err(GrantError::PathOutside(p.clone())),
                 inside => Ok(inside),
             })
@@ -297,8 +313,9 @@ impl Grants {
         if g.paths.is_empty() {
             return Ok(());
         }
+        let scopes = self.scopes();
         for loc in locations {
-            let p = self.scopes.resolve(loc);
+            let p = scopes.resolve(loc);
             if !g.paths.iter().any(|prefix| p.is_under(prefix)) {
                 let allowed: Vec<String> = g.paths.iter().map(ToString::to_string).collect();
                 return Err(TokenInvalid::PathOutOfScope {

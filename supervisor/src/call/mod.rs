@@ -14,3 +14,5 @@ pub mod previews;
 pub mod processes;
 pub mod record;
 pub mod router;
+pub mod running;
+pub mod timeout_hint;

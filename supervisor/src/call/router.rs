@@ -157,6 +157,9 @@ impl Service {
         }
         let (mut outcome, worker) = self.route_watched(&call, decision.network).await;
         session.familiar.learn(&tool, &req.args, outcome.status);
+        if let Some(g) = self.config().workers.group(&tool.group) {
+            crate::call::timeout_hint::explain(g, &tool, &req, &mut outcome);
+        }
         let seq = rec
             .completed(
                 self.audit(),
@@ -179,6 +182,7 @@ impl Service {
             call_fields(session, id, name, "running"),
         );
         let began = Instant::now();
+        let _running = self.running().enter(id, &session.id, name);
         let run = self.route(call, network);
         tokio::pin!(run);
         let mut tick = tokio::time::interval_at(tokio::time::Instant::now() + HEARTBEAT, HEARTBEAT);

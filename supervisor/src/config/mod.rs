@@ -1,5 +1,5 @@
-//! `toolvisor.toml` (docs/PROTOCOL.md, docs/POLICY.md, docs/SANDBOX.md): every table and key optional, unknown keys refused
-//! with their name and line.
+//! `toolvisor.toml`: every table and key optional, unknown keys refused with their name
+//! and line. Every key, its default and an example: docs/CONFIG.md.
 
 use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
@@ -218,5 +218,7 @@ impl Config {
     }
 }
 
+#[cfg(test)]
+mod documented;
 #[cfg(test)]
 mod tests;

@@ -1,4 +1,4 @@
-//! Promises of the policy engine (docs/POLICY.md, seed properties 33–37, 45–47).
+//! Promises of the policy engine (docs/POLICY.md).
 
 use proptest::prelude::*;
 use serde_json::{Value, json};

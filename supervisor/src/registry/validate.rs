@@ -1,5 +1,5 @@
 //! Argument validation against a tool's JSON Schema (draft 2020-12), before the
-//! policy sees the call (seed property 44), and the closest names for an unknown tool.
+//! policy sees the call, and the closest names for an unknown tool.
 //!
 //! Why every violation and not the first: a model fixes its call in one round trip
 //! only when it is told everything that is wrong with it.

@@ -2,16 +2,20 @@
 //! then obey signals until a drain ends the process.
 //!
 //! SIGTERM/SIGINT drain (stop accepting, let calls finish within the grace, cancel the
-//! rest, stop the workers, remove socket and pidfile, exit 0); SIGHUP reloads the
+//! rest, stop the workers, remove socket and pidfile, exit 0); a second one skips the
+//! rest of the drain (the calls still open are cancelled at once). SIGHUP reloads the
 //! configuration and restarts every worker, one per group at a time; SIGUSR1 logs a
-//! status dump; SIGUSR2 rotates the audit log. The memory watchdog runs alongside.
+//! status dump; SIGUSR2 rotates the audit log. The memory watchdog runs alongside, and
+//! systemd hears of readiness and the stop ([`notify`]).
 
 pub mod drain;
 pub mod leftovers;
+pub mod notify;
 pub mod reload;
 pub mod sandbox;
 pub mod state_dir;
 pub mod status;
+pub mod usage;
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -172,15 +176,25 @@ async fn serve(args: ServeArgs, state: StateDir) -> i32 {
         }
     };
     let watchdog = tokio::spawn(crate::workers::watchdog::run(service.clone()));
+    let notifier = notify::Notifier::from_env();
+    if let Some(n) = &notifier {
+        n.send(&notify::ready_message(&format!(
+            "serving {}",
+            args.workspace.display()
+        )));
+    }
     tracing::info!(socket = %socket.display(), workspace = %args.workspace.display(), pid = std::process::id(), "serving");
-    let code = obey_signals(&service, signals).await;
+    let mut signals = signals;
+    let code = obey_signals(&service, &mut signals, notifier.as_ref()).await;
+    if let Some(n) = &notifier {
+        n.send("STOPPING=1\nSTATUS=draining");
+    }
     // Stop accepting by taking the socket's name away: new clients get "no such file".
     // The listener actor itself lives on until the drain ends, because stopping it
     // stops its sessions, and the calls in flight on them must still get their result.
     let _ = std::fs::remove_file(&socket);
     watchdog.abort();
-    let grace = Duration::from_millis(service.config().server.drain_grace_ms);
-    service.drain(grace).await;
+    drain(&service, &mut signals).await;
     // A call sent on a connection still open from now on is refused before it starts
     // (and recorded as `rejected`), rather than waiting for a stopped worker.
     service.shutdown().cancel();
@@ -275,27 +289,63 @@ impl Signals {
 }
 
 /// Wait for signals; returns the exit code once a drain was asked for.
-async fn obey_signals(service: &Arc<Service>, s: Signals) -> i32 {
-    let Signals {
-        mut term,
-        mut int,
-        mut hup,
-        mut usr1,
-        mut usr2,
-    } = s;
+async fn obey_signals(
+    service: &Arc<Service>,
+    s: &mut Signals,
+    notifier: Option<&notify::Notifier>,
+) -> i32 {
     loop {
         tokio::select! {
-            _ = term.recv() => { tracing::info!("SIGTERM: draining"); return 0; }
-            _ = int.recv() => { tracing::info!("SIGINT: draining"); return 0; }
-            _ = hup.recv() => crate::serve::reload::reload_and_restart(service).await,
-            _ = usr1.recv() => {
-                let status = crate::serve::status::status(service, "sigusr1".into()).await;
-                tracing::info!("status: {}", serde_json::to_string(&status).unwrap_or_default());
+            _ = s.term.recv() => { tracing::info!("SIGTERM: draining (send it again to skip the drain)"); return 0; }
+            _ = s.int.recv() => { tracing::info!("SIGINT: draining (Ctrl-C again to skip the drain)"); return 0; }
+            _ = s.hup.recv() => {
+                if let Some(n) = notifier {
+                    n.send(&notify::reloading_message());
+                }
+                crate::serve::reload::reload_and_restart(service).await;
+                if let Some(n) = notifier {
+                    n.send("READY=1");
+                }
             }
-            _ = usr2.recv() => {
+            _ = s.usr1.recv() => {
+                let status = crate::serve::status::status(service, "sigusr1".into()).await;
+                crate::serve::status::log(&status);
+            }
+            _ = s.usr2.recv() => {
                 tracing::info!("SIGUSR2: rotating the audit log");
                 service.audit().rotate();
             }
+        }
+    }
+}
+
+/// Let the calls still open finish within `server.drain_grace_ms`, then cancel the
+/// rest. A second SIGINT or SIGTERM meanwhile skips the wait: the calls are cancelled
+/// at once (and get their `cancelled` result); a third one stops waiting for them.
+async fn drain(service: &Arc<Service>, s: &mut Signals) {
+    let grace = Duration::from_millis(service.config().server.drain_grace_ms);
+    tokio::select! {
+        _ = service.drain(grace) => return,
+        name = s.stop() => tracing::warn!(
+            open = service.active_calls(),
+            "second {name}: skipping the drain; cancelling the calls still open"
+        ),
+    }
+    tokio::select! {
+        _ = service.drain(Duration::ZERO) => {}
+        name = s.stop() => tracing::warn!(
+            open = service.active_calls(),
+            "third {name}: not waiting for the cancelled calls"
+        ),
+    }
+}
+
+impl Signals {
+    /// The next SIGINT or SIGTERM; its name.
+    async fn stop(&mut self) -> &'static str {
+        tokio::select! {
+            _ = self.term.recv() => "SIGTERM",
+            _ = self.int.recv() => "SIGINT",
         }
     }
 }

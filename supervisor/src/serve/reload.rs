@@ -1,7 +1,10 @@
 //! SIGHUP: read the configuration again (a bad one keeps the old one and the running
-//! workers), then restart every worker after its calls end, one worker of a group at a
-//! time. A changed `count` grows the group (new workers start with the new
-//! configuration) or shrinks it (the highest indices retire once their calls end).
+//! workers), apply every key that can change while serving (the policy with its
+//! `confirm_timeout_ms`, limits, timeouts, queue sizes, worker counts, restart policy,
+//! `[audit]`, `[edit]`, the drain grace and open-call limit, the workspace roots), then
+//! restart every worker after its calls end, one worker of a group at a time. A changed
+//! `count` grows the group (new workers start with the new configuration) or shrinks it
+//! (the highest indices retire once their calls end).
 
 use std::sync::Arc;
 
@@ -54,6 +57,8 @@ pub async fn reload_and_restart(service: &Arc<Service>) {
             plans.push((pool.clone(), cfg.workers.count(group), reconfig));
         }
     }
+    service.grants().set_scopes(policy.scopes().clone());
+    service.audit().reconfigure(&cfg.audit);
     service.replace_config(cfg, policy);
     let digest = file_sha256(&service.paths().config_file);
     service.audit().record_detached(&ConfigReloaded {

@@ -1,6 +1,7 @@
-//! The state directory: created 0700, held with an exclusive `flock` so one
-//! supervisor serves a workspace, with the pidfile and the socket inside (or, when the
-//! path would pass the 107-byte limit of Unix sockets, in the runtime directory).
+//! The state directory: created 0700 with a `.gitignore` of `*`, held with an exclusive
+//! `flock` so one supervisor serves a workspace, with the pidfile and the socket inside
+//! (or, when the path would pass the 107-byte limit of Unix sockets, in the runtime
+//! directory).
 
 use std::fs::{File, OpenOptions};
 use std::io::Write;
@@ -84,6 +85,26 @@ pub fn socket_path(state_dir: &Path, workspace: &Path) -> PathBuf {
     base.join(format!("toolvisor-{hex}.sock"))
 }
 
+/// What `.gitignore` in the state directory says: everything in it stays out of git (an
+/// agent's `git add -A` must not commit the audit log or the socket).
+pub const GITIGNORE: &str =
+    "# toolvisor's state: sockets, the audit log, artifacts. Never commit it.\n*\n";
+
+/// Write `<dir>/.gitignore` unless one is there (a user's own is left alone).
+pub fn write_gitignore(dir: &Path) -> std::io::Result<()> {
+    let path = dir.join(".gitignore");
+    match OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(&path)
+    {
+        Ok(mut f) => f.write_all(GITIGNORE.as_bytes()),
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => Ok(()),
+        Err(e) => Err(e),
+    }
+}
+
 impl StateDir {
     /// Create (0700) and lock the state directory; refuse if another instance holds it.
     pub fn acquire(dir: &Path, workspace: &Path) -> Result<StateDir, StateError> {
@@ -114,6 +135,7 @@ impl StateDir {
             );
             std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700)).map_err(derr)?;
         }
+        write_gitignore(dir).map_err(derr)?;
         std::fs::create_dir_all(dir.join("artifacts")).map_err(derr)?;
         let lock_path = dir.join("lock");
         let file = OpenOptions::new()
@@ -219,6 +241,20 @@ mod tests {
         let _s = StateDir::acquire(&dir, tmp.path()).unwrap();
         let mode = std::fs::metadata(&dir).unwrap().permissions().mode() & 0o777;
         assert_eq!(mode, 0o700);
+    }
+
+    #[test]
+    fn the_state_dir_keeps_itself_out_of_git() {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path().join(".toolvisor");
+        drop(StateDir::acquire(&dir, tmp.path()).unwrap());
+        let ignore = dir.join(".gitignore");
+        assert_eq!(std::fs::read_to_string(&ignore).unwrap(), GITIGNORE);
+        assert!(GITIGNORE.lines().any(|l| l == "*"));
+        // A user's own file is left as it is.
+        std::fs::write(&ignore, "audit.jsonl\n").unwrap();
+        drop(StateDir::acquire(&dir, tmp.path()).unwrap());
+        assert_eq!(std::fs::read_to_string(&ignore).unwrap(), "audit.jsonl\n");
     }
 
     #[test]

@@ -264,10 +264,15 @@ impl SessionState {
                 approve,
                 remember,
             } => {
+                let by = crate::call::confirm::Answerer {
+                    session: info.id.clone(),
+                    client: info.client.clone(),
+                };
                 let answer = self.service.confirmations().answer(
                     &interaction,
                     approve,
                     remember.unwrap_or_default(),
+                    &by,
                 );
                 self.out.send(&match answer {
                     Ok(()) => ServerMessage::Confirmed {

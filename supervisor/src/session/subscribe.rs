@@ -20,16 +20,13 @@ pub fn start(svc: &Arc<Service>, out: &Outbox, id: Id, topics: Vec<Topic>) {
     let mut rx = svc.events().subscribe();
     out.send(&ServerMessage::Subscribed { id });
     if topics.contains(&Topic::Confirmations) {
-        for msg in svc.pending_confirmations() {
-            if let Ok(serde_json::Value::Object(mut fields)) = serde_json::to_value(&msg) {
-                fields.remove("type");
-                out.send(&ServerMessage::Event {
-                    topic: Topic::Confirmations,
-                    event: "confirm_required".into(),
-                    dropped: None,
-                    fields,
-                });
-            }
+        for fields in svc.pending_confirmations() {
+            out.send(&ServerMessage::Event {
+                topic: Topic::Confirmations,
+                event: "confirm_required".into(),
+                dropped: None,
+                fields,
+            });
         }
     }
     let out = out.clone();

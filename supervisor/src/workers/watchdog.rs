@@ -1,5 +1,5 @@
 //! The memory watchdog: every [`INTERVAL`] it samples the RSS of each ready worker
-//! (with the same `sysinfo` sampler as `status`) and has any worker above its group's
+//! process itself (not its commands: `status` counts those) and has any worker above its group's
 //! `workers.G.max_rss_mb` replaced once its calls are done. A leaking tool then costs
 //! one planned restart (recorded as `worker_exited` with reason `memory`, counted in the
 //! worker's `restarts`), never the machine's memory.
@@ -68,16 +68,20 @@ pub async fn check(service: &Arc<Service>) {
     let pids: Vec<u32> = workers.iter().map(|w| w.pid().unwrap_or(0)).collect();
     let rss = {
         let pids = pids.clone();
-        tokio::task::spawn_blocking(move || crate::serve::status::sample(&pids))
-            .await
-            .unwrap_or_default()
+        tokio::task::spawn_blocking(move || {
+            pids.iter()
+                .map(|p| crate::serve::usage::own_rss(*p))
+                .collect::<Vec<_>>()
+        })
+        .await
+        .unwrap_or_default()
     };
     let samples: Vec<Sample> = workers
         .iter()
         .zip(pids)
         .zip(rss)
         .filter(|((_, pid), _)| *pid != 0)
-        .map(|((w, pid), (rss_bytes, _))| Sample {
+        .map(|((w, pid), rss_bytes)| Sample {
             group: w.group.clone(),
             index: w.index,
             pid,

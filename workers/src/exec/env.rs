@@ -1,4 +1,4 @@
-//! The scrubbed environment commands run with (DESIGN §4 `run_command`).
+//! The scrubbed environment commands run with (docs/PROTOCOL.md `run_command`).
 //!
 //! Layers, each overriding the previous: an allowlist of the worker's own variables,
 //! the fixed non-interactive settings, the config's `env_passthrough` (copied from the
