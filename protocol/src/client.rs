@@ -183,6 +183,7 @@ pub struct Sender {
 }
 
 impl Sender {
+    /// Write one message as a frame.
     pub async fn send(&mut self, msg: &ClientMessage) -> Result<(), ClientError> {
         let bytes = frame::encode(msg)?;
         self.wr.write_all(&bytes).await.map_err(FrameError::Io)?;

@@ -231,7 +231,9 @@ pub enum ClientMessage {
     /// A model's text with (at most) one fenced `yips-agent` or `yips-tools` block: its
     /// tool actions run as a batch.
     Envelope {
+        /// The request's id (its batch's events and `envelope_done` carry it).
         id: Id,
+        /// The model's whole reply.
         text: String,
     },
 }
@@ -547,7 +549,9 @@ pub enum ServerMessage {
     },
     /// An envelope's end: after its batch's `batch_done` (when it had a block).
     EnvelopeDone {
+        /// The envelope's id.
         id: Id,
+        /// The reply's text outside the block, for the person to read.
         assistant_text: String,
         /// Every action id of the block, in order (unsupported ones included).
         ids: Vec<Id>,

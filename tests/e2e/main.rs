@@ -29,6 +29,6 @@ mod search;
 mod skills;
 mod state;
 mod supervision;
+mod surfaces;
 mod terminal;
 mod web;
-mod surfaces;

@@ -13,6 +13,8 @@ use serde_json::{Map, Value, json};
 use super::args::text;
 use super::def::{Hints, PolicyTraits, Risk, ToolDef};
 
+/// The tool's name: what the registry, the rules, the audit log and the worker's
+/// dispatch know it by.
 pub const NAME: &str = "activate_skill";
 
 /// The most skills the tool offers (its `enum`); more are left out with a warning.
@@ -25,7 +27,9 @@ pub const MAX_DESCRIPTION: usize = 1024;
 /// A skill as the tool's listing shows it.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Skill {
+    /// Its name (the directory's, or the front matter's `name`).
     pub name: String,
+    /// What it is for, from its front matter.
     pub description: String,
 }
 

@@ -6,6 +6,8 @@ use serde_json::{Map, Value, json};
 use super::args::{self, text};
 use super::def::{Hints, ToolDef};
 
+/// The tool's name: what the registry, the rules, the audit log and the worker's
+/// dispatch know it by.
 pub const NAME: &str = "memory";
 
 /// The longest key, in bytes.
@@ -15,6 +17,7 @@ pub const MAX_VALUE: usize = 64 * 1024;
 /// The most keys the store holds.
 pub const MAX_KEYS: usize = 1000;
 
+/// The tool's whole definition, registered by [`super::builtin`].
 pub fn def() -> ToolDef {
     ToolDef {
         hints: Hints {

@@ -7,11 +7,14 @@ use serde_json::{Map, Value, json};
 use super::args::{self, text};
 use super::def::{Hints, ToolDef};
 
+/// The tool's name: what the registry, the rules, the audit log and the worker's
+/// dispatch know it by.
 pub const NAME: &str = "web_fetch";
 
 /// The longest URL a call may give.
 pub const MAX_URL: usize = 8192;
 
+/// The tool's whole definition, registered by [`super::builtin`].
 pub fn def() -> ToolDef {
     ToolDef {
         hints: Hints {

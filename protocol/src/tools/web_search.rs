@@ -6,6 +6,8 @@ use serde_json::{Map, Value, json};
 use super::args::{self, text};
 use super::def::{Hints, ToolDef};
 
+/// The tool's name: what the registry, the rules, the audit log and the worker's
+/// dispatch know it by.
 pub const NAME: &str = "web_search";
 
 /// Results when `numResults` is left out.
@@ -13,6 +15,7 @@ pub const DEFAULT_RESULTS: u64 = 5;
 /// The most results a call may ask for.
 pub const MAX_RESULTS: u64 = 20;
 
+/// The tool's whole definition, registered by [`super::builtin`].
 pub fn def() -> ToolDef {
     ToolDef {
         hints: Hints {

@@ -5,6 +5,8 @@ use serde_json::{Map, Value, json};
 use super::args::{self, text};
 use super::def::{Hints, ToolDef};
 
+/// The tool's name: what the registry, the rules, the audit log and the worker's
+/// dispatch know it by.
 pub const NAME: &str = "write_todos";
 
 /// The longest task, in bytes.
@@ -12,6 +14,7 @@ pub const MAX_TASK: usize = 1024;
 /// The most todos the list holds.
 pub const MAX_TODOS: usize = 1000;
 
+/// The tool's whole definition, registered by [`super::builtin`].
 pub fn def() -> ToolDef {
     ToolDef {
         hints: Hints {

@@ -58,7 +58,9 @@ pub enum Answer {
 /// `hello`.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Answerer {
+    /// The answering session's id.
     pub session: String,
+    /// The client name that session gave in `hello`.
     pub client: String,
 }
 

@@ -23,15 +23,24 @@ use toolvisor_protocol::message::CallRequest;
 
 use crate::service::Service;
 
-/// The preferred block tag and the legacy one.
+/// The preferred block tag.
 pub const AGENT_TAG: &str = "yips-agent";
+/// The legacy block tag, still read.
 pub const LEGACY_TAG: &str = "yips-tools";
 
 /// What an action asks for.
 #[derive(Clone, Debug, PartialEq)]
 pub enum ActionKind {
-    Tool { name: String, arguments: Value },
+    /// A tool call.
+    Tool {
+        /// The tool's name as the block gives it.
+        name: String,
+        /// Its arguments.
+        arguments: Value,
+    },
+    /// A skill to activate (not run here: answered unsupported).
     Skill,
+    /// A subagent to start (not run here: answered unsupported).
     Subagent,
 }
 
@@ -49,7 +58,9 @@ impl ActionKind {
 /// One action of a block.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Action {
+    /// The action's id (its call's id in the batch).
     pub id: Id,
+    /// What it asks for.
     pub kind: ActionKind,
 }
 
@@ -58,12 +69,14 @@ pub struct Action {
 pub struct Envelope {
     /// The block's own `assistant_text`, else the text outside the block, trimmed.
     pub assistant_text: String,
+    /// The block's actions, in order.
     pub actions: Vec<Action>,
 }
 
 /// How an envelope's actions are run.
 #[derive(Debug, Default)]
 pub struct Plan {
+    /// The text for the person, as `envelope_done` carries it.
     pub assistant_text: String,
     /// The tool actions, as the calls of the batch (ids = action ids).
     pub calls: Vec<CallRequest>,

@@ -105,10 +105,13 @@ pub struct WorkersConfig {
     /// The command-running tools' group (its sandbox and limits too).
     #[serde(default)]
     pub exec: GroupConfig,
+    /// The web tools' group (`web_fetch`, `web_search`).
     #[serde(default)]
     pub web: GroupConfig,
+    /// The agent's durable state (`memory`, `write_todos`).
     #[serde(default)]
     pub state: GroupConfig,
+    /// The skills' group (`activate_skill`).
     #[serde(default)]
     pub meta: GroupConfig,
     /// `[workers.NAME]` with `command = [...]`: an executable that speaks the worker

@@ -21,7 +21,9 @@ pub const MIN_WINDOW: f64 = 1.0;
 /// One worker's tree: resident memory in bytes and CPU in percent of one core.
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
 pub struct Usage {
+    /// Resident memory of the whole tree, in bytes.
     pub rss_bytes: u64,
+    /// CPU since the last sample, in percent of one core.
     pub cpu_percent: f32,
 }
 
@@ -41,7 +43,9 @@ struct Snapshot {
 /// The units of the host (`/proc` counts in ticks and pages).
 #[derive(Clone, Copy, Debug)]
 pub struct Units {
+    /// Clock ticks per second.
     pub ticks_per_sec: u64,
+    /// Bytes per memory page.
     pub page_size: u64,
 }
 

@@ -39,7 +39,9 @@ pub enum SessionMsg {
 
 /// What an envelope's `envelope_done` says once its batch is done.
 pub struct EnvelopeEnd {
+    /// The text for the person.
     pub assistant_text: String,
+    /// Every action id of the block, in order.
     pub ids: Vec<Id>,
 }
 

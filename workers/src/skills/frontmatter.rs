@@ -19,25 +19,34 @@ const MAX_NESTING: usize = 32;
 /// A SKILL.md split into its front matter's top-level scalars and its body.
 #[derive(Debug, PartialEq, Eq)]
 pub struct Document<'a> {
+    /// The front matter's top-level scalar fields.
     pub fields: BTreeMap<String, String>,
+    /// Everything after the closing `---` line.
     pub body: &'a str,
 }
 
 /// Why a SKILL.md cannot be read.
 #[derive(Debug, PartialEq, Eq, thiserror::Error)]
 pub enum FrontError {
+    /// The file does not start with `---`.
     #[error("it has no YAML front matter (a `---` line first, the fields, then a `---` line)")]
     Missing,
+    /// No closing `---`.
     #[error("its front matter is not closed by a `---` line")]
     Unclosed,
+    /// Past the size limit.
     #[error("its front matter is larger than {MAX_FRONT} bytes")]
     TooLarge,
+    /// The YAML parser's complaint.
     #[error("its front matter is not valid YAML: {0}")]
     Yaml(String),
+    /// Not a mapping at the top.
     #[error("its front matter is not a mapping of fields")]
     NotMapping,
+    /// A YAML alias (refused: aliases can blow up).
     #[error("its front matter uses a YAML alias (`*name`), which is not read")]
     Alias,
+    /// Nested too deep.
     #[error("its front matter nests deeper than {MAX_NESTING} levels")]
     TooDeep,
 }

@@ -42,6 +42,7 @@ const LIST_MAX: usize = 2000;
 /// A skill found in the workspace.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Found {
+    /// Its name and description, as listed.
     pub skill: Skill,
     /// Its directory, as a tool path (`.skills/pdf`).
     pub dir: String,

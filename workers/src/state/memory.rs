@@ -12,6 +12,7 @@ use toolvisor_protocol::worker::{Limits, Outcome};
 use super::store::{Locked, Store};
 use crate::{ToolError, truncate};
 
+/// The store's file in the state directory.
 pub const FILE: &str = "memory.json";
 
 /// What `get` answers for a key that is not stored.

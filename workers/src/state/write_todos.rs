@@ -11,13 +11,17 @@ use toolvisor_protocol::worker::{Limits, Outcome};
 use super::store::{Locked, Store};
 use crate::{ToolError, truncate};
 
+/// The list's file in the state directory.
 pub const FILE: &str = "todos.json";
 
 /// One todo as stored.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Todo {
+    /// Its id, stable across rewrites.
     pub id: String,
+    /// What is to be done.
     pub task: String,
+    /// Whether it is done.
     pub completed: bool,
 }
 

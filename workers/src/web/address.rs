@@ -15,7 +15,9 @@ use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 /// exact socket addresses a test names ([`toolvisor_protocol::worker::WEB_TEST_ALLOW_VAR`]).
 #[derive(Clone, Debug, Default)]
 pub struct AddressRule {
+    /// `[web] allow_private`: non-public addresses may be reached.
     pub allow_private: bool,
+    /// Socket addresses treated as public (a test's own server).
     pub exempt: Vec<SocketAddr>,
 }
 

@@ -19,17 +19,24 @@ pub const MAX_REDIRECTS: usize = 5;
 /// A fetched response: where it ended up, and its body.
 #[derive(Debug)]
 pub struct Page {
+    /// The final URL, after redirects.
     pub url: Url,
+    /// The HTTP status.
     pub status: u16,
+    /// The `Content-Type` header, if any.
     pub content_type: Option<String>,
+    /// The body, at most `max_bytes`.
     pub body: Vec<u8>,
+    /// How many redirects were followed.
     pub redirects: usize,
 }
 
 /// How a fetch treats redirects and addresses.
 #[derive(Clone, Debug)]
 pub struct FetchOptions {
+    /// Which addresses may be reached (every hop is checked).
     pub rule: AddressRule,
+    /// The most bytes a body may have.
     pub max_bytes: u64,
     /// Follow redirects (web_fetch) or treat one as a failure (a search endpoint).
     pub follow: bool,

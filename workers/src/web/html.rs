@@ -88,7 +88,9 @@ const BLOCKS: &[&str] = &[
 /// How a body is turned into text.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Kind {
+    /// HTML: parsed and rendered as readable text.
     Html,
+    /// Plain text (or anything else textual): kept as it is.
     Text,
 }
 

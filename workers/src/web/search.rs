@@ -16,8 +16,11 @@ use crate::ToolError;
 #[derive(Debug, Default, Deserialize)]
 #[serde(default)]
 pub struct Hit {
+    /// The result's title.
     pub title: String,
+    /// Its address.
     pub url: String,
+    /// The endpoint's snippet.
     pub content: String,
 }
 
