@@ -8,6 +8,7 @@ use std::time::Duration;
 use serde_json::{Value, json};
 use toolvisor_protocol::client::Client;
 use toolvisor_protocol::message::{CallRequest, ClientMessage, ServerMessage, ToolFormat, Topic};
+use toolvisor_protocol::tools::builtin;
 use toolvisor_protocol::{ErrorType, Id, Status, ToolResult};
 
 use crate::harness::*;
@@ -80,7 +81,7 @@ fn a_skill_is_listed_activated_and_lower_risk_the_second_time() {
     block(T, async {
         let mut c = s.client().await;
         let tools = listing(&mut c).await;
-        assert_eq!(tools.len(), 19);
+        assert_eq!(tools.len(), builtin().len() + 1);
         let t = find(&tools, "activate_skill").expect("listed");
         assert_eq!(t["risk"], "medium");
         assert_eq!(t["group"], "meta");
@@ -201,7 +202,7 @@ fn no_skill_no_tool_and_sighup_rescans() {
         let mut c = s.client().await;
         let tools = listing(&mut c).await;
         assert!(find(&tools, "activate_skill").is_none());
-        assert_eq!(tools.len(), 18);
+        assert_eq!(tools.len(), builtin().len());
         let r = activate(&mut c, "x", "plain").await;
         assert_eq!(r.error.map(|e| e.kind), Some(ErrorType::ToolNotFound));
     });

@@ -14,6 +14,7 @@ use serde_json::{Value, json};
 use toolvisor_protocol::Status;
 use toolvisor_protocol::client::Client;
 use toolvisor_protocol::message::{CallRequest, ClientMessage, ServerMessage};
+use toolvisor_protocol::tools::builtin;
 
 use crate::harness::*;
 
@@ -205,7 +206,7 @@ fn an_invalid_config_does_not_cut_clients_off_a_running_daemon() {
     assert!(out.status.success(), "{out:?}");
     let out = toolvisor_in(&sub, &["call", "read_file", r#"{"path": "a.txt"}"#], "");
     assert_eq!(text(&out.stdout), "alpha\n", "{out:?}");
-    assert_eq!(mcp_tools(&sub).len(), 14);
+    assert_eq!(mcp_tools(&sub).len(), builtin().len());
     // Not even TOML: the default state directory, and a note saying so.
     std::fs::write(&config, "[server\n").unwrap();
     let out = toolvisor_in(&sub, &["status"], "");

@@ -15,16 +15,16 @@
 //! signal it, unless the call carries a person's grant (`ToolContext::takeover`).
 //! Reading is open to every session (the output is an artifact anyway).
 
+mod job;
 mod read;
 mod ready;
+mod signal;
 mod write;
 
-use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, SystemTime};
 
-use nix::sys::signal::Signal;
 use serde_json::{Map, Value, json};
 use tokio::sync::watch;
 use toolvisor_protocol::ErrorType;
@@ -32,13 +32,13 @@ use toolvisor_protocol::worker::{ExecLimits, Outcome, WorkerInit};
 
 use super::ExecState;
 use super::cgroup::CommandCgroup;
-use super::control::{Control, SignalError};
 use super::input::{Prepared, SharedInput};
 use super::launch::{Bounds, Running, supervise};
-use super::output::{ArtifactFile, LogStart, Record};
+use super::output::{ArtifactFile, LogStart};
 use super::run_command::{RunArgs, exit_parts};
 use crate::{CancelFlag, ToolContext, ToolError};
 
+use job::{Job, JobLog, JobState};
 pub(crate) use ready::ReadySpec;
 pub(crate) use write::check_size as check_input_size;
 
@@ -66,141 +66,6 @@ pub(crate) struct Jobs {
 struct Table {
     next: u64,
     jobs: Vec<Arc<Job>>,
-}
-
-/// One background process.
-#[derive(Debug)]
-struct Job {
-    handle: String,
-    command: String,
-    pid: u32,
-    started: SystemTime,
-    /// The session that started it (see the module doc).
-    owner: String,
-    /// It runs in a terminal.
-    tty: bool,
-    /// The job's log file, known from the start: `read_output` pages through it while
-    /// the job runs as well as after it ended.
-    log_path: PathBuf,
-    /// Bytes the process wrote (the log may hold fewer: it is capped).
-    bytes: AtomicU64,
-    /// Bytes in the log so far (the file may be longer: room reserved ahead).
-    logged: AtomicU64,
-    kill: CancelFlag,
-    /// true once the process ended and its output is all in the log.
-    done: watch::Sender<bool>,
-    /// Bumped when output is logged and when the job ends: long polls wait on it.
-    progress: watch::Sender<u64>,
-    /// None once it ended before it could be reached (no shim channel).
-    control: Option<Control>,
-    /// Its standard input (a pipe, or its terminal), while it may still be written.
-    input: SharedInput,
-    state: Mutex<JobState>,
-}
-
-#[derive(Debug, Default)]
-struct JobState {
-    exit: (Option<i32>, Option<i32>),
-    /// `meta.resources` once the job ended: (peak RSS bytes, CPU ms).
-    resources: (u64, u64),
-    /// Why the job was stopped, when not by itself or `kill_process`: a limit, or a
-    /// sandbox that could not be set up.
-    error: Option<toolvisor_protocol::ErrorBody>,
-    /// Where the next `read_output` without `since` starts.
-    cursor: u64,
-    read_to_end: bool,
-    /// Whether `write_input` may still write (mirrors `Job::input` for listings).
-    stdin_open: bool,
-    /// The outcome of its `ready` condition (None: it had none).
-    ready: Option<bool>,
-    /// The log's registration once the job ended (while it runs the pump holds it), so
-    /// the artifacts pruning spares it as long as the job is in the table.
-    log: Option<ArtifactFile>,
-}
-
-impl Job {
-    fn finished(&self) -> bool {
-        *self.done.borrow()
-    }
-
-    fn lock(&self) -> MutexGuard<'_, JobState> {
-        self.state.lock().unwrap_or_else(|e| e.into_inner())
-    }
-
-    /// Wait (bounded) until the process is gone.
-    async fn wait_done(&self) -> bool {
-        let mut rx = self.done.subscribe();
-        tokio::time::timeout(KILL_WAIT, rx.wait_for(|d| *d))
-            .await
-            .is_ok_and(|r| r.is_ok())
-    }
-
-    fn meta(&self) -> Map<String, Value> {
-        let running = !self.finished();
-        let st = self.lock();
-        let mut m = Map::new();
-        m.insert("process".into(), json!(self.handle));
-        m.insert("pid".into(), json!(self.pid));
-        m.insert("running".into(), json!(running));
-        m.insert("exit_code".into(), json!(st.exit.0));
-        if let Some(s) = st.exit.1 {
-            m.insert("signal".into(), json!(s));
-        }
-        m.insert("tty".into(), json!(self.tty));
-        m.insert("stdin_open".into(), json!(running && st.stdin_open));
-        m.insert("ready".into(), json!(st.ready));
-        let (rss, cpu) = st.resources;
-        m.insert(
-            "resources".into(),
-            json!({"peak_rss_bytes": rss, "cpu_ms": cpu}),
-        );
-        if let Some(e) = &st.error {
-            m.insert(
-                "error".into(),
-                json!({"type": e.kind, "message": e.message}),
-            );
-        }
-        m
-    }
-
-    /// Whether `ctx`'s session may write to or signal this job (see the module doc).
-    fn check_owner(&self, ctx: &ToolContext, what: &str) -> Result<(), ToolError> {
-        if ctx.takeover || ctx.session == self.owner {
-            return Ok(());
-        }
-        Err(ToolError::invalid(format!(
-            "{} was started by another session: only that session may {what} it \
-             (a person can take it over: `toolvisor attach {}`, or a grant token for \
-             this tool)",
-            self.handle, self.handle
-        )))
-    }
-
-    /// Remove the log file (the job leaves the table; only finished jobs do).
-    fn discard(&self) {
-        let registration = self.lock().log.take();
-        let _ = std::fs::remove_file(&self.log_path);
-        drop(registration);
-    }
-}
-
-/// Feeds a job's output into its log file.
-struct JobLog {
-    file: ArtifactFile,
-    job: Arc<Job>,
-}
-
-impl Record for JobLog {
-    fn record(&mut self, data: &[u8]) {
-        self.file.write(data);
-        self.job.logged.store(self.file.written, Ordering::Release);
-        // Release: whoever sees the count also finds those bytes in the file (written
-        // just above, unbuffered).
-        self.job
-            .bytes
-            .fetch_add(data.len() as u64, Ordering::Release);
-        self.job.progress.send_modify(|n| *n += 1);
-    }
 }
 
 /// A process about to become a job, and what it brings.
@@ -461,47 +326,6 @@ impl Jobs {
         out
     }
 
-    /// `kill_process`: stop the job and everything it started, and wait until it is
-    /// gone; with `signal`, send only that signal to its process group.
-    pub(crate) async fn kill(&self, args: &Value, ctx: &ToolContext) -> Result<Outcome, ToolError> {
-        let job = self.find(args)?;
-        job.check_owner(ctx, "signal")?;
-        let signal = match args.get("signal") {
-            None | Some(Value::Null) => None,
-            Some(v) => Some(parse_signal(v)?),
-        };
-        let was_running = !job.finished();
-        if let (Some(sig), true) = (signal, was_running) {
-            return send_signal(&job, sig).await;
-        }
-        if was_running {
-            job.kill.cancel();
-            if !job.wait_done().await {
-                return Err(ToolError::internal(format!(
-                    "{} (pid {}) did not stop within {} s",
-                    job.handle,
-                    job.pid,
-                    KILL_WAIT.as_secs()
-                )));
-            }
-        }
-        let (code, _) = job.lock().exit;
-        let text = if was_running {
-            format!("Killed {} (pid {})", job.handle, job.pid)
-        } else {
-            let how = code.map_or("was killed by a signal".into(), |c| {
-                format!("exited with code {c}")
-            });
-            format!(
-                "{} (pid {}) had already ended: it {how}",
-                job.handle, job.pid
-            )
-        };
-        let mut out = Outcome::ok(text);
-        out.meta = job.meta();
-        Ok(out)
-    }
-
     /// Wait (bounded) until a job has ended; false when unknown or still running.
     #[cfg(test)]
     pub(crate) async fn wait(&self, handle: &str) -> bool {
@@ -530,53 +354,6 @@ impl Jobs {
                 "background process killed at worker shutdown"
             );
         }
-    }
-}
-
-/// `signal` by name (`INT`, `TERM`, …: the schema's enum).
-fn parse_signal(v: &Value) -> Result<Signal, ToolError> {
-    let name = v.as_str().unwrap_or_default();
-    let sig = match name {
-        "INT" => Signal::SIGINT,
-        "TERM" => Signal::SIGTERM,
-        "KILL" => Signal::SIGKILL,
-        "HUP" => Signal::SIGHUP,
-        "QUIT" => Signal::SIGQUIT,
-        "USR1" => Signal::SIGUSR1,
-        "USR2" => Signal::SIGUSR2,
-        _ => {
-            return Err(ToolError::invalid(format!(
-                "signal {v} is not one of {}",
-                toolvisor_protocol::tools::SIGNALS.join(", ")
-            )));
-        }
-    };
-    Ok(sig)
-}
-
-/// Deliver `sig` to a running job's process group.
-async fn send_signal(job: &Job, sig: Signal) -> Result<Outcome, ToolError> {
-    let sent = match &job.control {
-        Some(c) => c.signal(sig).await,
-        None => Err(SignalError::Gone),
-    };
-    match sent {
-        Ok(()) => {
-            let mut out = Outcome::ok(format!(
-                "Sent {} to {} (pid {})",
-                sig.as_str(),
-                job.handle,
-                job.pid
-            ));
-            out.meta = job.meta();
-            out.meta.insert("signal_sent".into(), json!(sig.as_str()));
-            Ok(out)
-        }
-        Err(SignalError::Gone) => Err(ToolError::invalid(format!(
-            "{} has ended: there is no process to signal",
-            job.handle
-        ))),
-        Err(e) => Err(ToolError::internal(format!("{}: {e}", job.handle))),
     }
 }
 
@@ -670,6 +447,8 @@ fn one_line(s: &str, max: usize) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use nix::sys::signal::Signal;
+    use signal::parse_signal;
 
     #[test]
     fn one_line_flattens_and_cuts() {
