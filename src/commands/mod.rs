@@ -6,6 +6,7 @@ pub mod approve;
 pub mod attach;
 pub mod call;
 pub mod init;
+mod plain_call;
 pub mod policy;
 pub mod status;
 pub mod tools;
