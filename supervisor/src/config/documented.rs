@@ -59,6 +59,8 @@ fn every_key_is_documented() {
         "edit",
         "limits",
         "audit",
+        "web",
+        "skills",
         "words",
     ] {
         all.remove(table);
