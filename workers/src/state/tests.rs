@@ -245,7 +245,11 @@ fn the_store_never_grows_past_what_can_be_read_back() {
     assert_eq!(err(&o), ErrorType::MemoryError);
     assert!(o.content.contains("nothing was changed"), "{}", o.content);
     let listed = ok(&e.mem(json!({"action": "list"})));
-    assert_eq!(listed.lines().count(), i, "every earlier key is still there");
+    assert_eq!(
+        listed.lines().count(),
+        i,
+        "every earlier key is still there"
+    );
     assert_eq!(
         ok(&e.mem(json!({"action": "delete", "key": "k0"}))),
         "Deleted k0"

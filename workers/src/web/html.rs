@@ -436,7 +436,11 @@ mod tests {
             nesting_depth(b"<p>a<p>b<p>c<li>x<li>y<br><img src=x><hr/>", 100),
             0
         );
-        assert_eq!(nesting_depth(b"<div/><div/><div/>", 100), 3, "not closed in HTML");
+        assert_eq!(
+            nesting_depth(b"<div/><div/><div/>", 100),
+            3,
+            "not closed in HTML"
+        );
         assert_eq!(nesting_depth(b"<svg><path/><path/><g/></svg>", 100), 1);
         // End tags of elements that are not open close nothing.
         assert!(nesting_depth("<div></span>".repeat(1000).as_bytes(), 100) > 100);
