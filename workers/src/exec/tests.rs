@@ -606,9 +606,17 @@ async fn kill_process_limit_and_shutdown() {
     let f = fixture_with(Limits::default(), 2, true);
     let start = |cmd: &str| f.call("run_command", json!({"command": cmd, "background": true}));
     let a = start("setsid sleep 300 & sleep 300").await;
-    let b = start("(sleep 300 &) & sleep 300").await;
+    // One session may hold only its share (one of two): the second comes from another.
+    let refused = start("true").await;
+    let why = refused.error.unwrap();
+    assert_eq!(why.kind, ErrorType::Overloaded);
+    assert!(why.message.contains("this session"), "{}", why.message);
+    let mut other = f.ctx("c2");
+    other.session = "s2".into();
+    let args = json!({"command": "(sleep 300 &) & sleep 300", "background": true});
+    let b = run(&f.state, "run_command", &args, &other).await;
     assert_eq!((a.status, b.status), (Status::Ok, Status::Ok));
-    let c = start("true").await;
+    let c = run(&f.state, "run_command", &args, &other).await;
     assert_eq!(c.error.unwrap().kind, ErrorType::Overloaded);
 
     let k = f
