@@ -97,8 +97,13 @@ pub enum Command {
         #[arg(long)]
         reusable: bool,
     },
-    /// Serve the tools as an MCP server on stdio, backed by the running daemon.
-    Mcp,
+    /// Serve the tools as an MCP server on stdio, backed by the workspace's daemon
+    /// (started, and stopped on exit, when none runs).
+    Mcp {
+        /// Never start a daemon: without one, calls say how to start it.
+        #[arg(long)]
+        no_spawn: bool,
+    },
     /// Read and check the audit log (works with the service up or down).
     Audit {
         #[command(subcommand)]
@@ -228,6 +233,12 @@ pub fn resolve(cli: &Cli) -> Result<Resolved, String> {
     })
 }
 
+/// The state directory (canonical when it exists).
+pub fn state_dir(r: &Resolved) -> PathBuf {
+    let dir = absolute(&r.workspace, &r.config.server.state_dir);
+    dir.canonicalize().unwrap_or(dir)
+}
+
 fn absolute(base: &Path, p: &Path) -> PathBuf {
     if p.is_absolute() {
         p.to_owned()
@@ -238,7 +249,9 @@ fn absolute(base: &Path, p: &Path) -> PathBuf {
 
 fn init_tracing(format: LogFormat) {
     use tracing_subscriber::EnvFilter;
-    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
+    // rmcp (MCP workers) says every message it gets at info: keep that for RUST_LOG.
+    let filter =
+        EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info,rmcp=warn"));
     use std::io::IsTerminal;
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
@@ -261,7 +274,11 @@ pub fn main() {
             // Workers log to the supervisor's stderr (inherited), e.g. the background
             // jobs a planned restart kills; RUST_LOG passes through to them.
             init_tracing(cli.log_format);
-            toolvisor_workers::worker::main(group)
+            if group.starts_with(toolvisor_supervisor::config::mcp::GROUP_PREFIX) {
+                crate::mcp::worker::main(group)
+            } else {
+                toolvisor_workers::worker::main(group)
+            }
         }
         Command::Reap { argv } => toolvisor_workers::reap::main(argv.clone()),
         Command::Serve => {
@@ -334,8 +351,12 @@ fn run(cli: &Cli) -> i32 {
     if let Command::Policy { command } = &cli.command {
         return crate::commands::policy::run(command, &r, cli.config.is_some());
     }
-    if matches!(cli.command, Command::Mcp) {
-        return crate::mcp::run(r.socket);
+    if let Command::Mcp { no_spawn } = cli.command {
+        let opts = crate::mcp::Options {
+            config: cli.config.clone(),
+            no_spawn,
+        };
+        return crate::mcp::run(&r, opts);
     }
     crate::commands::run(&cli.command, &r)
 }

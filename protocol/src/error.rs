@@ -30,6 +30,9 @@ pub enum ErrorType {
     InternalError,
     /// A command was stopped by one of `[workers.exec.limits]` (the message names it).
     ResourceLimit,
+    /// A tool of an MCP server (`[mcp.servers.NAME]`) answered with `isError`, or its
+    /// result broke the tool's own `outputSchema`.
+    McpToolError,
     // Connection level.
     BadMessage,
     UnknownMessage,
@@ -67,6 +70,7 @@ impl ErrorType {
             ErrorType::Overloaded => "Overloaded",
             ErrorType::InternalError => "InternalError",
             ErrorType::ResourceLimit => "ResourceLimit",
+            ErrorType::McpToolError => "McpToolError",
             ErrorType::BadMessage => "BadMessage",
             ErrorType::UnknownMessage => "UnknownMessage",
             ErrorType::FrameTooLarge => "FrameTooLarge",

@@ -29,7 +29,7 @@ pub const COMMAND_CGROUP_PREFIX: &str = "toolvisor-";
 pub const SANDBOX_TEST_FAIL_VAR: &str = "TOOLVISOR_SANDBOX_TEST_FAIL";
 
 pub const KNOWN_TO_WORKER: &[&str] = &["init", "run", "cancel", "shutdown"];
-pub const KNOWN_FROM_WORKER: &[&str] = &["ready", "output", "done"];
+pub const KNOWN_FROM_WORKER: &[&str] = &["ready", "output", "done", "tools_changed"];
 
 /// Truncation thresholds and size caps (`[limits]`).
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -155,6 +155,47 @@ pub struct WorkerInit {
     /// restart): background process handles use it so a handle never names two jobs.
     #[serde(default)]
     pub generation: u64,
+    /// For a group `mcp:NAME`: the MCP server this worker runs (`[mcp.servers.NAME]`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mcp: Option<McpServerInit>,
+}
+
+/// How an MCP worker reaches its server: a command it starts (stdio) or a Streamable
+/// HTTP endpoint. `env` goes to that server only.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct McpServerInit {
+    /// The server's name (`NAME` of `[mcp.servers.NAME]`).
+    pub name: String,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub command: Vec<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub url: Option<String>,
+    #[serde(default)]
+    pub env: BTreeMap<String, String>,
+    /// How long the server has to answer `initialize` and `tools/list`.
+    pub startup_timeout_ms: u64,
+}
+
+/// A tool a worker offers besides its group's built-in ones, announced in `ready` and
+/// again in `tools_changed`: the MCP shape, as the server described it.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct AnnouncedTool {
+    pub name: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub title: Option<String>,
+    #[serde(default)]
+    pub description: String,
+    #[serde(rename = "inputSchema")]
+    pub input_schema: Value,
+    #[serde(
+        rename = "outputSchema",
+        default,
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub output_schema: Option<Value>,
+    /// `readOnlyHint`, `destructiveHint`, `idempotentHint`, `openWorldHint` (untrusted).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub annotations: Option<Value>,
 }
 
 /// Supervisor → worker.
@@ -241,6 +282,9 @@ pub enum FromWorker {
     Ready {
         pid: u32,
         guards: Guards,
+        /// The tools this worker offers, when its group's tools are not built in.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        tools: Option<Vec<AnnouncedTool>>,
     },
     Output {
         call: u64,
@@ -250,5 +294,10 @@ pub enum FromWorker {
     Done {
         call: u64,
         outcome: Outcome,
+    },
+    /// The worker's tools changed (an MCP server's `notifications/tools/list_changed`):
+    /// the whole new list.
+    ToolsChanged {
+        tools: Vec<AnnouncedTool>,
     },
 }

@@ -115,7 +115,7 @@ async fn dispatch(cmd: &Command, r: &Resolved) -> Result<i32, ClientError> {
         | Command::Worker { .. }
         | Command::Reap { .. }
         | Command::Audit { .. }
-        | Command::Mcp
+        | Command::Mcp { .. }
         | Command::Policy { .. } => Ok(2),
     }
 }

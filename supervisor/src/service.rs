@@ -53,6 +53,8 @@ pub struct Service {
     /// Changes shown by a preview, waiting for `apply_file_change`.
     pub previews: std::sync::Mutex<PreviewStore>,
     pub pools: HashMap<String, Arc<Pool>>,
+    /// The tools of the configured MCP servers (`[mcp.servers.NAME]`).
+    pub mcp: Arc<crate::registry::mcp::McpRegistry>,
     pub events: Events,
     pub audit: Audit,
     pub started: Instant,
@@ -100,6 +102,7 @@ impl Service {
                     cwd: paths.workspace.clone(),
                     passthrough: gcfg.env_passthrough.clone(),
                     nice: if *group == "search" { SEARCH_NICE } else { 0 },
+                    ready_timeout: crate::workers::worker::READY_TIMEOUT,
                 },
                 init: WorkerInit {
                     group: (*group).to_owned(),
@@ -112,12 +115,26 @@ impl Service {
                 } else {
                     Duration::ZERO
                 },
+                tools_hook: None,
             };
             let pool = Pool::start(spec)
                 .await
                 .map_err(|e| format!("cannot start the {group} pool: {e}"))?;
             pools.insert((*group).to_owned(), pool);
         }
+        let mcp = Arc::new(crate::registry::mcp::McpRegistry::new(&config.mcp));
+        crate::audit::redact::add_secrets(crate::registry::mcp::secrets(&config.mcp));
+        let mcp_pools = crate::registry::mcp_pools::start(crate::registry::mcp_pools::Start {
+            config: &config,
+            init: &init,
+            paths: &paths,
+            spawner: &spawner,
+            events: &events,
+            audit: &audit,
+            registry: &mcp,
+        })
+        .await?;
+        pools.extend(mcp_pools);
         Ok(Arc::new(Service {
             paths,
             config: RwLock::new(Arc::new(config)),
@@ -128,6 +145,7 @@ impl Service {
             previews: std::sync::Mutex::new(PreviewStore::new()),
             tools: tools::catalog(),
             pools,
+            mcp,
             events,
             audit,
             started: Instant::now(),
@@ -269,6 +287,7 @@ pub fn worker_init(paths: &Paths, config: &Config, instance: &str) -> Result<Wor
             sandbox,
         },
         generation: 0,
+        mcp: None,
     })
 }
 

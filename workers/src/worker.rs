@@ -106,8 +106,9 @@ fn sweep_temps(journals: std::io::Result<std::path::PathBuf>, resolver: &Resolve
     }
 }
 
-/// Read the `init` frame synchronously, before any thread exists.
-fn read_init(control: &StdUnixStream) -> Result<WorkerInit, String> {
+/// Read the `init` frame synchronously, before any thread exists (the MCP worker of
+/// the binary reads its own with this too).
+pub fn read_init(control: &StdUnixStream) -> Result<WorkerInit, String> {
     use std::io::Read;
     control
         .set_read_timeout(Some(INIT_TIMEOUT))
@@ -157,7 +158,12 @@ async fn serve(
     let (tx, rx) = mpsc::channel::<FromWorker>(OUTBOX);
     let writer = tokio::spawn(write_loop(wr, rx));
     let pid = std::process::id();
-    if tx.send(FromWorker::Ready { pid, guards }).await.is_err() {
+    let ready = FromWorker::Ready {
+        pid,
+        guards,
+        tools: None,
+    };
+    if tx.send(ready).await.is_err() {
         return EXIT_SOFTWARE;
     }
     let running: Running = Arc::default();

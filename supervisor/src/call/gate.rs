@@ -18,7 +18,7 @@ use crate::call::confirm::{Answer, ConfirmDetails};
 use crate::call::grants::TokenUse;
 use crate::call::router::SessionInfo;
 use crate::config::Action;
-use crate::policy::{CallFacts, Decision, how_to_allow};
+use crate::policy::{Decision, how_to_allow};
 use crate::service::Service;
 use crate::session::events::obj;
 
@@ -51,10 +51,7 @@ impl Service {
         cancel: &CancellationToken,
     ) -> (Decision, Result<(), Outcome>) {
         let policy = self.policy();
-        let mut decision = policy.decide(&CallFacts {
-            tool: spec.name,
-            args: &req.args,
-        });
+        let mut decision = policy.decide_spec(spec, &req.args);
         if spec.name == "apply_file_change" {
             self.add_change_location(req, &mut decision);
         }
@@ -242,6 +239,9 @@ impl Service {
                     .get("diff")
                     .and_then(Value::as_str)
                     .map(str::to_owned)
+            }
+            _ if crate::registry::mcp::is_mcp_group(spec.group) => {
+                Some(crate::registry::mcp::preview(&req.args))
             }
             _ => None,
         }

@@ -99,7 +99,8 @@ pub struct TokenUse<'a> {
 
 #[derive(Clone, Debug)]
 struct Grant {
-    tools: Vec<&'static str>,
+    /// Canonical names: built-in tools, or `NAME__TOOL` of an MCP server.
+    tools: Vec<String>,
     trace_id: Option<String>,
     paths: Vec<ScopedPath>,
     expires: Instant,
@@ -155,9 +156,12 @@ impl Grants {
             .tools
             .iter()
             .map(|t| {
-                find(&self.tools, t)
-                    .map(|s| s.name)
-                    .ok_or_else(|| GrantError::UnknownTool(t.clone()))
+                match find(&self.tools, t) {
+                    Some(s) => Ok(s.name.to_owned()),
+                    // An MCP server's tool (`NAME__TOOL`), which may not be offered yet.
+                    None if t.contains("__") => Ok(t.clone()),
+                    None => Err(GrantError::UnknownTool(t.clone())),
+                }
             })
             .collect::<Result<Vec<_>, _>>()?;
         let paths = req
@@ -227,7 +231,7 @@ impl Grants {
             return Err(TokenInvalid::Used);
         }
         let tool = find(&self.tools, call.tool).map_or(call.tool, |s| s.name);
-        if !g.tools.contains(&tool) {
+        if !g.tools.iter().any(|t| t == tool) {
             return Err(TokenInvalid::WrongTool {
                 tool: call.tool.to_string(),
                 allowed: g.tools.join(", "),

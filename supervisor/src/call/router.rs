@@ -15,6 +15,7 @@ use toolvisor_protocol::{ErrorBody, ErrorType, Id};
 
 use crate::call::previews::{PendingChange, PreviewStore};
 use crate::call::record::CallRecord;
+use crate::registry::mcp::SpecRef;
 use crate::service::Service;
 use crate::session::outbox::Outbox;
 use crate::workers::pool::{Job, JobEnd};
@@ -100,13 +101,14 @@ impl Service {
             started_at: SystemTime::now(),
         };
         let mut extra = Map::new();
-        let spec = match self.admit(&req) {
+        let admitted = match self.admit(&req) {
             Ok(spec) => spec,
             Err(o) => {
                 let seq = rec.rejected(&self.audit, &o).await;
                 return to_result(req.id, o, extra, started, seq);
             }
         };
+        let spec: &ToolSpec = &admitted;
         rec.tool = spec.name;
         // Cancelled before it began (its batch was cancelled, or shutdown): it never runs.
         if cancel.is_cancelled() {
@@ -182,12 +184,9 @@ impl Service {
     }
 
     /// Find the tool and check its arguments; an error ends the call before it runs.
-    pub(crate) fn admit(&self, req: &CallRequest) -> Result<&ToolSpec, Outcome> {
+    pub(crate) fn admit(&self, req: &CallRequest) -> Result<SpecRef<'_>, Outcome> {
         let Some(spec) = tools::find(&self.tools, &req.tool) else {
-            return Err(fail(
-                ErrorType::ToolNotFound,
-                self.validators.not_found(&req.tool),
-            ));
+            return self.admit_mcp(req);
         };
         if let Err(violations) = self.validators.check(spec.name, &req.args) {
             return Err(fail(
@@ -195,7 +194,25 @@ impl Service {
                 format!("invalid arguments for {}:\n{violations}", spec.name),
             ));
         }
-        Ok(spec)
+        Ok(SpecRef::Builtin(spec))
+    }
+
+    /// [`Service::admit`] for a tool of an MCP server, checked against its own
+    /// `inputSchema`.
+    fn admit_mcp(&self, req: &CallRequest) -> Result<SpecRef<'_>, Outcome> {
+        let Some(tool) = self.mcp.find(&req.tool) else {
+            return Err(fail(
+                ErrorType::ToolNotFound,
+                self.validators.not_found(&req.tool),
+            ));
+        };
+        if let Err(violations) = tool.check(&req.args) {
+            return Err(fail(
+                ErrorType::InvalidParams,
+                format!("invalid arguments for {}:\n{violations}", req.tool),
+            ));
+        }
+        Ok(SpecRef::Mcp(tool))
     }
 
     /// Run an admitted call; returns its outcome and the worker that ran it.
@@ -212,6 +229,17 @@ impl Service {
         }
         if spec.name == "list_processes" {
             return self.list_processes(session, req, spec, cancel).await;
+        }
+        if let Some(tool) = self
+            .mcp
+            .find(spec.name)
+            .filter(|t| t.spec.group == spec.group)
+        {
+            let mut end = self
+                .dispatch(session, req, spec, req.args.clone(), &tool.original, cancel)
+                .await;
+            self.mcp.check_output(&tool, &mut end.0);
+            return end;
         }
         let mut end = self
             .dispatch_net(
@@ -406,8 +434,15 @@ impl Service {
     /// `timeout` argument and the group's maximum; the group default when neither.
     pub fn deadline(&self, spec: &ToolSpec, req: &CallRequest) -> Duration {
         let cfg = self.config();
-        let group = cfg.workers.group(spec.group).cloned().unwrap_or_default();
-        let own = req.args.get("timeout").and_then(Value::as_u64);
+        let mut group = cfg.workers.group(spec.group).cloned().unwrap_or_default();
+        if let Some(t) = self.mcp.timeout(spec.group) {
+            let ms = t.as_millis() as u64;
+            (group.default_timeout_ms, group.max_timeout_ms) = (ms, ms);
+        }
+        let own = match spec.group {
+            "exec" => req.args.get("timeout").and_then(Value::as_u64),
+            _ => None,
+        };
         let ms = match (req.timeout_ms, own) {
             (None, None) => group.default_timeout_ms,
             (a, b) => a

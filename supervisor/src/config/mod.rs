@@ -1,6 +1,8 @@
 //! `toolvisor.toml` (docs/PROTOCOL.md, docs/POLICY.md, docs/SANDBOX.md): every table and key optional, unknown keys refused
 //! with their name and line.
 
+pub mod mcp;
+
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -31,6 +33,8 @@ pub struct Config {
     pub edit: EditConfig,
     pub limits: Limits,
     pub audit: AuditConfig,
+    /// `[mcp.servers.NAME]`: MCP servers run as supervised workers.
+    pub mcp: mcp::McpConfig,
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -412,6 +416,7 @@ impl Config {
         if self.server.max_open_calls == 0 {
             return Err("server.max_open_calls must be at least 1".into());
         }
+        self.mcp.validate()?;
         for (i, rule) in self.policy.rules.iter().enumerate() {
             for c in &rule.conditions {
                 if c.operator == Operator::Matches {

@@ -122,6 +122,16 @@ impl Policy {
         let Some(spec) = find(&self.tools, call.tool) else {
             return unknown_tool(call.tool);
         };
+        self.decide_spec(spec, call.args)
+    }
+
+    /// Decide one call of the tool `spec` describes (a built-in tool, or one the
+    /// registry holds besides them, such as an MCP server's).
+    pub fn decide_spec(&self, spec: &ToolSpec, args: &Value) -> Decision {
+        let call = CallFacts {
+            tool: spec.name,
+            args,
+        };
         let facts = Facts::gather(spec, call.args, &self.scopes);
         let verdicts = self.verdicts(&facts);
         let mut decision = self.combine(&facts, &verdicts);

@@ -208,7 +208,39 @@ impl CompiledRule {
 pub struct RuleSet {
     rules: Vec<CompiledRule>,
     by_tool: HashMap<&'static str, Vec<usize>>,
+    /// Rules naming tools outside the built-in catalog: `NAME__TOOL` of an MCP server
+    /// (known only once it runs) or a pattern ending in `*` (`github__*`), in file order.
+    named: Vec<(ToolPattern, usize)>,
     star: Vec<usize>,
+}
+
+/// A rule's `tool` that is not a built-in name: an exact name, or a prefix (`x*`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ToolPattern {
+    Exact(String),
+    Prefix(String),
+}
+
+impl ToolPattern {
+    /// The pattern of a rule's `tool`, or why it cannot name any tool.
+    fn parse(tool: &str) -> Result<ToolPattern, String> {
+        match tool.strip_suffix('*') {
+            Some(prefix) if !prefix.contains('*') => Ok(ToolPattern::Prefix(prefix.to_owned())),
+            Some(_) => Err(format!("`{tool}`: `*` may only end a tool pattern")),
+            // `NAME__TOOL`: a tool of MCP server NAME, offered once the server runs.
+            None if tool.contains("__") && !tool.contains('*') => {
+                Ok(ToolPattern::Exact(tool.to_owned()))
+            }
+            None => Err(format!("unknown tool `{tool}`")),
+        }
+    }
+
+    fn matches(&self, tool: &str) -> bool {
+        match self {
+            ToolPattern::Exact(name) => tool == name,
+            ToolPattern::Prefix(prefix) => tool.starts_with(prefix.as_str()),
+        }
+    }
 }
 
 impl RuleSet {
@@ -233,23 +265,33 @@ impl RuleSet {
             });
             if rule.tool == "*" {
                 set.star.push(index);
-            } else {
-                let spec = find(tools, &rule.tool).ok_or_else(|| {
-                    format!("policy.rules[{index}]: unknown tool `{}`", rule.tool)
-                })?;
+            } else if let Some(spec) = find(tools, &rule.tool) {
                 set.by_tool.entry(spec.name).or_default().push(index);
+            } else {
+                let pattern = ToolPattern::parse(&rule.tool)
+                    .map_err(|e| format!("policy.rules[{index}]: {e}"))?;
+                set.named.push((pattern, index));
             }
         }
         Ok(set)
     }
 
-    /// The rules for `tool` (canonical name) in the order they are tried.
+    /// The rules for `tool` (canonical name) in the order they are tried: those that
+    /// name it or a pattern it matches, in file order, then the `*` rules.
     pub fn for_tool<'a>(&'a self, tool: &str) -> impl Iterator<Item = &'a CompiledRule> + 'a {
-        let specific = self.by_tool.get(tool).map(Vec::as_slice).unwrap_or(&[]);
+        let by_name = self.by_tool.get(tool).map(Vec::as_slice).unwrap_or(&[]);
+        let mut specific: Vec<usize> = by_name.to_vec();
+        specific.extend(
+            self.named
+                .iter()
+                .filter(|(p, _)| p.matches(tool))
+                .map(|(_, i)| *i),
+        );
+        specific.sort_unstable();
         specific
-            .iter()
-            .chain(self.star.iter())
-            .map(|&i| &self.rules[i])
+            .into_iter()
+            .chain(self.star.iter().copied())
+            .map(|i| &self.rules[i])
     }
 }
 
@@ -275,6 +317,27 @@ mod tests {
         assert_eq!(order, [1, 2, 0, 3]);
         let order: Vec<usize> = set.for_tool("ls").map(|r| r.index).collect();
         assert_eq!(order, [0, 3]);
+    }
+
+    #[test]
+    fn patterns_and_mcp_names_are_tool_specific() {
+        let rules = vec![
+            rule("*", Action::Ask),
+            rule("gh__*", Action::Allow),
+            rule("read_file", Action::Deny),
+            rule("gh__delete", Action::Deny),
+            rule("read_*", Action::Allow),
+        ];
+        let set = RuleSet::new(&rules, &catalog()).unwrap();
+        let order = |t: &str| set.for_tool(t).map(|r| r.index).collect::<Vec<_>>();
+        assert_eq!(order("gh__delete"), vec![1, 3, 0]);
+        assert_eq!(order("gh__list"), vec![1, 0]);
+        assert_eq!(order("read_file"), vec![2, 4, 0]);
+        assert_eq!(order("other__x"), vec![0]);
+        for bad in ["a*b*", "*x", "nope"] {
+            let err = RuleSet::new(&[rule(bad, Action::Allow)], &catalog()).unwrap_err();
+            assert!(err.contains("policy.rules[0]"), "{bad}: {err}");
+        }
     }
 
     #[test]

@@ -58,23 +58,7 @@ impl Validators {
         let Some(v) = self.names.get(tool).and_then(|n| self.by_name.get(n)) else {
             return Err(self.not_found(tool));
         };
-        if v.is_valid(args) {
-            return Ok(());
-        }
-        let mut lines: Vec<String> = v
-            .iter_errors(args)
-            .map(|e| {
-                let path = e.instance_path().to_string();
-                let path = if path.is_empty() {
-                    "/".to_string()
-                } else {
-                    path
-                };
-                format!("{path}: {e}")
-            })
-            .collect();
-        lines.dedup();
-        Err(lines.join("\n"))
+        violations(v, args).map_or(Ok(()), Err)
     }
 
     /// The `ToolNotFound` message: the name, and the closest names if any.
@@ -109,6 +93,28 @@ impl Validators {
             .map(|(_, n)| n.to_string())
             .collect()
     }
+}
+
+/// Every way `value` breaks `v`'s schema, one per line, as `/json/pointer: reason` (`/`
+/// for the value itself); `None` when it is valid.
+pub fn violations(v: &Validator, value: &Value) -> Option<String> {
+    if v.is_valid(value) {
+        return None;
+    }
+    let mut lines: Vec<String> = v
+        .iter_errors(value)
+        .map(|e| {
+            let path = e.instance_path().to_string();
+            let path = if path.is_empty() {
+                "/".to_string()
+            } else {
+                path
+            };
+            format!("{path}: {e}")
+        })
+        .collect();
+    lines.dedup();
+    Some(lines.join("\n"))
 }
 
 /// Levenshtein distance over characters.

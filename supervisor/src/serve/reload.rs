@@ -50,6 +50,9 @@ pub async fn reload_and_restart(service: &Arc<Service>) {
             plans.push((pool.clone(), cfg.workers.count(group), reconfig));
         }
     }
+    plans.extend(crate::registry::mcp_pools::reload_plans(
+        service, &cfg, &init,
+    ));
     *service.config.write().unwrap_or_else(|p| p.into_inner()) = Arc::new(cfg);
     *service.policy.write().unwrap_or_else(|p| p.into_inner()) = Arc::new(policy);
     let digest = file_sha256(&service.paths.config_file);

@@ -37,10 +37,12 @@ pub async fn status(svc: &Arc<Service>, id: Id) -> ServerMessage {
     let mut workers = Vec::new();
     let mut guards = Guards::default();
     let mut groups: Vec<_> = svc.pools.values().collect();
+    // Built-in groups in their order, then the others (MCP servers) by name.
     groups.sort_by_key(|p| {
-        toolvisor_protocol::tools::GROUPS
+        let builtin = toolvisor_protocol::tools::GROUPS
             .iter()
-            .position(|g| *g == p.group)
+            .position(|g| *g == p.group);
+        (builtin.unwrap_or(usize::MAX), p.group.clone())
     });
     for pool in groups {
         for w in pool.workers().iter() {

@@ -282,12 +282,12 @@ impl SessionState {
             protocol: PROTOCOL_VERSION,
             server: format!("toolvisor/{}", env!("CARGO_PKG_VERSION")),
             session: self.id.clone(),
-            tools: self.service.tools.len() as u32,
+            tools: (self.service.tools.len() + self.service.mcp.len()) as u32,
         });
     }
 
     fn list_tools(&self, id: Id, format: ToolFormat, groups: Option<Vec<String>>) {
-        let tools = self
+        let mut tools: Vec<_> = self
             .service
             .tools
             .iter()
@@ -298,6 +298,8 @@ impl SessionState {
             })
             .map(|t| t.listing(format))
             .collect();
+        tools.extend(self.service.mcp.listing(format, groups.as_deref()));
+        crate::registry::mcp::sort_listing(&mut tools, format);
         self.out.send(&ServerMessage::Tools { id, tools });
     }
 

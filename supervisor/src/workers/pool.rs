@@ -40,6 +40,8 @@ pub struct PoolSpec {
     /// Extra time the supervisor gives a worker past the deadline to answer itself
     /// (exec kills its command with TERM, then KILL after 2 s, and reports the output).
     pub deadline_grace: Duration,
+    /// Where announced tools go (groups whose tools are not built in).
+    pub tools_hook: Option<crate::workers::worker::ToolsHook>,
 }
 
 /// One call for a worker.
@@ -529,6 +531,7 @@ impl PoolState {
             },
             policy: self.spec.policy.clone(),
             events: self.spec.events.clone(),
+            tools_hook: self.spec.tools_hook.clone(),
         };
         let (actor, _) = Actor::spawn_linked(None, WorkerActor, args, myself.get_cell()).await?;
         self.actors[i] = actor.get_cell();

@@ -56,6 +56,9 @@ pub struct SpawnSpec {
     /// Scheduling niceness: search walks are CPU-bound and must not starve the
     /// supervisor (a `ping` waits behind them on a 2-core machine otherwise).
     pub nice: i32,
+    /// How long a started worker has to say `ready` (an MCP worker first starts its
+    /// server and lists its tools).
+    pub ready_timeout: std::time::Duration,
 }
 
 struct Request {

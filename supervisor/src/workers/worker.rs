@@ -26,14 +26,16 @@ use tokio::io::AsyncWriteExt;
 use tokio::sync::{mpsc, oneshot, watch};
 use toolvisor_protocol::frame;
 use toolvisor_protocol::message::Guards;
-use toolvisor_protocol::worker::{FromWorker, KNOWN_FROM_WORKER, Outcome, ToWorker, WorkerInit};
+use toolvisor_protocol::worker::{
+    AnnouncedTool, FromWorker, KNOWN_FROM_WORKER, Outcome, ToWorker, WorkerInit,
+};
 
 use crate::session::events::{Events, WorkerEvent};
 use crate::workers::fairq::FairQueue;
 use crate::workers::restart::{Next, RestartPolicy};
 use crate::workers::spawn::{SpawnSpec, Spawner};
 
-/// How long a started worker has to say `ready`.
+/// How long a started worker of a built-in group has to say `ready`.
 pub const READY_TIMEOUT: Duration = Duration::from_secs(5);
 /// How long a worker may ignore a cancel before it is killed.
 pub const CANCEL_GRACE: Duration = Duration::from_secs(2);
@@ -146,7 +148,7 @@ impl Link {
                     }
                 }
             }
-            FromWorker::Ready { .. } => {}
+            FromWorker::Ready { .. } | FromWorker::ToolsChanged { .. } => {}
         }
     }
 
@@ -363,6 +365,13 @@ pub enum WorkerMsg {
         generation: u64,
         pid: u32,
         guards: Guards,
+        /// The tools it offers, when its group's tools are not built in.
+        tools: Option<Vec<AnnouncedTool>>,
+    },
+    /// The process's tools changed (`tools_changed`).
+    Tools {
+        generation: u64,
+        tools: Vec<AnnouncedTool>,
     },
     /// The control socket reached EOF.
     Eof {
@@ -424,7 +433,12 @@ pub struct WorkerArgs {
     pub init: WorkerInit,
     pub policy: RestartPolicy,
     pub events: Events,
+    /// Where the tools a worker announces go (groups whose tools are not built in).
+    pub tools_hook: Option<ToolsHook>,
 }
+
+/// Takes the tools a worker announced (in `ready`, or `tools_changed` when `changed`).
+pub type ToolsHook = Arc<dyn Fn(&WorkerShared, Vec<AnnouncedTool>, bool) + Send + Sync>;
 
 pub struct WorkerActor;
 
@@ -494,7 +508,14 @@ impl Actor for WorkerActor {
                 generation,
                 pid,
                 guards,
-            } if generation == st.generation => st.ready(pid, guards),
+                tools,
+            } if generation == st.generation => {
+                st.announce(tools, false);
+                st.ready(pid, guards)
+            }
+            WorkerMsg::Tools { generation, tools } if generation == st.generation => {
+                st.announce(Some(tools), true)
+            }
             WorkerMsg::Eof { generation } if generation == st.generation => st.eof(),
             WorkerMsg::ReadyTimeout { generation } if generation == st.generation => {
                 st.ready_timeout()
@@ -547,6 +568,13 @@ impl WorkerActorState {
         }
     }
 
+    /// Hand announced tools to the hook (before `ready` lets calls in).
+    fn announce(&self, tools: Option<Vec<AnnouncedTool>>, changed: bool) {
+        if let (Some(hook), Some(tools)) = (&self.args.tools_hook, tools) {
+            hook(&self.args.shared, tools, changed);
+        }
+    }
+
     fn ready(&mut self, pid: u32, guards: Guards) {
         self.args.policy.on_ready(Instant::now());
         *lock(&self.args.shared.guards) = guards.clone();
@@ -580,7 +608,8 @@ impl WorkerActorState {
         if self.args.shared.state() == WorkerState::Starting
             && let Some(pid) = self.child_pid
         {
-            tracing::warn!(group = %self.args.shared.group, pid, "worker not ready within {READY_TIMEOUT:?}");
+            let limit = self.args.spec.ready_timeout;
+            tracing::warn!(group = %self.args.shared.group, pid, "worker not ready within {limit:?}");
             self.kill_reason = Some("not_ready");
             kill_group(pid);
         }
@@ -660,8 +689,8 @@ impl WorkerActorState {
             generation,
             self.args.init.limits.max_frame_bytes,
         ));
-        myself.send_after(READY_TIMEOUT, move || WorkerMsg::ReadyTimeout {
-            generation,
+        myself.send_after(self.args.spec.ready_timeout, move || {
+            WorkerMsg::ReadyTimeout { generation }
         });
     }
 
@@ -941,12 +970,16 @@ async fn read_loop(
             Ok(None) | Err(_) => break,
         };
         match frame::decode::<FromWorker>(&body, KNOWN_FROM_WORKER) {
-            Ok(FromWorker::Ready { pid, guards }) => {
+            Ok(FromWorker::Ready { pid, guards, tools }) => {
                 let _ = actor.cast(WorkerMsg::Ready {
                     generation,
                     pid,
                     guards,
+                    tools,
                 });
+            }
+            Ok(FromWorker::ToolsChanged { tools }) => {
+                let _ = actor.cast(WorkerMsg::Tools { generation, tools });
             }
             Ok(msg) => link.deliver(msg).await,
             Err(e) => tracing::warn!(pid = link.pid, "bad frame from worker: {e}"),

@@ -44,6 +44,7 @@ impl Ws {
         let resolver = Arc::new(Resolver::new(&roots, &protected).unwrap());
         let init = WorkerInit {
             generation: 0,
+            mcp: None,
             group: "edit".into(),
             index: 0,
             roots,

@@ -44,6 +44,7 @@ fn fixture_with(limits: Limits, max_jobs: usize, shim: bool) -> Fixture {
     let marker = unique_marker();
     let init = WorkerInit {
         generation: 0,
+        mcp: None,
         group: "exec".into(),
         index: 0,
         roots: Roots {

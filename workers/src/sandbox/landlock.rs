@@ -154,6 +154,7 @@ mod tests {
     fn init(group: &str, root: &Path, state: &Path, writable: Vec<PathBuf>) -> WorkerInit {
         WorkerInit {
             generation: 0,
+            mcp: None,
             group: group.into(),
             index: 0,
             roots: Roots {

@@ -137,6 +137,7 @@ pub(crate) mod testutil {
         };
         let init = WorkerInit {
             generation: 0,
+            mcp: None,
             group: "search".into(),
             index: 0,
             roots: roots.clone(),

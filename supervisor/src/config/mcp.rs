@@ -1,0 +1,167 @@
+//! `[mcp.servers.NAME]`: MCP servers whose tools join toolvisor's own, each run as the
+//! one worker of group `mcp:NAME` (docs/MCP.md, docs/CONFIG.md).
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+use toolvisor_protocol::tools::Risk;
+
+/// The group prefix of an MCP server's worker: `mcp:NAME`.
+pub const GROUP_PREFIX: &str = "mcp:";
+
+/// The `[mcp]` table.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct McpConfig {
+    pub servers: BTreeMap<String, McpServerConfig>,
+}
+
+/// One `[mcp.servers.NAME]`: a command started as a stdio server, or a Streamable
+/// HTTP endpoint.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct McpServerConfig {
+    /// The server's command line (stdio transport): program first.
+    #[serde(default)]
+    pub command: Vec<String>,
+    /// Or the server's Streamable HTTP endpoint (`http://` or `https://`).
+    #[serde(default)]
+    pub url: Option<String>,
+    /// Variables set for this server only (masked in the audit log).
+    #[serde(default)]
+    pub env: BTreeMap<String, String>,
+    /// Risk of its tools; a tool's `destructiveHint: true` raises it to `high`.
+    #[serde(default = "medium")]
+    pub risk: Risk,
+    /// Deadline of each call (a call's own `timeout_ms` may shorten it), and of the
+    /// server's start-up (`initialize` and `tools/list`).
+    #[serde(default = "sixty_seconds")]
+    pub timeout_ms: u64,
+    /// Only these tools (the server's own names) are offered; all when absent.
+    #[serde(default)]
+    pub tools: Option<Vec<String>>,
+}
+
+fn medium() -> Risk {
+    Risk::Medium
+}
+
+fn sixty_seconds() -> u64 {
+    60_000
+}
+
+impl McpConfig {
+    /// Names, transports and timeouts that serde cannot check.
+    pub fn validate(&self) -> Result<(), String> {
+        for (name, s) in &self.servers {
+            let key = format!("mcp.servers.{name}");
+            if !valid_name(name) {
+                return Err(format!(
+                    "{key}: a server name may use only A-Z, a-z, 0-9, `_` and `-`"
+                ));
+            }
+            match (s.command.is_empty(), &s.url) {
+                (true, None) => {
+                    return Err(format!("{key}: set `command` (stdio) or `url` (HTTP)"));
+                }
+                (false, Some(_)) => {
+                    return Err(format!("{key}: set `command` or `url`, not both"));
+                }
+                (false, None) if s.command[0].is_empty() => {
+                    return Err(format!("{key}.command: the program is empty"));
+                }
+                (true, Some(url)) if !is_http(url) => {
+                    return Err(format!(
+                        "{key}.url: `{url}` is not an http:// or https:// address"
+                    ));
+                }
+                _ => {}
+            }
+            if s.timeout_ms == 0 {
+                return Err(format!("{key}.timeout_ms must be at least 1"));
+            }
+            if let Some(k) = s
+                .env
+                .keys()
+                .find(|k| k.is_empty() || k.contains(['=', '\0']))
+            {
+                return Err(format!("{key}.env: `{k}` is not a variable name"));
+            }
+        }
+        Ok(())
+    }
+}
+
+/// `[A-Za-z0-9_-]+`.
+pub fn valid_name(name: &str) -> bool {
+    !name.is_empty()
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
+}
+
+fn is_http(url: &str) -> bool {
+    let lower = url.to_ascii_lowercase();
+    let rest = lower
+        .strip_prefix("http://")
+        .or_else(|| lower.strip_prefix("https://"));
+    rest.is_some_and(|r| !r.is_empty())
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::config::Config;
+
+    #[test]
+    fn servers_parse_with_defaults() {
+        let cfg = Config::parse(
+            "[mcp.servers.github]\ncommand = [\"github-mcp-server\", \"stdio\"]\n\
+             env = { GITHUB_TOKEN = \"x\" }\ntools = [\"search_issues\"]\n\
+             [mcp.servers.web-1]\nurl = \"http://127.0.0.1:8931/mcp\"\nrisk = \"low\"\ntimeout_ms = 5000\n",
+            "t",
+        )
+        .unwrap();
+        let gh = &cfg.mcp.servers["github"];
+        assert_eq!(gh.risk, toolvisor_protocol::tools::Risk::Medium);
+        assert_eq!(gh.timeout_ms, 60_000);
+        assert_eq!(
+            gh.tools.as_deref(),
+            Some(&["search_issues".to_string()][..])
+        );
+        let web = &cfg.mcp.servers["web-1"];
+        assert_eq!(web.url.as_deref(), Some("http://127.0.0.1:8931/mcp"));
+        assert_eq!(web.timeout_ms, 5000);
+    }
+
+    #[test]
+    fn bad_servers_are_named() {
+        for (text, needle) in [
+            (
+                "[mcp.servers.\"a b\"]\ncommand = [\"x\"]\n",
+                "mcp.servers.a b",
+            ),
+            ("[mcp.servers.a]\n", "set `command`"),
+            (
+                "[mcp.servers.a]\ncommand = [\"x\"]\nurl = \"http://h\"\n",
+                "not both",
+            ),
+            (
+                "[mcp.servers.a]\nurl = \"file:///etc/passwd\"\n",
+                "mcp.servers.a.url",
+            ),
+            ("[mcp.servers.a]\ncommand = [\"\"]\n", "program is empty"),
+            (
+                "[mcp.servers.a]\ncommand = [\"x\"]\ntimeout_ms = 0\n",
+                "timeout_ms",
+            ),
+            ("[mcp.servers.a]\ncommand = [\"x\"]\nbogus = 1\n", "bogus"),
+            (
+                "[mcp.servers.a]\ncommand = [\"x\"]\nrisk = \"extreme\"\n",
+                "extreme",
+            ),
+        ] {
+            let err = Config::parse(text, "t").unwrap_err().to_string();
+            assert!(err.contains(needle), "{text}: {err}");
+        }
+    }
+}
