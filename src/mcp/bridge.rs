@@ -105,15 +105,20 @@ impl Bridge {
             Err(first) => match &self.daemon {
                 Some(d) => {
                     let d = d.clone();
-                    tokio::task::spawn_blocking(move || d.start())
+                    let started = tokio::task::spawn_blocking(move || d.start())
                         .await
-                        .map_err(|e| Unavailable(e.to_string()))?
-                        .map_err(|e| {
-                            Unavailable(format!("cannot start the toolvisor daemon: {e}"))
-                        })?;
-                    self.connect()
-                        .await
-                        .map_err(|e| Unavailable(e.to_string()))?
+                        .map_err(|e| Unavailable(e.to_string()))?;
+                    // Even a start that failed may have lost a race to another daemon.
+                    match (self.connect().await, started) {
+                        (Ok(c), _) => c,
+                        (Err(_), Err(why)) => {
+                            return Err(Unavailable(format!(
+                                "cannot start the toolvisor daemon for {}: {why}",
+                                self.workspace.display()
+                            )));
+                        }
+                        (Err(e), Ok(())) => return Err(self.not_running(&e)),
+                    }
                 }
                 None => return Err(self.not_running(&first)),
             },

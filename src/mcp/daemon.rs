@@ -81,7 +81,7 @@ fn owner(cmd: ServeCommand, rx: std_mpsc::Receiver<Request>) {
                 }
                 let started = spawn(&cmd);
                 let result = started.as_ref().map(|_| ()).map_err(Clone::clone);
-                child = started.ok().flatten();
+                child = started.ok();
                 let _ = reply.send(result);
             }
             Request::Stop(reply) => {
@@ -97,9 +97,8 @@ fn owner(cmd: ServeCommand, rx: std_mpsc::Receiver<Request>) {
     }
 }
 
-/// Start `toolvisor serve` and wait until it serves. `Ok(None)`: it exited first
-/// because another daemon already serves the workspace (the caller connects to that).
-fn spawn(cmd: &ServeCommand) -> Result<Option<Child>, String> {
+/// Start `toolvisor serve` and wait until it serves.
+fn spawn(cmd: &ServeCommand) -> Result<Child, String> {
     let mut c = Command::new(&cmd.exe);
     c.arg("serve").arg("--workspace").arg(&cmd.workspace);
     if let Some(config) = &cmd.config {
@@ -135,13 +134,15 @@ fn spawn(cmd: &ServeCommand) -> Result<Option<Child>, String> {
         .spawn(move || pass_log_on(stderr, ready_tx))
         .map_err(|e| format!("cannot read the daemon's log: {e}"))?;
     match ready_rx.recv_timeout(START_DEADLINE) {
-        Ok(()) => Ok(Some(child)),
-        // The log ended without the line: the daemon exited (a second `serve` on a
-        // served workspace refuses to start).
+        Ok(()) => Ok(child),
+        // The log ended without the line: the daemon exited, because another one
+        // serves the workspace (then the caller connects to that one) or because it
+        // could not start (its log, above, says why).
         Err(std_mpsc::RecvTimeoutError::Disconnected) => {
             let status = child.wait().map_err(|e| e.to_string())?;
-            tracing::info!("the daemon we started exited ({status}); another one may serve");
-            Ok(None)
+            Err(format!(
+                "`toolvisor serve` exited before serving ({status}); its log says why"
+            ))
         }
         Err(std_mpsc::RecvTimeoutError::Timeout) => {
             stop(child);

@@ -24,7 +24,7 @@ use crate::harness::*;
 const ONE_EACH: &str =
     "[workers.search]\ncount = 1\n[workers.edit]\ncount = 1\n[workers.exec]\ncount = 1\n";
 
-fn signal(pid: u32, sig: Signal) {
+pub(crate) fn signal(pid: u32, sig: Signal) {
     nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid as i32), sig).expect("kill");
 }
 
@@ -496,7 +496,7 @@ fn sighup_during_calls_lets_them_finish_then_replaces_every_worker() {
     stop_cleanly(&mut s);
 }
 
-/// DESIGN §8: SIGHUP reloads worker counts too. A group grows at once; a shrinking one
+/// SIGHUP reloads worker counts too (docs/OPERATIONS.md). A group grows at once; a shrinking one
 /// lets the surplus worker finish its call (it shows `stopping` meanwhile), then it
 /// leaves the roster with a `worker_exited` record saying `retired`.
 #[test]

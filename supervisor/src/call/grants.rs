@@ -1,4 +1,4 @@
-//! Grant tokens (DESIGN §3 `grant`, §6; the seeds' confirm_token): a person or script
+//! Grant tokens (docs/PROTOCOL.md `grant`, docs/POLICY.md; the seeds' confirm_token): a person or script
 //! approves in advance, so a non-interactive agent can pass an `ask` it could not
 //! answer itself. A token never passes a `deny`, and a token that does not fit a call
 //! says why and stays usable.
@@ -58,7 +58,7 @@ pub enum GrantError {
 }
 
 impl GrantError {
-    /// The connection-level error type it is answered with (DESIGN §3, §5): a request
+    /// The connection-level error type it is answered with (docs/PROTOCOL.md): a request
     /// with an unusable field is a `BadMessage` echoing its id; a server that cannot
     /// make a token has no connection-level type of its own, so it says
     /// `InternalError`.

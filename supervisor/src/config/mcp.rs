@@ -57,7 +57,8 @@ impl McpConfig {
             let key = format!("mcp.servers.{name}");
             if !valid_name(name) {
                 return Err(format!(
-                    "{key}: a server name may use only A-Z, a-z, 0-9, `_` and `-`"
+                    "{key}: a server name may use only A-Z, a-z, 0-9, `_` and `-`, and not `__` \
+                     (which separates it from its tools' names)"
                 ));
             }
             match (s.command.is_empty(), &s.url) {
@@ -92,9 +93,10 @@ impl McpConfig {
     }
 }
 
-/// `[A-Za-z0-9_-]+`.
+/// `[A-Za-z0-9_-]+` without `__`: a tool `NAME__TOOL` names its server unambiguously.
 pub fn valid_name(name: &str) -> bool {
     !name.is_empty()
+        && !name.contains("__")
         && name
             .bytes()
             .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')

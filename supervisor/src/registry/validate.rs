@@ -1,5 +1,5 @@
 //! Argument validation against each tool's JSON Schema (draft 2020-12), before the
-//! policy sees the call (DESIGN §4, seed property 44).
+//! policy sees the call (docs/PROTOCOL.md, seed property 44).
 //!
 //! Why every violation and not the first: a model fixes its call in one round trip
 //! only when it is told everything that is wrong with it.

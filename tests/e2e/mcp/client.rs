@@ -438,3 +438,29 @@ fn a_streamable_http_server_is_a_worker_too() {
         assert_eq!(kind(&r), Some(ErrorType::McpToolError));
     });
 }
+
+#[test]
+fn sighup_restarts_mcp_servers_with_their_new_settings() {
+    let config = |value: &str| {
+        format!(
+            "{}[[policy.rules]]\ntool = \"test__*\"\naction = \"allow\"\n",
+            with_server(
+                "test",
+                &[],
+                &format!("env = {{ E2E_MCP_VALUE = \"{value}\" }}")
+            )
+        )
+    };
+    let s = Server::start(&config("first"));
+    block(T, async {
+        let r = s.call("test__env", json!({"name": "E2E_MCP_VALUE"})).await;
+        assert_eq!(r.content, "first");
+        let before = s.worker_pids("mcp:test").await;
+        std::fs::write(s.ws().join("toolvisor.toml"), config("second")).unwrap();
+        crate::supervision::signal(s.pid(), nix::sys::signal::Signal::SIGHUP);
+        s.wait_group_back("mcp:test", &before, Duration::from_secs(30))
+            .await;
+        let r = s.call("test__env", json!({"name": "E2E_MCP_VALUE"})).await;
+        assert_eq!(r.content, "second");
+    });
+}
