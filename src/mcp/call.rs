@@ -10,7 +10,7 @@ use rmcp::{Peer, RoleServer};
 use tokio_util::sync::CancellationToken;
 use toolvisor_protocol::message::{CallRequest, ClientMessage, ServerMessage, ToolResult};
 
-use crate::mcp::bridge::{Bridge, Unavailable};
+use crate::mcp::bridge::{Bridge, Route, Unavailable};
 use crate::mcp::confirm::{self, Ask, Channel};
 use crate::mcp::progress::Progress;
 
@@ -38,10 +38,43 @@ pub enum CallError {
 
 type Asking = Pin<Box<dyn Future<Output = Option<ClientMessage>> + Send>>;
 
-/// Run `req` to its result.
-pub async fn run(ctx: &CallCtx<'_>, mut req: CallRequest) -> Result<ToolResult, CallError> {
+/// Where a call stopped: at its result, or at a confirmation a 2026-07-28 client
+/// answers in a second round of its request (the call waits on `Route`).
+pub enum Step {
+    Done(ToolResult),
+    NeedsInput(Route, Ask),
+}
+
+/// Run `req` to its result; a confirmation is asked or waited for, never handed back.
+pub async fn run(ctx: &CallCtx<'_>, req: CallRequest) -> Result<ToolResult, CallError> {
+    let ctx = CallCtx {
+        channel: match ctx.channel {
+            Channel::Rounds => Channel::Wait,
+            other => other,
+        },
+        peer: ctx.peer.clone(),
+        progress: ctx.progress.clone(),
+        cancel: ctx.cancel.clone(),
+        gone: ctx.gone.clone(),
+        ..*ctx
+    };
+    match start(&ctx, req).await? {
+        Step::Done(r) => Ok(r),
+        Step::NeedsInput(..) => Err(CallError::Refused(
+            "a confirmation could not be asked".into(),
+        )),
+    }
+}
+
+/// Send `req` to the daemon and [`drive`] it.
+pub async fn start(ctx: &CallCtx<'_>, mut req: CallRequest) -> Result<Step, CallError> {
     req.stream = Some(ctx.progress.is_some());
-    let mut route = ctx.bridge.call(req).await.map_err(CallError::Unavailable)?;
+    let route = ctx.bridge.call(req).await.map_err(CallError::Unavailable)?;
+    drive(ctx, route).await
+}
+
+/// Follow a call to its result (or, on the `Rounds` channel, to its confirmation).
+pub async fn drive(ctx: &CallCtx<'_>, mut route: Route) -> Result<Step, CallError> {
     let mut progress = ctx
         .progress
         .clone()
@@ -56,7 +89,7 @@ pub async fn run(ctx: &CallCtx<'_>, mut req: CallRequest) -> Result<ToolResult, 
                     )));
                 };
                 match m {
-                    ServerMessage::Result(r) => return Ok(r),
+                    ServerMessage::Result(r) => return Ok(Step::Done(r)),
                     ServerMessage::Output { data, .. } => {
                         if let Some(p) = progress.as_mut() {
                             p.output(&data).await;
@@ -74,6 +107,9 @@ pub async fn run(ctx: &CallCtx<'_>, mut req: CallRequest) -> Result<ToolResult, 
                             interaction, tool, description, risk, preview,
                             expires_in: std::time::Duration::from_millis(expires_in_ms),
                         };
+                        if ctx.channel == Channel::Rounds {
+                            return Ok(Step::NeedsInput(route, ask));
+                        }
                         asking = on_ask(ctx, ask, progress.as_mut()).await;
                     }
                     ServerMessage::Error { error, .. } => {
@@ -117,7 +153,7 @@ async fn on_ask(ctx: &CallCtx<'_>, ask: Ask, progress: Option<&mut Progress>) ->
             let peer = ctx.peer.clone();
             Some(Box::pin(async move { confirm::elicit(&peer, &ask).await }))
         }
-        Channel::Wait => {
+        Channel::Wait | Channel::Rounds => {
             let notice = confirm::waiting_notice(&ask, ctx.workspace);
             match progress {
                 Some(p) => p.say(notice).await,

@@ -12,8 +12,8 @@
 use std::time::Duration;
 
 use rmcp::model::{
-    ClientResult, ElicitRequest, ElicitRequestParams, ElicitationAction, ElicitationSchema,
-    LoggingLevel, LoggingMessageNotificationParam, ServerRequest,
+    ClientResult, ElicitRequest, ElicitRequestParams, ElicitResult, ElicitationAction,
+    ElicitationSchema, LoggingLevel, LoggingMessageNotificationParam, ServerRequest,
 };
 use rmcp::service::{ElicitationMode, PeerRequestOptions, RequestContext, RequestHandle};
 use rmcp::{Peer, RoleServer};
@@ -38,21 +38,28 @@ pub enum Channel {
     Elicit,
     /// Only told to wait for `toolvisor approve`.
     Wait,
+    /// A 2026-07-28 client that declared elicitation: the request answers
+    /// `input_required` with the question, and the client asks again with the answer.
+    Rounds,
 }
 
 /// Whether the client of this request declared form elicitation, on a protocol that
 /// lets the server send requests (before 2026-07-28).
 pub fn channel(ctx: &RequestContext<RoleServer>) -> Channel {
     let stateful = ctx.protocol_version().is_none_or(|v| v.has_initialize());
+    if !stateful {
+        // Capabilities come with each request; no mode named means form.
+        let form = ctx
+            .client_capabilities()
+            .and_then(|c| c.elicitation)
+            .is_some_and(|e| e.form.is_some() || e.url.is_none());
+        return if form { Channel::Rounds } else { Channel::Wait };
+    }
     let form = ctx
         .peer
         .supported_elicitation_modes()
         .contains(&ElicitationMode::Form);
-    if stateful && form {
-        Channel::Elicit
-    } else {
-        Channel::Wait
-    }
+    if form { Channel::Elicit } else { Channel::Wait }
 }
 
 /// The message the person reads.
@@ -93,6 +100,31 @@ fn schema() -> Option<ElicitationSchema> {
     ElicitationSchema::from_json_schema(m).ok()
 }
 
+/// The `elicitation/create` request of a confirmation.
+pub fn request(ask: &Ask) -> Option<ElicitRequest> {
+    Some(ElicitRequest::new(
+        ElicitRequestParams::FormElicitationParams {
+            meta: None,
+            message: message(ask),
+            requested_schema: schema()?,
+        },
+    ))
+}
+
+/// The `confirm` an elicitation's answer makes (anything but an accepted approval is
+/// a no).
+pub fn confirm_of(ask: &Ask, result: &ElicitResult) -> ClientMessage {
+    let (approve, remember) = match result.action {
+        ElicitationAction::Accept => decision(result.content.as_ref()),
+        _ => (false, Remember::Once),
+    };
+    ClientMessage::Confirm {
+        interaction: ask.interaction.clone(),
+        approve,
+        remember: Some(remember),
+    }
+}
+
 /// A pending elicitation; dropped before its answer, it is cancelled on the client.
 struct Pending(Option<RequestHandle<RoleServer>>);
 
@@ -109,12 +141,7 @@ impl Drop for Pending {
 /// Ask the person through the client. `Some(confirm)` to send to the daemon; `None`
 /// when the client could not ask (the daemon's own timeout then decides).
 pub async fn elicit(peer: &Peer<RoleServer>, ask: &Ask) -> Option<ClientMessage> {
-    let params = ElicitRequestParams::FormElicitationParams {
-        meta: None,
-        message: message(ask),
-        requested_schema: schema()?,
-    };
-    let request = ServerRequest::ElicitRequest(ElicitRequest::new(params));
+    let request = ServerRequest::ElicitRequest(request(ask)?);
     let options = PeerRequestOptions::no_options();
     let handle = match peer.send_cancellable_request(request, options).await {
         Ok(h) => h,
@@ -142,15 +169,7 @@ pub async fn elicit(peer: &Peer<RoleServer>, ask: &Ask) -> Option<ClientMessage>
         }
         Err(_) => return None,
     };
-    let (approve, remember) = match result.action {
-        ElicitationAction::Accept => decision(result.content.as_ref()),
-        _ => (false, Remember::Once),
-    };
-    Some(ClientMessage::Confirm {
-        interaction: ask.interaction.clone(),
-        approve,
-        remember: Some(remember),
-    })
+    Some(confirm_of(ask, &result))
 }
 
 /// `approve` and `remember` of an accepted form; anything unclear is a no.

@@ -18,6 +18,7 @@ pub mod listing;
 pub mod progress;
 pub mod resources;
 pub mod result;
+pub mod rounds;
 pub mod server;
 pub mod worker;
 

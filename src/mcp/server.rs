@@ -19,9 +19,10 @@ use tokio_util::sync::CancellationToken;
 use toolvisor_protocol::message::CallRequest;
 
 use crate::mcp::bridge::{Bridge, Notice};
-use crate::mcp::call::{self, CallCtx, CallError};
+use crate::mcp::call::{self, CallCtx, CallError, Step};
 use crate::mcp::confirm;
 use crate::mcp::resources::{self, ArtifactDir, ReadError};
+use crate::mcp::rounds::{self, Rounds};
 use crate::mcp::{listing, result};
 
 /// The `_meta` key of a grant token.
@@ -35,6 +36,8 @@ pub struct ToolvisorMcp {
     artifacts: ArtifactDir,
     /// Cancelled when the client's end of stdio closes.
     gone: CancellationToken,
+    /// Calls waiting for a 2026-07-28 client's second round.
+    rounds: Arc<Rounds>,
 }
 
 impl ToolvisorMcp {
@@ -49,6 +52,7 @@ impl ToolvisorMcp {
             workspace,
             artifacts,
             gone,
+            rounds: Arc::default(),
         }
     }
 
@@ -125,19 +129,39 @@ impl ServerHandler for ToolvisorMcp {
         request: CallToolRequestParams,
         context: RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, ErrorData> {
+        let tool = request.name.to_string();
         let args = Value::Object(request.arguments.unwrap_or_default());
-        let mut req = CallRequest::new("", request.name.to_string(), args);
-        req.confirm_token = context
-            .meta
-            .get(CONFIRM_TOKEN_META)
-            .and_then(Value::as_str)
-            .map(str::to_owned);
         let ctx = self.ctx(&context);
-        Ok(match call::run(&ctx, req).await {
-            Ok(r) => result::to_mcp(&r),
-            Err(e) => call_failure(e),
-        }
-        .into())
+        let step = match &request.request_state {
+            // The second round of a 2026-07-28 call: the person's answer.
+            Some(state) => match self.rounds.take(state, &tool, &args) {
+                Ok(parked) => {
+                    let confirm = rounds::confirm(&parked.ask, request.input_responses.as_ref());
+                    match parked.route.send(&confirm).await {
+                        Ok(()) => call::drive(&ctx, parked.route).await,
+                        Err(e) => Err(CallError::Unavailable(e)),
+                    }
+                }
+                Err(why) => return Ok(result::failure("InvalidParams", &why).into()),
+            },
+            None => {
+                let mut req = CallRequest::new("", tool.clone(), args.clone());
+                req.confirm_token = context
+                    .meta
+                    .get(CONFIRM_TOKEN_META)
+                    .and_then(Value::as_str)
+                    .map(str::to_owned);
+                call::start(&ctx, req).await
+            }
+        };
+        Ok(match step {
+            Ok(Step::Done(r)) => result::to_mcp(&r).into(),
+            Ok(Step::NeedsInput(route, ask)) => match self.rounds.park(route, ask, &tool, &args) {
+                Some(input) => input.into(),
+                None => call_failure(CallError::Refused("cannot ask the person".into())).into(),
+            },
+            Err(e) => call_failure(e).into(),
+        })
     }
 
     async fn read_resource(

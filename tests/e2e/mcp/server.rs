@@ -499,3 +499,53 @@ fn a_changed_mcp_server_list_reaches_the_client() {
         mcp.close().await;
     });
 }
+
+#[test]
+fn a_stateless_client_answers_an_ask_in_a_second_round() {
+    let s = Server::start("");
+    let latest = || Some(vec![ProtocolVersion::V_2026_07_28]);
+    block(T, async {
+        let yes = TestClient::new(Some(Answer::Approve { session: false }));
+        let mcp = start_with(s.ws(), &["--no-spawn"], yes, latest()).await;
+        let r = mcp
+            .call(
+                "write_file",
+                json!({"path": "r.txt", "content": "two rounds\n"}),
+            )
+            .await;
+        assert_eq!(r.is_error, Some(false), "{}", text(&r));
+        assert_eq!(mcp.seen.elicitations().len(), 1);
+        assert!(mcp.seen.elicitations()[0].contains("r.txt"));
+        assert_eq!(
+            std::fs::read_to_string(s.ws().join("r.txt")).unwrap(),
+            "two rounds\n"
+        );
+        mcp.close().await;
+
+        let no = TestClient::new(Some(Answer::Decline));
+        let mcp = start_with(s.ws(), &["--no-spawn"], no, latest()).await;
+        let r = mcp
+            .call("write_file", json!({"path": "n.txt", "content": "no\n"}))
+            .await;
+        assert_eq!(
+            structured(&r)["error"]["type"],
+            "PolicyDenied",
+            "{}",
+            text(&r)
+        );
+        assert!(!s.ws().join("n.txt").exists());
+        // A second round that names no waiting call is refused.
+        let params = rmcp::model::CallToolRequestParams::new("write_file")
+            .with_arguments(
+                json!({"path": "n.txt", "content": "no\n"})
+                    .as_object()
+                    .cloned()
+                    .unwrap(),
+            )
+            .with_request_state("not-a-handle");
+        let r = mcp.service.call_tool(params).await.unwrap();
+        assert_eq!(r.is_error, Some(true));
+        assert!(text(&r).contains("requestState"), "{}", text(&r));
+        mcp.close().await;
+    });
+}
