@@ -129,10 +129,20 @@ fn spawn(
     Ok((stdout, stdin))
 }
 
+/// Most tools announced at once: a frame must hold them (the daemon offers fewer still).
+const MAX_ANNOUNCED: usize = 4096;
+
 /// The server's tools, in the worker protocol's shape.
 pub fn announce(tools: Vec<Tool>) -> Vec<AnnouncedTool> {
+    if tools.len() > MAX_ANNOUNCED {
+        tracing::warn!(
+            "the server lists {} tools; only the first {MAX_ANNOUNCED} are announced",
+            tools.len()
+        );
+    }
     tools
         .into_iter()
+        .take(MAX_ANNOUNCED)
         .map(|t| AnnouncedTool {
             name: t.name.to_string(),
             title: t.title,

@@ -7,9 +7,10 @@ use serde_json::Value;
 use toolvisor_protocol::message::{ExplainedPart, ServerMessage};
 use toolvisor_protocol::{ErrorBody, ErrorType, Id};
 
-use super::{CallFacts, Policy};
+use super::{CallFacts, Decision, Policy};
 use crate::call::gate::action_str;
 use crate::registry::validate::Validators;
+use toolvisor_protocol::tools::ToolSpec;
 
 /// The `explanation` for a call of `tool` with `args`.
 pub fn explain(
@@ -26,17 +27,43 @@ pub fn explain(
         } else {
             ErrorType::ToolNotFound
         };
-        return ServerMessage::Explanation {
-            id,
-            decision: "error".into(),
-            risk: spec.map_or("high", |s| s.risk.as_str()).into(),
-            reason: message.clone(),
-            rule: None,
-            parts: None,
-            error: Some(ErrorBody::new(kind, message)),
-        };
+        return refused(id, spec, kind, message);
     }
     let d = policy.decide(&CallFacts { tool, args });
+    explained(id, policy, spec, &d)
+}
+
+/// [`explain`] for a tool the registry holds besides the built-in ones (an MCP
+/// server's), whose arguments `checked` says whether they fit its schema.
+pub fn explain_spec(
+    id: Id,
+    policy: &Policy,
+    spec: &ToolSpec,
+    checked: Result<(), String>,
+    args: &Value,
+) -> ServerMessage {
+    if let Err(message) = checked {
+        return refused(id, Some(spec), ErrorType::InvalidParams, message);
+    }
+    let d = policy.decide_spec(spec, args);
+    explained(id, policy, Some(spec), &d)
+}
+
+/// A call that fails validation: decision `error`.
+fn refused(id: Id, spec: Option<&ToolSpec>, kind: ErrorType, message: String) -> ServerMessage {
+    ServerMessage::Explanation {
+        id,
+        decision: "error".into(),
+        risk: spec.map_or("high", |s| s.risk.as_str()).into(),
+        reason: message.clone(),
+        rule: None,
+        parts: None,
+        error: Some(ErrorBody::new(kind, message)),
+    }
+}
+
+/// The explanation of a decision.
+fn explained(id: Id, policy: &Policy, spec: Option<&ToolSpec>, d: &Decision) -> ServerMessage {
     // The gate refuses a path outside every root before anyone is asked.
     let outside = d
         .locations

@@ -537,6 +537,25 @@ fn intern(s: &str) -> Option<&'static str> {
     Some(leaked)
 }
 
+impl crate::service::Service {
+    /// `explain`: validation and policy for a call of a built-in tool or of an MCP
+    /// server's, without running it.
+    pub fn explain(
+        &self,
+        id: toolvisor_protocol::Id,
+        tool: &str,
+        args: &Value,
+    ) -> toolvisor_protocol::ServerMessage {
+        use crate::policy::explain;
+        let policy = self.policy();
+        let builtin = toolvisor_protocol::tools::find(&self.tools, tool).is_some();
+        match self.mcp.find(tool).filter(|_| !builtin) {
+            Some(t) => explain::explain_spec(id, &policy, &t.spec, t.check(args), args),
+            None => explain::explain(id, &policy, &self.validators, tool, args),
+        }
+    }
+}
+
 /// The configured servers' `env` values, to be masked wherever they would be recorded.
 pub fn secrets(cfg: &McpConfig) -> Vec<String> {
     let mut all: HashMap<&str, ()> = HashMap::new();

@@ -191,13 +191,7 @@ impl SessionState {
             )),
             ClientMessage::Ping { id } => self.out.send(&ServerMessage::Pong { id }),
             ClientMessage::Explain { id, tool, args } => {
-                self.out.send(&crate::policy::explain::explain(
-                    id,
-                    &self.service.policy(),
-                    &self.service.validators,
-                    &tool,
-                    &args,
-                ))
+                self.out.send(&self.service.explain(id, &tool, &args))
             }
             ClientMessage::ListTools { id, format, groups } => {
                 self.list_tools(id, format.unwrap_or_default(), groups)

@@ -188,6 +188,36 @@ fn rules_name_mcp_tools_by_name_and_pattern() {
         );
         let r = s.call("test__flood", json!({"n": 1})).await;
         assert_eq!(kind(&r), Some(ErrorType::PolicyDenied), "{r:?}");
+        // `explain` knows them too.
+        let mut c = s.client().await;
+        let explain = |tool: &str, args: Value| ClientMessage::Explain {
+            id: "e".into(),
+            tool: tool.into(),
+            args,
+        };
+        match c
+            .request(&explain("test__flood", json!({"n": 1})), &"e".into())
+            .await
+            .unwrap()
+        {
+            ServerMessage::Explanation { decision, rule, .. } => {
+                assert_eq!((decision.as_str(), rule), ("deny", Some(1)));
+            }
+            other => panic!("{other:?}"),
+        }
+        match c
+            .request(&explain("test__add", json!({"a": "x"})), &"e".into())
+            .await
+            .unwrap()
+        {
+            ServerMessage::Explanation {
+                decision, error, ..
+            } => {
+                assert_eq!(decision, "error");
+                assert_eq!(error.unwrap().kind, ErrorType::InvalidParams);
+            }
+            other => panic!("{other:?}"),
+        }
         // No rule: medium risk asks in mode auto; a non-interactive session is told how.
         let r = s.call("test__add", json!({"a": 1, "b": 1})).await;
         assert_eq!(kind(&r), Some(ErrorType::ConfirmationRequired));
