@@ -34,12 +34,15 @@ fn install() -> Result<PathBuf, String> {
             "--no-audit",
             "--no-fund",
             "--ignore-scripts",
+            // Offline, fail soon rather than retry for minutes.
+            "--fetch-retries=1",
+            "--fetch-timeout=30000",
             "--prefix",
         ])
         .arg(&prefix)
         .arg(PACKAGE)
         .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
         .spawn()
         .map_err(|e| format!("npm: {e}"))?;
     match wait_child(&mut child, Duration::from_secs(180)) {
