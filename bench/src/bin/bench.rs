@@ -1061,7 +1061,11 @@ async fn run() -> Result<(), String> {
                     json!({ "path": "scratch/native_write.txt", "content": content, "overwrite": true })
                 }),
                 "edit" => Op::call("edit_file", |i| {
-                    let (a, b) = if i % 2 == 0 { ("MARKER_A", "MARKER_B") } else { ("MARKER_B", "MARKER_A") };
+                    let (a, b) = if i % 2 == 0 {
+                        ("MARKER_A", "MARKER_B")
+                    } else {
+                        ("MARKER_B", "MARKER_A")
+                    };
                     json!({ "path": "scratch/native_edit.txt", "edits": [{ "target": a, "replacement": b }] })
                 }),
                 "echo-ping" => Op::EchoPing,
