@@ -57,8 +57,7 @@ impl McpConfig {
             let key = format!("mcp.servers.{name}");
             if !valid_name(name) {
                 return Err(format!(
-                    "{key}: a server name may use only A-Z, a-z, 0-9, `_` and `-`, and not `__` \
-                     (which separates it from its tools' names)"
+                    "{key}: a server name may use only A-Z, a-z, 0-9, `_` and `-`"
                 ));
             }
             match (s.command.is_empty(), &s.url) {
@@ -93,10 +92,9 @@ impl McpConfig {
     }
 }
 
-/// `[A-Za-z0-9_-]+` without `__`: a tool `NAME__TOOL` names its server unambiguously.
+/// `[A-Za-z0-9_-]+`.
 pub fn valid_name(name: &str) -> bool {
     !name.is_empty()
-        && !name.contains("__")
         && name
             .bytes()
             .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')

@@ -236,8 +236,19 @@ impl McpRegistry {
         let Some(server) = self.server(group) else {
             return Replaced::default();
         };
-        let (entries, warnings) = build(&server, group, announced);
+        let (mut entries, mut warnings) = build(&server, group, announced);
         let mut guard = self.tools.write().unwrap_or_else(|p| p.into_inner());
+        // `a` + `b__c` and `a__b` + `c` are both `a__b__c`: the first server keeps it.
+        entries.retain(|t| match guard.get(t.spec.name) {
+            Some(other) if other.spec.group != group => {
+                warnings.push(format!(
+                    "{}: tool `{}` is left out: `{}` is a tool of {} already",
+                    server.name, t.original, t.spec.name, other.spec.group
+                ));
+                false
+            }
+            _ => true,
+        });
         let before: Vec<(&String, &Arc<McpTool>)> = guard
             .iter()
             .filter(|(_, t)| t.spec.group == group)
@@ -683,6 +694,17 @@ mod tests {
             r.listing(ToolFormat::Native, Some(&["mcp:b".into()]))
                 .is_empty()
         );
+    }
+
+    #[test]
+    fn a_name_two_servers_make_stays_with_the_first() {
+        let r =
+            registry("[mcp.servers.a]\ncommand = [\"x\"]\n[mcp.servers.a__b]\ncommand = [\"y\"]\n");
+        r.replace("mcp:a", vec![tool("b__c", object())]);
+        let out = r.replace("mcp:a__b", vec![tool("c", object()), tool("d", object())]);
+        assert_eq!(out.tools, vec!["a__b__d"]);
+        assert_eq!(out.warnings.len(), 1, "{:?}", out.warnings);
+        assert_eq!(r.find("a__b__c").unwrap().spec.group, "mcp:a");
     }
 
     #[test]
