@@ -154,8 +154,13 @@ async fn serve(control: StdUnixStream, init: WorkerInit) -> i32 {
         }
     };
     relister.abort();
-    for token in lock(&running).values() {
-        token.cancel();
+    // Asked to stop: the calls still running are cancelled on the server. When the
+    // server went away, they end as crashed (their answers can never come), not as
+    // cancelled: nobody cancelled them.
+    if code == 0 {
+        for token in lock(&running).values() {
+            token.cancel();
+        }
     }
     closed.cancel();
     drop(tx);

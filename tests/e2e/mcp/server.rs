@@ -252,7 +252,7 @@ fn a_cancelled_call_or_a_client_that_goes_away_stops_its_command() {
         let _handle = start_sleep(&mcp, &marker).await;
         let mut child = mcp.child;
         drop(mcp.service);
-        wait_no_procs_with_env(&marker, Duration::from_secs(4))
+        wait_no_procs_with_env(&marker, Duration::from_secs(10))
             .await
             .expect("the command ended with its client");
         tokio::time::timeout(Duration::from_secs(20), child.wait())
