@@ -33,10 +33,13 @@ pub struct McpServerConfig {
     /// Risk of its tools; a tool's `destructiveHint: true` raises it to `high`.
     #[serde(default = "medium")]
     pub risk: Risk,
-    /// Deadline of each call (a call's own `timeout_ms` may shorten it), and of the
-    /// server's start-up (`initialize` and `tools/list`).
+    /// Deadline of each call (a call's own `timeout_ms` may shorten it).
     #[serde(default = "sixty_seconds")]
     pub timeout_ms: u64,
+    /// How long the server has to start: answer `initialize` and `tools/list` (an
+    /// extension of the documented keys; `npx` servers may download first).
+    #[serde(default = "thirty_seconds")]
+    pub startup_timeout_ms: u64,
     /// Only these tools (the server's own names) are offered; all when absent.
     #[serde(default)]
     pub tools: Option<Vec<String>>,
@@ -48,6 +51,10 @@ fn medium() -> Risk {
 
 fn sixty_seconds() -> u64 {
     60_000
+}
+
+fn thirty_seconds() -> u64 {
+    30_000
 }
 
 impl McpConfig {
@@ -77,8 +84,10 @@ impl McpConfig {
                 }
                 _ => {}
             }
-            if s.timeout_ms == 0 {
-                return Err(format!("{key}.timeout_ms must be at least 1"));
+            if s.timeout_ms == 0 || s.startup_timeout_ms == 0 {
+                return Err(format!(
+                    "{key}: timeout_ms and startup_timeout_ms must be at least 1"
+                ));
             }
             if let Some(k) = s
                 .env
@@ -131,6 +140,7 @@ mod tests {
         let web = &cfg.mcp.servers["web-1"];
         assert_eq!(web.url.as_deref(), Some("http://127.0.0.1:8931/mcp"));
         assert_eq!(web.timeout_ms, 5000);
+        assert_eq!(web.startup_timeout_ms, 30_000);
     }
 
     #[test]

@@ -162,7 +162,7 @@ pub fn server_init(name: &str, s: &McpServerConfig) -> McpServerInit {
         command: s.command.clone(),
         url: s.url.clone(),
         env: s.env.clone(),
-        startup_timeout_ms: s.timeout_ms,
+        startup_timeout_ms: s.startup_timeout_ms,
     }
 }
 

@@ -53,7 +53,7 @@ pub async fn start(s: Start<'_>) -> Result<HashMap<String, Arc<Pool>>, String> {
                 cwd: s.paths.workspace.clone(),
                 passthrough: Vec::new(),
                 nice: 0,
-                ready_timeout: Duration::from_millis(server.timeout_ms) + READY_SLACK,
+                ready_timeout: Duration::from_millis(server.startup_timeout_ms) + READY_SLACK,
             },
             init: WorkerInit {
                 group: group.clone(),

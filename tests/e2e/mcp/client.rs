@@ -326,8 +326,8 @@ fn servers_that_hang_spew_garbage_or_flood_never_take_the_daemon_down() {
     let config = format!(
         "[supervisor]\nrestart_max = 2\nrestart_window_ms = 60000\nbackoff_initial_ms = 50\n\
          backoff_max_ms = 100\ncooldown_ms = 600000\n\
-         [mcp.servers.hang]\ncommand = [\"env\", \"E2E_MARK={marker}\", \"sleep\", \"1000\"]\ntimeout_ms = 400\n\
-         [mcp.servers.junk]\ncommand = [\"yes\", \"this is not JSON\"]\ntimeout_ms = 400\n\
+         [mcp.servers.hang]\ncommand = [\"env\", \"E2E_MARK={marker}\", \"sleep\", \"1000\"]\nstartup_timeout_ms = 400\n\
+         [mcp.servers.junk]\ncommand = [\"yes\", \"this is not JSON\"]\nstartup_timeout_ms = 400\n\
          {}[[policy.rules]]\ntool = \"*\"\naction = \"allow\"\n",
         with_server("noisy", &["--noise"], "")
     );
