@@ -1,11 +1,12 @@
 //! The command line: `serve`, the client commands, and the hidden `worker` and `reap`
 //! entry points the supervisor re-executes itself as.
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 use clap::{Parser, Subcommand, ValueEnum};
 
-use toolvisor_supervisor::config::Config;
+use crate::workspace::{Discovery, Resolved, resolve};
+use toolvisor_supervisor::serve::sandbox::NoNamespaces;
 
 #[derive(Parser, Debug)]
 #[command(
@@ -14,7 +15,8 @@ use toolvisor_supervisor::config::Config;
     about = "A local supervisor that executes tools for LLM agents"
 )]
 pub struct Cli {
-    /// The workspace (default: the current directory).
+    /// The workspace (default: the nearest directory at or above this one with a
+    /// toolvisor.toml or a served .toolvisor/; `serve` and `init`: this one).
     #[arg(long, global = true, value_name = "DIR")]
     pub workspace: Option<PathBuf>,
     /// The socket (default: <state_dir>/toolvisor.sock).
@@ -38,37 +40,64 @@ pub enum LogFormat {
 
 #[derive(Subcommand, Debug)]
 pub enum Command {
-    /// Run the service in the foreground.
+    /// Run the service in the foreground (Ctrl-C drains and stops; twice skips the drain).
     Serve,
-    /// List the tools.
+    /// Write a commented starter toolvisor.toml and .toolvisor/.gitignore here.
+    Init {
+        /// Replace an existing toolvisor.toml.
+        #[arg(long)]
+        force: bool,
+    },
+    /// List the tools: a table on a terminal, JSON with --json, --format or in a pipe.
     Tools {
-        #[arg(long, value_enum, default_value_t = FormatArg::Native)]
-        format: FormatArg,
+        /// Print JSON even on a terminal.
+        #[arg(long)]
+        json: bool,
+        /// The JSON listing's shape (implies JSON; default: native).
+        #[arg(long, value_enum)]
+        format: Option<FormatArg>,
     },
     /// Call a tool: `toolvisor call read_file '{"path":"README.md"}'`.
     Call {
+        /// The tool's name or an alias (`toolvisor tools` lists them).
         tool: String,
-        /// The arguments as a JSON object.
+        /// The arguments as a JSON object; `-` reads them from stdin (default: `{}`).
         args: Option<String>,
         /// Print the raw result as JSON.
         #[arg(long)]
         json: bool,
+        /// The call's deadline in milliseconds (capped by workers.<group>.max_timeout_ms).
         #[arg(long, value_name = "MS")]
         timeout_ms: Option<u64>,
+        /// A trace id to group calls in the audit log (and to scope grants).
         #[arg(long, value_name = "ID")]
         trace: Option<String>,
         /// A grant token that lets the call pass an `ask`.
         #[arg(long, value_name = "TOKEN")]
         token: Option<String>,
+        /// run_command only: run it in a terminal in the background and attach this
+        /// terminal to it (Ctrl-] detaches).
+        #[arg(long)]
+        interactive: bool,
     },
-    /// Show the workers and the audit position.
+    /// Attach this terminal to a background process that runs in a terminal (tty):
+    /// type into it, see what it shows; Ctrl-] detaches.
+    Attach {
+        /// The handle (`meta.process`, `list_processes`).
+        process: String,
+    },
+    /// Show the workers, the calls in flight and the audit position.
     Status {
+        /// Print the raw answer as JSON.
         #[arg(long)]
         json: bool,
     },
     /// Restart the workers (of one group), one at a time, after their calls end.
-    Restart { group: Option<String> },
-    /// Answer confirmations as they come (all pending ones first).
+    Restart {
+        /// `search`, `edit` or `exec` (default: every group).
+        group: Option<String>,
+    },
+    /// Answer confirmations as agents ask (pending ones first); waits for the daemon.
     Approve {
         /// Approve everything without asking (for scripts; use with care).
         #[arg(long)]
@@ -85,6 +114,7 @@ pub enum Command {
         /// A tool the token covers (repeatable).
         #[arg(long = "tool", required = true, value_name = "TOOL")]
         tools: Vec<String>,
+        /// Only calls with this trace id may use it.
         #[arg(long, value_name = "ID")]
         trace: Option<String>,
         /// A workspace-relative path prefix the calls must stay under (repeatable).
@@ -151,14 +181,19 @@ pub enum AuditCommand {
     },
     /// Print records (the last 20 by default).
     Tail {
+        /// Keep printing records as they are written (across rotation).
         #[arg(short = 'f', long)]
         follow: bool,
+        /// Only the records of this trace id.
         #[arg(long, value_name = "ID")]
         trace: Option<String>,
+        /// Only the records of this call (`<session>:<id>`, as in `call_id`).
         #[arg(long, value_name = "ID")]
         call: Option<String>,
+        /// Print the records as they are stored (JSON Lines).
         #[arg(long)]
         json: bool,
+        /// How many of the last records to print.
         #[arg(short = 'n', long, default_value_t = 20)]
         lines: usize,
     },
@@ -194,69 +229,20 @@ pub enum FormatArg {
     Mcp,
 }
 
-/// Where the pieces are, resolved from the flags.
-pub struct Resolved {
-    pub workspace: PathBuf,
-    pub config_file: PathBuf,
-    pub config: Config,
-    pub socket: PathBuf,
-    pub explicit_socket: Option<PathBuf>,
-}
-
-pub fn resolve(cli: &Cli) -> Result<Resolved, String> {
-    let ws = cli.workspace.clone().unwrap_or_else(|| PathBuf::from("."));
-    let workspace = ws
-        .canonicalize()
-        .map_err(|e| format!("workspace {}: {e}", ws.display()))?;
-    let config_file = cli
-        .config
-        .clone()
-        .unwrap_or_else(|| workspace.join("toolvisor.toml"));
-    if cli.config.is_some() && !config_file.exists() {
-        return Err(format!(
-            "config file {} does not exist",
-            config_file.display()
-        ));
-    }
-    let config = Config::load(&config_file).map_err(|e| e.to_string())?;
-    let state_dir = absolute(&workspace, &config.server.state_dir);
-    let state_dir = state_dir.canonicalize().unwrap_or(state_dir);
-    let socket = cli.socket.clone().unwrap_or_else(|| {
-        toolvisor_supervisor::serve::state_dir::socket_path(&state_dir, &workspace)
-    });
-    Ok(Resolved {
-        workspace,
-        config_file,
-        config,
-        socket,
-        explicit_socket: cli.socket.clone(),
-    })
-}
-
-/// The state directory (canonical when it exists).
-pub fn state_dir(r: &Resolved) -> PathBuf {
-    let dir = absolute(&r.workspace, &r.config.server.state_dir);
-    dir.canonicalize().unwrap_or(dir)
-}
-
-fn absolute(base: &Path, p: &Path) -> PathBuf {
-    if p.is_absolute() {
-        p.to_owned()
-    } else {
-        base.join(p)
-    }
-}
-
 fn init_tracing(format: LogFormat) {
     use tracing_subscriber::EnvFilter;
     // rmcp (MCP workers) says every message it gets at info: keep that for RUST_LOG.
     let filter =
         EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info,rmcp=warn"));
     use std::io::IsTerminal;
+    // A log line that cannot be written (the reader of stderr went away: a closed
+    // pipe, a restarted journal) is dropped; the default would report it with
+    // `eprintln!`, which panics on that same broken stderr and took the service down.
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr)
-        .with_ansi(std::io::stderr().is_terminal());
+        .with_ansi(std::io::stderr().is_terminal())
+        .log_internal_errors(false);
     let _ = match format {
         LogFormat::Text => builder.try_init(),
         LogFormat::Json => builder.json().try_init(),
@@ -321,7 +307,17 @@ fn run(cli: &Cli) -> i32 {
         // Before anything can fail, so even a bad config is logged in the chosen format.
         init_tracing(cli.log_format);
     }
-    let r = match resolve(cli) {
+    let how = match cli.command {
+        Command::Serve | Command::Init { .. } => Discovery::Here,
+        _ => Discovery::Nearest,
+    };
+    let resolved = resolve(
+        cli.workspace.as_deref(),
+        cli.config.as_deref(),
+        cli.socket.as_deref(),
+        how,
+    );
+    let r = match resolved {
         Ok(r) => r,
         Err(e) if serve => {
             tracing::error!("{e}");
@@ -333,41 +329,56 @@ fn run(cli: &Cli) -> i32 {
             return 2;
         }
     };
-    if serve {
-        return toolvisor_supervisor::serve::run(toolvisor_supervisor::serve::ServeArgs {
-            host: toolvisor_supervisor::serve::HostHooks {
-                probe_sandbox: toolvisor_workers::sandbox::probe::probe,
-                prepare_cgroups: toolvisor_workers::exec::cgroup::prepare_delegated_v2,
+    if let (Some(note), false) = (&r.note, serve) {
+        eprintln!("toolvisor: note: {note}");
+    }
+    match &cli.command {
+        Command::Serve => serve_cmd(r),
+        Command::Init { force } => crate::commands::init::run(&r, *force),
+        Command::Audit { command } => audit(command, &r),
+        Command::Policy { command } => crate::commands::policy::run(command, &r),
+        Command::Mcp { no_spawn } => {
+            let opts = crate::mcp::Options {
+                config: cli.config.clone(),
+                no_spawn: *no_spawn,
+            };
+            crate::mcp::run(&r, opts)
+        }
+        other => crate::commands::run(other, &r),
+    }
+}
+
+/// `serve`: the one command that needs the whole configuration, checked.
+fn serve_cmd(r: Resolved) -> i32 {
+    let config = match r.config() {
+        Ok(c) => c,
+        Err(e) => {
+            tracing::error!("{e}");
+            return 78;
+        }
+    };
+    toolvisor_supervisor::serve::run(toolvisor_supervisor::serve::ServeArgs {
+        host: toolvisor_supervisor::serve::HostHooks {
+            probe_sandbox: |exe, workspace, hidden| {
+                toolvisor_workers::sandbox::probe::probe(exe, workspace, hidden)
+                    .map_err(|e| NoNamespaces(e.to_string()))
             },
-            workspace: r.workspace,
-            config_file: r.config_file,
-            config: r.config,
-            socket: r.explicit_socket,
-        });
-    }
-    if let Command::Audit { command } = &cli.command {
-        return audit(command, &r);
-    }
-    if let Command::Policy { command } = &cli.command {
-        return crate::commands::policy::run(command, &r, cli.config.is_some());
-    }
-    if let Command::Mcp { no_spawn } = cli.command {
-        let opts = crate::mcp::Options {
-            config: cli.config.clone(),
-            no_spawn,
-        };
-        return crate::mcp::run(&r, opts);
-    }
-    crate::commands::run(&cli.command, &r)
+            prepare_cgroups: toolvisor_workers::exec::cgroup::prepare_delegated_v2,
+        },
+        workspace: r.workspace,
+        config_file: r.config_file,
+        config,
+        socket: r.explicit_socket,
+    })
 }
 
 /// `audit verify|tail` read the files directly: no daemon needed.
 fn audit(cmd: &AuditCommand, r: &Resolved) -> i32 {
-    let state_dir = absolute(&r.workspace, &r.config.server.state_dir);
+    let state_dir = &r.state_dir;
     let mut out = std::io::stdout();
     match cmd {
         AuditCommand::Verify { files } => {
-            toolvisor_supervisor::audit::inspect::verify_cmd(&state_dir, files, &mut out)
+            toolvisor_supervisor::audit::inspect::verify_cmd(state_dir, files, &mut out)
         }
         AuditCommand::Tail {
             follow,
@@ -383,7 +394,7 @@ fn audit(cmd: &AuditCommand, r: &Resolved) -> i32 {
                 json: *json,
                 lines: Some(*lines),
             };
-            toolvisor_supervisor::audit::inspect::tail_cmd(&state_dir, opts, &mut out)
+            toolvisor_supervisor::audit::inspect::tail_cmd(state_dir, opts, &mut out)
         }
     }
 }

@@ -5,6 +5,8 @@
 mod cli;
 mod commands;
 mod mcp;
+mod term;
+mod workspace;
 
 fn main() {
     cli::main()

@@ -27,6 +27,7 @@ pub struct Histogram {
 }
 
 impl Histogram {
+    /// Count one sample (microsecond resolution).
     pub fn record(&mut self, d: Duration) {
         let us = d.as_micros().min(u64::MAX as u128) as u64;
         *self.buckets.entry(bucket(us)).or_default() += 1;
@@ -35,6 +36,7 @@ impl Histogram {
         self.sum_us += us as u128;
     }
 
+    /// Add another histogram's samples (one per load thread).
     pub fn merge(&mut self, other: &Histogram) {
         for (b, n) in &other.buckets {
             *self.buckets.entry(*b).or_default() += n;
@@ -44,14 +46,17 @@ impl Histogram {
         self.sum_us += other.sum_us;
     }
 
+    /// Samples recorded.
     pub fn count(&self) -> u64 {
         self.count
     }
 
+    /// The largest sample.
     pub fn max(&self) -> Duration {
         Duration::from_micros(self.max_us)
     }
 
+    /// The mean sample (zero with none).
     pub fn mean(&self) -> Duration {
         match self.count {
             0 => Duration::ZERO,

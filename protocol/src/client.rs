@@ -10,21 +10,31 @@ use tokio::io::AsyncWriteExt;
 use tokio::net::UnixStream;
 use tokio::net::unix::{OwnedReadHalf, OwnedWriteHalf};
 
+/// Why a client could not talk to the supervisor. Each says which side failed, so the
+/// CLI can tell "not running" from "refused" from "a bug".
 #[derive(Debug, thiserror::Error)]
 pub enum ClientError {
+    /// No supervisor listens at the socket (or it may not be opened).
     #[error("cannot connect to {path}: {source}")]
     Connect {
+        /// The socket path tried.
         path: String,
+        /// Why the connect failed.
         source: std::io::Error,
     },
+    /// Reading or writing a frame failed.
     #[error(transparent)]
     Frame(#[from] FrameError),
+    /// The server sent a frame this client cannot decode (a version mismatch).
     #[error("undecodable message from the server: {0}")]
     Decode(#[from] crate::DecodeError),
+    /// The server hung up.
     #[error("the server closed the connection")]
     Closed,
+    /// The server answered `hello` with an error.
     #[error("the server refused: {0:?}")]
     Refused(crate::ErrorBody),
+    /// A message that makes no sense at this point of the exchange.
     #[error("unexpected message from the server: {0:?}")]
     Unexpected(Box<ServerMessage>),
 }
@@ -32,8 +42,11 @@ pub enum ClientError {
 /// Everything a call produced, in order.
 #[derive(Debug, Default)]
 pub struct CallTranscript {
+    /// Streamed `output` chunks as `(stream, data)`, in arrival order.
     pub outputs: Vec<(String, String)>,
+    /// The `confirm_required` messages the call raised (answered by someone else).
     pub confirmations: Vec<ServerMessage>,
+    /// The call's `result`; `None` if the connection ended first.
     pub result: Option<ToolResult>,
 }
 
@@ -43,6 +56,7 @@ pub struct Client {
     wr: OwnedWriteHalf,
     /// Messages read while waiting for something else.
     backlog: VecDeque<ServerMessage>,
+    /// The session id from `welcome` (what audit records and events name).
     pub session: String,
 }
 
@@ -77,9 +91,10 @@ impl Client {
         Ok(client)
     }
 
+    /// Send one message; answers are read with [`Client::recv`].
     pub async fn send(&mut self, msg: &ClientMessage) -> Result<(), ClientError> {
-        let bytes = frame::encode(msg)?;
-        self.send_raw(&bytes).await
+        crate::writer::write_message(&mut self.wr, msg).await?;
+        Ok(())
     }
 
     /// Send bytes as they are (tests use this for malformed frames).
@@ -159,6 +174,62 @@ impl Client {
                 other => t.confirmations.push(other),
             }
         }
+    }
+}
+
+/// The sending half of a [`Client::split`] connection.
+pub struct Sender {
+    wr: OwnedWriteHalf,
+}
+
+impl Sender {
+    /// Write one message as a frame.
+    pub async fn send(&mut self, msg: &ClientMessage) -> Result<(), ClientError> {
+        let bytes = frame::encode(msg)?;
+        self.wr.write_all(&bytes).await.map_err(FrameError::Io)?;
+        Ok(())
+    }
+}
+
+/// Messages of a [`Client::split`] connection; the last item is the error that ended it.
+pub type Incoming = tokio::sync::mpsc::Receiver<Result<ServerMessage, ClientError>>;
+
+impl Client {
+    /// Split into a sender and a channel of incoming messages, read by a task of their
+    /// own. Waiting on the channel can be given up at any moment (in a `select!` with a
+    /// keyboard or a timer) without losing part of a frame, which reading the socket
+    /// directly could. Messages already read come first. Needs a tokio runtime.
+    pub fn split(self) -> (Sender, Incoming) {
+        let Client {
+            mut rd,
+            wr,
+            backlog,
+            ..
+        } = self;
+        let (tx, rx) = tokio::sync::mpsc::channel(64);
+        tokio::spawn(async move {
+            for m in backlog {
+                if tx.send(Ok(m)).await.is_err() {
+                    return;
+                }
+            }
+            loop {
+                // A message that does not decode leaves the stream in step (its frame
+                // was whole): it is passed on and reading goes on.
+                let (next, end) = match frame::read_frame(&mut rd, DEFAULT_MAX_FRAME_BYTES).await {
+                    Ok(Some(body)) => (
+                        frame::decode(&body, KNOWN_SERVER_TYPES).map_err(Into::into),
+                        false,
+                    ),
+                    Ok(None) => (Err(ClientError::Closed), true),
+                    Err(e) => (Err(e.into()), true),
+                };
+                if tx.send(next).await.is_err() || end {
+                    return;
+                }
+            }
+        });
+        (Sender { wr }, rx)
     }
 }
 

@@ -6,20 +6,31 @@
 
 use serde::Serialize;
 use serde::de::DeserializeOwned;
-use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+use tokio::io::{AsyncRead, AsyncReadExt};
 
 /// Deepest nesting of arrays and maps a frame may have.
 pub const MAX_DEPTH: usize = 32;
 
-/// Failure to read or write one frame. After `TooLarge` the stream cannot be resynchronised.
+/// Failure to read or write one frame. After `TooLarge` the stream cannot be
+/// resynchronised.
 #[derive(Debug, thiserror::Error)]
 pub enum FrameError {
+    /// The length prefix announces more than the reader accepts (`max_frame_bytes`):
+    /// the body is never buffered, and the connection is closed.
     #[error("frame of {len} bytes exceeds the limit of {max} bytes")]
-    TooLarge { len: usize, max: usize },
+    TooLarge {
+        /// The announced body length.
+        len: usize,
+        /// The limit it exceeds.
+        max: usize,
+    },
+    /// The stream ended between a frame's first byte and its last.
     #[error("connection closed in the middle of a frame")]
     Truncated,
+    /// The socket failed.
     #[error("i/o: {0}")]
     Io(#[from] std::io::Error),
+    /// A message could not be serialised (a bug on the sending side, never input).
     #[error("encode: {0}")]
     Encode(#[from] rmp_serde::encode::Error),
 }
@@ -32,26 +43,51 @@ pub enum DecodeError {
     Malformed(String),
     /// A map with a string `type` this side does not know; `id` is echoed.
     #[error("unknown message type `{kind}`")]
-    UnknownType { kind: String, id: Option<crate::Id> },
+    UnknownType {
+        /// The `type` as sent.
+        kind: String,
+        /// The request's `id`, so the error can be matched to it.
+        id: Option<crate::Id>,
+    },
     /// A map without a string `type`, or a known `type` whose fields are missing or of
     /// the wrong type; `id` is echoed.
     #[error("{message}")]
     BadFields {
+        /// What is wrong, for the client to read.
         message: String,
+        /// The request's `id`, so the error can be matched to it.
         id: Option<crate::Id>,
     },
 }
 
 /// Serialize `msg` as a named map and prefix the length.
 pub fn encode<T: Serialize>(msg: &T) -> Result<Vec<u8>, FrameError> {
-    let mut buf = vec![0u8; 4];
-    rmp_serde::encode::write_named(&mut buf, msg)?;
-    let len = u32::try_from(buf.len() - 4).map_err(|_| FrameError::TooLarge {
-        len: buf.len() - 4,
-        max: u32::MAX as usize,
-    })?;
-    buf[..4].copy_from_slice(&len.to_be_bytes());
+    let mut buf = Vec::new();
+    encode_into(&mut buf, msg)?;
     Ok(buf)
+}
+
+/// Append `msg`'s frame (length, then body) to `buf`: the one place a frame is
+/// length-prefixed, so a writer can gather many frames in one buffer without a copy
+/// each. On error `buf` is left as it was.
+pub fn encode_into<T: Serialize>(buf: &mut Vec<u8>, msg: &T) -> Result<(), FrameError> {
+    let start = buf.len();
+    buf.extend_from_slice(&[0u8; 4]);
+    let done = rmp_serde::encode::write_named(buf, msg)
+        .map_err(FrameError::from)
+        .and_then(|()| {
+            let len = buf.len() - start - 4;
+            let prefix = u32::try_from(len).map_err(|_| FrameError::TooLarge {
+                len,
+                max: u32::MAX as usize,
+            })?;
+            buf[start..start + 4].copy_from_slice(&prefix.to_be_bytes());
+            Ok(())
+        });
+    if done.is_err() {
+        buf.truncate(start);
+    }
+    done
 }
 
 /// Read one frame body. `Ok(None)` is a clean end of stream between frames.
@@ -82,11 +118,6 @@ pub async fn read_frame<R: AsyncRead + Unpin>(
         _ => FrameError::Io(e),
     })?;
     Ok(Some(body))
-}
-
-/// Write one already-encoded frame.
-pub async fn write_frame<W: AsyncWrite + Unpin>(wr: &mut W, frame: &[u8]) -> std::io::Result<()> {
-    wr.write_all(frame).await
 }
 
 /// Decode a frame body into `T`, classifying failures as the protocol requires.

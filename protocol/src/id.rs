@@ -8,7 +8,9 @@ use std::fmt;
 #[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(untagged)]
 pub enum Id {
+    /// The form the protocol asks for.
     Str(String),
+    /// A signed integer id, echoed as an integer.
     Int(i64),
     /// An unsigned id above `i64::MAX`.
     UInt(u64),

@@ -9,8 +9,10 @@ pub mod error;
 pub mod frame;
 pub mod id;
 pub mod message;
+pub mod time;
 pub mod tools;
 pub mod worker;
+pub mod writer;
 
 pub use error::{ErrorBody, ErrorType};
 pub use frame::{DecodeError, FrameError, MAX_DEPTH};

@@ -21,6 +21,7 @@ pub const KNOWN_CLIENT_TYPES: &[&str] = &[
     "restart",
     "ping",
     "explain",
+    "envelope",
 ];
 
 /// The `type` values the server sends.
@@ -40,21 +41,30 @@ pub const KNOWN_SERVER_TYPES: &[&str] = &[
     "pong",
     "error",
     "explanation",
+    "envelope_done",
 ];
 
 /// One tool call, alone (`call`) or inside a `batch`.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct CallRequest {
+    /// The client's id for the call; every answer about it echoes it.
     pub id: Id,
+    /// The tool's name or one of its aliases.
     pub tool: String,
+    /// The arguments (left out: `{}`), checked against the tool's schema.
     #[serde(default = "empty_args")]
     pub args: Value,
+    /// A client's id tying calls together in the audit log, and what a grant may be limited
+    /// to.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub trace_id: Option<String>,
+    /// A shorter deadline than the tool's default (never a longer one than its maximum).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub timeout_ms: Option<u64>,
+    /// Send `output` while the tool runs (commands only).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub stream: Option<bool>,
+    /// A grant's token: lets a call the policy would ask about run without asking.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub confirm_token: Option<String>,
 }
@@ -64,6 +74,7 @@ fn empty_args() -> Value {
 }
 
 impl CallRequest {
+    /// A call with only the required fields.
     pub fn new(id: impl Into<Id>, tool: impl Into<String>, args: Value) -> Self {
         CallRequest {
             id: id.into(),
@@ -77,28 +88,39 @@ impl CallRequest {
     }
 }
 
+/// The shape `list_tools` answers in, so a client can hand the list to its model as is.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum ToolFormat {
+    /// toolvisor's own shape: group, risk and aliases included.
     #[default]
     Native,
+    /// OpenAI's function-calling shape.
     Openai,
+    /// MCP's `tools/list` shape, annotations included.
     Mcp,
 }
 
+/// How far a person's approval reaches.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Remember {
+    /// This call only.
     #[default]
     Once,
+    /// Also later calls of the same tool with the same arguments in the asking session.
     Session,
 }
 
+/// What a subscriber hears about.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Topic {
+    /// Calls and batches starting, running and ending.
     Calls,
+    /// Confirmations asked and answered (for a person answering for agents).
     Confirmations,
+    /// Worker processes starting, failing and exiting.
     Workers,
 }
 
@@ -106,77 +128,129 @@ pub enum Topic {
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "type", rename_all = "snake_case")]
 pub enum ClientMessage {
+    /// Opens the session; nothing else is taken before it.
     Hello {
+        /// The protocol version the client speaks (1).
         protocol: u32,
+        /// A free name for logs and the audit log.
         client: String,
+        /// Whether a person is there to answer `confirm_required` (default: no, and calls
+        /// that need asking are denied).
         #[serde(default, skip_serializing_if = "Option::is_none")]
         interactive: Option<bool>,
     },
+    /// Ask for the tools.
     ListTools {
+        /// Echoed in `tools`.
         id: Id,
+        /// The shape of each entry (default `native`).
         #[serde(default, skip_serializing_if = "Option::is_none")]
         format: Option<ToolFormat>,
+        /// Only the tools of these groups.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         groups: Option<Vec<String>>,
     },
+    /// Run one tool call.
     Call(CallRequest),
+    /// Run several calls, concurrently where the policy lets them; `batch_done` ends it.
     Batch {
+        /// The batch's own id (`cancel` takes it, `batch_done` echoes it).
         id: Id,
+        /// The calls, in order.
         calls: Vec<CallRequest>,
     },
+    /// Stop an open call or batch; its result still comes, `cancelled`.
     Cancel {
+        /// The call's or batch's id.
         id: Id,
     },
+    /// Answer a `confirm_required` (any connection of the same user may).
     Confirm {
+        /// The interaction asked about.
         interaction: String,
+        /// Yes or no.
         approve: bool,
+        /// How far a yes reaches (default: this call).
         #[serde(default, skip_serializing_if = "Option::is_none")]
         remember: Option<Remember>,
     },
+    /// Ask for a token that lets calls run without being asked (a person's standing
+    /// approval, given ahead).
     Grant {
+        /// Echoed in `token`.
         id: Id,
+        /// The tools the token covers.
         tools: Vec<String>,
+        /// Only calls of this trace.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         trace_id: Option<String>,
+        /// Only calls whose paths lie under these prefixes.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         paths: Option<Vec<String>>,
+        /// How long the token is good for.
         ttl_ms: u64,
+        /// Whether the token survives its first use (default: single use).
         #[serde(default, skip_serializing_if = "Option::is_none")]
         reusable: Option<bool>,
     },
+    /// Hear events on these topics until the connection closes.
     Subscribe {
+        /// Echoed in `subscribed`.
         id: Id,
+        /// The topics.
         topics: Vec<Topic>,
     },
+    /// Ask for the workers, the audit log and the active guards.
     Status {
+        /// Echoed in the answer.
         id: Id,
     },
+    /// Replace the workers of a group (or of all), one at a time, after their calls end.
     Restart {
+        /// Echoed in `ack` once the restart is done.
         id: Id,
+        /// The group (default: every group).
         #[serde(default, skip_serializing_if = "Option::is_none")]
         group: Option<String>,
     },
+    /// Check the connection.
     Ping {
+        /// Echoed in `pong`.
         id: Id,
     },
     /// Run validation and policy for a call without running it or asking anyone.
     Explain {
+        /// Echoed in `explanation`.
         id: Id,
+        /// The tool's name or alias.
         tool: String,
+        /// The arguments, as a call would give them.
         #[serde(default = "empty_args")]
         args: Value,
+    },
+    /// A model's text with (at most) one fenced `yips-agent` or `yips-tools` block: its
+    /// tool actions run as a batch.
+    Envelope {
+        /// The request's id (its batch's events and `envelope_done` carry it).
+        id: Id,
+        /// The model's whole reply.
+        text: String,
     },
 }
 
 /// One simple command of an explained `run_command`.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct ExplainedPart {
+    /// The command's source text.
     pub text: String,
+    /// Its words after quote removal: what `command` conditions test.
     pub words: Vec<String>,
+    /// `allow`, `deny` or `ask`, for this part alone.
     pub decision: String,
     /// The deciding rule's index in file order, from 0.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub rule: Option<u64>,
+    /// The short names of what the words do not show (`command substitution`, `git -c`).
     pub hazards: Vec<String>,
 }
 
@@ -184,15 +258,22 @@ pub struct ExplainedPart {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Status {
+    /// The tool did its work.
     Ok,
+    /// Refused before running, or the tool failed (`error.type` says which).
     Error,
+    /// A policy outcome: denied, not confirmed, or not asked in time.
     Denied,
+    /// The deadline passed.
     Timeout,
+    /// Cancelled by the client, or by the server draining.
     Cancelled,
+    /// The worker died with the call in flight.
     Crashed,
 }
 
 impl Status {
+    /// The wire spelling.
     pub fn as_str(self) -> &'static str {
         match self {
             Status::Ok => "ok",
@@ -208,8 +289,11 @@ impl Status {
 /// What truncation left out.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct Truncated {
+    /// Bytes left out.
     pub omitted_bytes: u64,
+    /// Lines (or entries, or matches) left out.
     pub omitted_lines: u64,
+    /// Where the whole output is kept (commands only), as `read_file` reads it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub full_output: Option<String>,
 }
@@ -217,17 +301,26 @@ pub struct Truncated {
 /// The one `result` every call gets.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct ToolResult {
+    /// The call's id, as sent.
     pub id: Id,
+    /// How the call ended.
     pub status: Status,
+    /// What the model reads; `Error: <message>` on failure, except a command's output.
     pub content: String,
+    /// A short text for a person.
     pub display: String,
+    /// Why it failed; present exactly when `status` is not `ok`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error: Option<ErrorBody>,
+    /// What was cut, when something was.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub truncated: Option<Truncated>,
+    /// Tool-specific data (exit code, counts, the policy's reason).
     #[serde(default = "empty_args")]
     pub meta: Value,
+    /// From receipt of the call to its result.
     pub duration_ms: u64,
+    /// The `seq` of the call's last audit record, to find it in the log.
     #[serde(default)]
     pub audit_seq: u64,
 }
@@ -235,19 +328,43 @@ pub struct ToolResult {
 /// One worker's line in `status`.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct WorkerStatus {
+    /// Its group.
     pub group: String,
+    /// Its slot in the group.
     pub index: u32,
+    /// Its process (none while it has none: starting, failed).
     pub pid: Option<u32>,
+    /// `starting`, `ready`, `restarting`, `failed` or `stopping`.
     pub state: String,
+    /// How often its process was replaced.
     pub restarts: u32,
+    /// Calls running on it now.
     pub in_flight: u32,
+    /// Its process's resident memory.
     pub rss_bytes: u64,
+    /// Its process's CPU use since the last status.
     pub cpu_percent: f32,
 }
 
+/// A call in flight, in `status.calls`: dispatched to a worker and not yet ended.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct CallStatus {
+    /// The call's id.
+    pub id: Id,
+    /// The session that made it.
+    pub session: String,
+    /// The tool called.
+    pub tool: String,
+    /// Since it was dispatched to a worker.
+    pub running_ms: u64,
+}
+
+/// The audit log in `status`: where it is and how far it got.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct AuditStatus {
+    /// The active log file.
     pub path: String,
+    /// The `seq` of the last record written.
     pub seq: u64,
 }
 
@@ -255,9 +372,17 @@ pub struct AuditStatus {
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct Guards {
     /// The Landlock ABI version enforced, or null when none.
+    #[serde(default)]
     pub landlock: Option<u32>,
+    /// Paths open confined by the kernel (`openat2` `RESOLVE_BENEATH`); false: the
+    /// component-by-component fallback.
+    #[serde(default)]
     pub openat2: bool,
+    /// Workers reap what commands leave behind (a child subreaper).
+    #[serde(default)]
     pub subreaper: bool,
+    /// Each command runs in its own cgroup, so it can be killed and measured as a whole.
+    #[serde(default)]
     pub cgroup: bool,
     /// Commands run in their own user, mount, PID, network, IPC and UTS namespaces.
     #[serde(default)]
@@ -278,81 +403,139 @@ pub struct Guards {
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "type", rename_all = "snake_case")]
 pub enum ServerMessage {
+    /// The session is open.
     Welcome {
+        /// The protocol version the server speaks (1).
         protocol: u32,
+        /// `toolvisor/X.Y.Z`.
         server: String,
+        /// The session's id, unique per server run (audit records and events name it).
         session: String,
+        /// How many tools `list_tools` answers (aliases not counted).
         tools: u32,
     },
+    /// The answer to `list_tools`, sorted by name.
     Tools {
+        /// The request's id.
         id: Id,
+        /// One entry per tool, in the asked shape.
         tools: Vec<Value>,
     },
+    /// A chunk of a streaming call's output; all of a call's come before its result.
     Output {
+        /// The call's id.
         id: Id,
+        /// `stdout` or `stderr`.
         stream: String,
+        /// At most 16 KiB of text.
         data: String,
     },
+    /// A person must approve the call (interactive sessions only).
     ConfirmRequired {
+        /// The call's id.
         id: Id,
+        /// What `confirm` names to answer.
         interaction: String,
+        /// The tool's canonical name.
         tool: String,
+        /// One line: what the call will do.
         description: String,
+        /// `low`, `medium` or `high`.
         risk: String,
+        /// The resolved paths the call touches.
         locations: Vec<String>,
+        /// The command, or the diff of an edit.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         preview: Option<String>,
+        /// How long an answer is waited for.
         expires_in_ms: u64,
     },
+    /// A call's one result.
     Result(ToolResult),
+    /// Every call of a batch has its result.
     BatchDone {
+        /// The batch's id.
         id: Id,
+        /// The calls that ran, in request order.
         ids: Vec<Id>,
     },
+    /// The answer to `confirm`.
     Confirmed {
+        /// The interaction answered.
         interaction: String,
+        /// The answer given.
         approve: bool,
     },
+    /// The answer to `grant`.
     Token {
+        /// The request's id.
         id: Id,
+        /// What a call passes as `confirm_token`.
         token: String,
+        /// When it stops working (RFC 3339, UTC).
         expires_at: String,
     },
+    /// The answer to `subscribe`; events follow.
     Subscribed {
+        /// The request's id.
         id: Id,
     },
+    /// Something happened on a subscribed topic.
     Event {
+        /// The topic.
         topic: Topic,
+        /// What happened (`call_started`, `worker_exited`, …).
         event: String,
+        /// Events lost before this one because the subscriber read too slowly.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         dropped: Option<u64>,
+        /// The event's own fields.
         #[serde(flatten)]
         fields: Map<String, Value>,
     },
+    /// The answer to `status`.
     Status {
+        /// The request's id.
         id: Id,
+        /// Since the server started.
         uptime_ms: u64,
+        /// Every worker of every group.
         workers: Vec<WorkerStatus>,
+        /// Where the audit log is and how far it got.
         audit: AuditStatus,
+        /// What confines tools and commands here.
         guards: Guards,
+        /// The calls in flight, longest running first.
+        #[serde(default)]
+        calls: Vec<CallStatus>,
     },
+    /// The answer to `restart`, once it is done.
     Ack {
+        /// The request's id.
         id: Id,
     },
+    /// The answer to `ping`.
     Pong {
+        /// The request's id.
         id: Id,
     },
+    /// A connection-level error: the request was not taken.
     Error {
+        /// The request's id, when it had one that could be read.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         id: Option<Id>,
+        /// What was wrong.
         error: ErrorBody,
     },
     /// The answer to `explain`: what the policy would do with the call.
     Explanation {
+        /// The request's id.
         id: Id,
         /// `allow`, `deny`, `ask`, or `error` when the call fails validation.
         decision: String,
+        /// `low`, `medium` or `high`, as a confirmation would show it.
         risk: String,
+        /// The sentence the result's `meta.policy.reason` and the audit log would carry.
         reason: String,
         /// The deciding rule's index in file order, from 0.
         #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -360,8 +543,18 @@ pub enum ServerMessage {
         /// For `run_command`: one entry per simple command.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         parts: Option<Vec<ExplainedPart>>,
+        /// Why the call fails validation, when `decision` is `error`.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         error: Option<ErrorBody>,
+    },
+    /// An envelope's end: after its batch's `batch_done` (when it had a block).
+    EnvelopeDone {
+        /// The envelope's id.
+        id: Id,
+        /// The reply's text outside the block, for the person to read.
+        assistant_text: String,
+        /// Every action id of the block, in order (unsupported ones included).
+        ids: Vec<Id>,
     },
 }
 
@@ -493,6 +686,7 @@ mod tests {
                 group: Some("exec".into())
             }),
             arb_id().prop_map(|id| ClientMessage::Ping { id }),
+            (arb_id(), ".{0,40}").prop_map(|(id, text)| ClientMessage::Envelope { id, text }),
         ]
     }
 
@@ -604,9 +798,20 @@ mod tests {
                     protected: vec![".git/config".into()],
                     limits: Some("cgroup1".into()),
                 },
+                calls: vec![CallStatus {
+                    id: Id::Int(3),
+                    session: "s1".into(),
+                    tool: "run_command".into(),
+                    running_ms: 1200,
+                }],
             },
             ServerMessage::Ack { id: id.clone() },
             ServerMessage::Pong { id: id.clone() },
+            ServerMessage::EnvelopeDone {
+                id: id.clone(),
+                assistant_text: "done".into(),
+                ids: vec!["t1".into(), Id::Int(2)],
+            },
             ServerMessage::error(Some(id), crate::ErrorType::DuplicateCallId, "dup"),
             ServerMessage::error(None, crate::ErrorType::BadMessage, "bad"),
         ];

@@ -28,24 +28,44 @@ pub const COMMAND_CGROUP_PREFIX: &str = "toolvisor-";
 /// (docs/SANDBOX.md). The supervisor passes it to workers.
 pub const SANDBOX_TEST_FAIL_VAR: &str = "TOOLVISOR_SANDBOX_TEST_FAIL";
 
+/// Test hook: a comma-separated list of `ip:port` that `web_fetch` treats as public
+/// addresses, so a test's server on 127.0.0.1 can stand for "somewhere allowed" while
+/// every other private address stays refused (docs/PROTOCOL.md §12). The supervisor
+/// passes it to workers.
+pub const WEB_TEST_ALLOW_VAR: &str = "TOOLVISOR_WEB_TEST_ALLOW";
+
+/// The message types a worker decodes; another `type` is refused, not guessed at.
 pub const KNOWN_TO_WORKER: &[&str] = &["init", "run", "cancel", "shutdown"];
-pub const KNOWN_FROM_WORKER: &[&str] = &["ready", "output", "done", "tools_changed"];
+/// The message types the supervisor decodes from a worker.
+pub const KNOWN_FROM_WORKER: &[&str] = &["ready", "tools", "output", "done"];
 
 /// Truncation thresholds and size caps (`[limits]`).
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct Limits {
+    /// `read_file` output over this many bytes is cut.
     pub file_max: usize,
+    /// Bytes of a cut file output that are kept.
     pub file_keep: usize,
+    /// Command output over this many bytes is cut (its full text goes to an artifact).
     pub shell_max: usize,
+    /// Bytes kept from the start of cut command output.
     pub shell_head: usize,
+    /// Bytes kept from the end of cut command output, where errors usually are.
     pub shell_tail: usize,
+    /// Listings (`ls`, `glob`) over this many entries are cut.
     pub list_max: usize,
+    /// Entries of a cut listing that are kept.
     pub list_keep: usize,
+    /// Searches (`grep`) over this many matches are cut.
     pub search_max: usize,
+    /// Matches of a cut search that are kept.
     pub search_keep: usize,
+    /// The largest frame either side accepts; a result is cut to fit half of it.
     pub max_frame_bytes: usize,
+    /// The most one artifact (a command's full output) may hold.
     pub artifacts_max_bytes: u64,
+    /// The most the artifacts directory may hold at any moment; the oldest files go first.
     pub artifacts_total_bytes: u64,
     /// `read_many_files` output as a whole, then the marker.
     pub many_max: usize,
@@ -77,9 +97,12 @@ impl Default for Limits {
 /// The roots paths resolve against; `private` is the workspace itself.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Roots {
+    /// The workspace (`private:/`, and paths without a scope).
     pub private: PathBuf,
+    /// The `shared:/` root, when configured: writable by commands like the workspace.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub shared: Option<PathBuf>,
+    /// The `public:/` root, when configured: readable, never writable by commands.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub public: Option<PathBuf>,
 }
@@ -87,10 +110,19 @@ pub struct Roots {
 /// Settings of the exec group a worker needs.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct ExecSettings {
+    /// Host variables commands inherit (`workers.exec.env_passthrough`); every other is
+    /// scrubbed.
     pub env_passthrough: Vec<String>,
+    /// Variables set for every command (`workers.exec.env`).
     pub env: BTreeMap<String, String>,
+    /// Paths outside the roots that commands may write (`workers.exec.writable`).
     pub writable: Vec<PathBuf>,
+    /// Background commands one worker keeps at once (`workers.exec.max_jobs`).
     pub max_jobs: usize,
+    /// `workers.exec.yield_ms`: a foreground command still running after this long goes
+    /// on in the background (None: it runs to its end or deadline).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub yield_ms: Option<u64>,
     /// The supervisor instance's marker, put into every command's environment.
     pub instance: String,
     /// The toolvisor binary, to run commands under `toolvisor reap`.
@@ -116,6 +148,7 @@ pub struct SandboxSettings {
     pub config_file: Option<PathBuf>,
     /// Absolute paths commands never see: the state directory and the socket.
     pub hidden: Vec<PathBuf>,
+    /// Per-command resource limits (`[workers.exec.limits]`).
     pub limits: ExecLimits,
 }
 
@@ -123,9 +156,15 @@ pub struct SandboxSettings {
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct ExecLimits {
+    /// Memory of the whole command, all its processes, in MiB (a cgroup's limit where
+    /// one can be made, else `RLIMIT_AS` per process).
     pub memory_mb: u64,
+    /// Processes and threads a command may have at once.
     pub pids: u64,
+    /// CPU seconds of the whole command where a cgroup measures it (`RLIMIT_CPU` per
+    /// process always).
     pub cpu_s: u64,
+    /// The largest file a command may write, in MiB (`RLIMIT_FSIZE`).
     pub file_mb: u64,
 }
 
@@ -143,72 +182,118 @@ impl Default for ExecLimits {
 /// The first frame a worker receives.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct WorkerInit {
+    /// The tool group this worker serves (`search`, `edit`, `exec`, or an external one).
     pub group: String,
+    /// This worker's slot in its group: background process handles name it.
     pub index: u32,
+    /// Where paths resolve.
     pub roots: Roots,
     /// Paths no tool may show, read or write (state directory, config file).
     pub protected: Vec<PathBuf>,
+    /// The supervisor's state directory, where artifacts are written.
     pub state_dir: PathBuf,
+    /// The truncation thresholds and size caps.
     pub limits: Limits,
+    /// What the exec group needs (other groups ignore it).
     pub exec: ExecSettings,
     /// Which process of this worker slot this is (1 for the first, then one more per
     /// restart): background process handles use it so a handle never names two jobs.
     #[serde(default)]
     pub generation: u64,
+    /// `[web]`: what the web tools may reach and how much they fetch.
+    #[serde(default)]
+    pub web: WebSettings,
+    /// `[skills]`: where the `meta` worker looks for skills.
+    #[serde(default)]
+    pub skills: SkillsSettings,
     /// For a group `mcp:NAME`: the MCP server this worker runs (`[mcp.servers.NAME]`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub mcp: Option<McpServerInit>,
 }
 
-/// How an MCP worker reaches its server: a command it starts (stdio) or a Streamable
-/// HTTP endpoint. `env` goes to that server only.
+/// How an MCP worker reaches its server (docs/MCP.md): a command it starts (stdio) or
+/// a Streamable HTTP endpoint. `env` goes to that server only.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct McpServerInit {
-    /// The server's name (`NAME` of `[mcp.servers.NAME]`).
+    /// The server's name (`NAME` of `[mcp.servers.NAME]`): its tools are announced as
+    /// `NAME__TOOL`.
     pub name: String,
+    /// The server's command line (stdio transport), program first.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub command: Vec<String>,
+    /// Or its Streamable HTTP endpoint.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub url: Option<String>,
+    /// Variables set for the server's process only.
     #[serde(default)]
     pub env: BTreeMap<String, String>,
+    /// Only these tools (the server's own names) are announced; all when absent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tools: Option<Vec<String>>,
     /// How long the server has to answer `initialize` and `tools/list`.
     pub startup_timeout_ms: u64,
 }
 
-/// A tool a worker offers besides its group's built-in ones, announced in `ready` and
-/// again in `tools_changed`: the MCP shape, as the server described it.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-pub struct AnnouncedTool {
-    pub name: String,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub title: Option<String>,
-    #[serde(default)]
-    pub description: String,
-    #[serde(rename = "inputSchema")]
-    pub input_schema: Value,
-    #[serde(
-        rename = "outputSchema",
-        default,
-        skip_serializing_if = "Option::is_none"
-    )]
-    pub output_schema: Option<Value>,
-    /// `readOnlyHint`, `destructiveHint`, `idempotentHint`, `openWorldHint` (untrusted).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub annotations: Option<Value>,
+/// `[web]`: the web tools' settings.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct WebSettings {
+    /// Let `web_fetch` reach loopback, private, link-local and other non-public
+    /// addresses (refused by default: an agent must not become a way into the LAN).
+    pub allow_private: bool,
+    /// The most bytes one download may have; past it the fetch fails.
+    pub max_bytes: u64,
+    /// How long one fetch or search may take, redirects included.
+    pub timeout_ms: u64,
+    /// A SearXNG-compatible endpoint for `web_search` (`GET <url>?q=…&format=json`).
+    pub search_url: Option<String>,
+}
+
+impl Default for WebSettings {
+    fn default() -> Self {
+        WebSettings {
+            allow_private: false,
+            max_bytes: 10 << 20,
+            timeout_ms: 30_000,
+            search_url: None,
+        }
+    }
+}
+
+/// `[skills]`: where skills are found.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct SkillsSettings {
+    /// Directories (workspace-relative, or `scope:/…`) whose subdirectories with a
+    /// `SKILL.md` are skills.
+    pub paths: Vec<String>,
+}
+
+impl Default for SkillsSettings {
+    fn default() -> Self {
+        SkillsSettings {
+            paths: vec![".skills".into(), ".claude/skills".into()],
+        }
+    }
 }
 
 /// Supervisor → worker.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "type", rename_all = "snake_case")]
 pub enum ToWorker {
+    /// The worker's configuration; always the first frame.
     Init(Box<WorkerInit>),
+    /// Run one call; exactly one `done` answers it.
     Run {
+        /// The supervisor's number for the call, echoed in `output` and `done`.
         call: u64,
         /// The client's call id, used to name artifacts.
         name: String,
+        /// The tool's canonical name (an alias is resolved before).
         tool: String,
+        /// The arguments, already validated against the tool's schema.
         args: Value,
+        /// Send `output` frames as the tool produces them.
         #[serde(default)]
         stream: bool,
         /// Milliseconds the call may run (the effective deadline).
@@ -217,23 +302,40 @@ pub enum ToWorker {
         /// The rule that allowed the call gives its commands the host's network.
         #[serde(default)]
         network: bool,
+        /// The session the call comes from: a background process belongs to the
+        /// session that started it.
+        #[serde(default, skip_serializing_if = "String::is_empty")]
+        session: String,
+        /// The call carries a person's grant for its tool: it may write to or signal a
+        /// background process another session started.
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        takeover: bool,
     },
+    /// Stop a call; its `done` still comes, with what it had.
     Cancel {
+        /// The call to stop.
         call: u64,
     },
+    /// Finish up and exit (the exec worker kills and logs its background jobs first).
     Shutdown,
 }
 
 /// How a call ended inside a worker.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Outcome {
+    /// How the call ended, as the client will see it.
     pub status: Status,
+    /// The result for the model.
     pub content: String,
+    /// The result for a person (may differ: a diff rendered, colour left out).
     pub display: String,
+    /// Why it failed, when it did.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error: Option<ErrorBody>,
+    /// What was cut, when something was.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub truncated: Option<Truncated>,
+    /// Machine-readable extras of the tool (exit code, counts, paths).
     #[serde(default)]
     pub meta: Map<String, Value>,
 }
@@ -279,25 +381,92 @@ impl Outcome {
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "type", rename_all = "snake_case")]
 pub enum FromWorker {
+    /// The worker is confined and takes calls.
     Ready {
+        /// The worker's own pid as it sees it (the supervisor audits the pid it spawned).
         pid: u32,
+        /// The protections the worker applied to itself (an external worker's are
+        /// ignored: the supervisor reports only what it enforces).
+        #[serde(default)]
         guards: Guards,
-        /// The tools this worker offers, when its group's tools are not built in.
-        #[serde(default, skip_serializing_if = "Option::is_none")]
-        tools: Option<Vec<AnnouncedTool>>,
-    },
-    Output {
-        call: u64,
-        stream: String,
-        data: String,
-    },
-    Done {
-        call: u64,
-        outcome: Outcome,
-    },
-    /// The worker's tools changed (an MCP server's `notifications/tools/list_changed`):
-    /// the whole new list.
-    ToolsChanged {
+        /// The tools this worker serves. Built-in workers announce none (their tools
+        /// are compiled into the supervisor); an external worker or an MCP server's
+        /// worker announces every tool it has.
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
         tools: Vec<AnnouncedTool>,
     },
+    /// The worker's tool set changed (an MCP server's `tools/list_changed`): the full
+    /// new list replaces the announced one.
+    Tools {
+        /// The complete new list of tools.
+        tools: Vec<AnnouncedTool>,
+    },
+    /// A chunk of a streaming call's output.
+    Output {
+        /// The call it belongs to.
+        call: u64,
+        /// `stdout` or `stderr`.
+        stream: String,
+        /// The text, as produced.
+        data: String,
+    },
+    /// A call ended; nothing more comes for it.
+    Done {
+        /// The call that ended.
+        call: u64,
+        /// How it ended.
+        outcome: Outcome,
+    },
+}
+
+/// A tool as a worker announces it (docs/PROTOCOL.md, "Worker protocol"). The
+/// supervisor validates calls against `inputSchema` before they reach the worker, and
+/// decides them by `risk`, the hints and `paths` like a built-in tool's.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct AnnouncedTool {
+    /// The tool's name, unique across every group.
+    pub name: String,
+    /// A short human title for listings.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub title: Option<String>,
+    /// What the model reads to decide when to use the tool.
+    #[serde(default)]
+    pub description: String,
+    /// The JSON Schema of the arguments.
+    #[serde(rename = "inputSchema")]
+    pub input_schema: Value,
+    #[serde(
+        rename = "outputSchema",
+        default,
+        skip_serializing_if = "Option::is_none"
+    )]
+    /// The JSON Schema of `meta`, when the tool declares one.
+    pub output_schema: Option<Value>,
+    /// MCP hints: read-only, destructive, idempotent, open world.
+    #[serde(default)]
+    pub annotations: Annotations,
+    /// The tool's own risk; the supervisor may only raise it (default `medium`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub risk: Option<crate::tools::Risk>,
+    /// Parameters that name workspace paths (the policy resolves and confines them).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub paths: Vec<String>,
+}
+
+/// MCP-style hints about a tool; absent hints are the cautious defaults.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Annotations {
+    /// The tool changes nothing.
+    #[serde(default)]
+    pub read_only_hint: Option<bool>,
+    /// The tool may destroy data.
+    #[serde(default)]
+    pub destructive_hint: Option<bool>,
+    /// Calling it twice with the same arguments does no more than once.
+    #[serde(default)]
+    pub idempotent_hint: Option<bool>,
+    /// The tool reaches beyond the workspace (the network, other systems).
+    #[serde(default)]
+    pub open_world_hint: Option<bool>,
 }

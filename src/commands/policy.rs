@@ -5,14 +5,16 @@
 
 use toolvisor_protocol::client::Client;
 use toolvisor_protocol::message::{ClientMessage, ServerMessage};
-use toolvisor_protocol::tools::catalog;
+use toolvisor_protocol::tools::builtin;
 
-use crate::cli::{PolicyCommand, Resolved};
+use crate::cli::PolicyCommand;
+use crate::workspace::Resolved;
 use toolvisor_supervisor::policy::Policy;
 use toolvisor_supervisor::policy::explain::{explain, render};
-use toolvisor_supervisor::registry::validate::Validators;
+use toolvisor_supervisor::registry::Registry;
 
-pub fn run(cmd: &PolicyCommand, r: &Resolved, local: bool) -> i32 {
+pub fn run(cmd: &PolicyCommand, r: &Resolved) -> i32 {
+    let local = r.explicit_config;
     let PolicyCommand::Explain { tool, args, json } = cmd;
     let args = match crate::commands::parse_args(args.as_deref()) {
         Ok(a) => a,
@@ -54,12 +56,14 @@ fn explain_locally(
     tool: &str,
     args: &serde_json::Value,
 ) -> Result<ServerMessage, (i32, String)> {
-    let roots = toolvisor_supervisor::service::workspace_roots(&r.workspace, &r.config)
-        .map_err(|e| (2, e))?;
-    let policy =
-        Policy::new(&r.config.policy, &roots).map_err(|e| (2, format!("bad [policy]: {e}")))?;
-    let validators = Validators::new(&catalog()).map_err(|e| (70, e.to_string()))?;
-    Ok(explain("cli".into(), &policy, &validators, tool, args))
+    let config = r.config().map_err(|e| (2, e))?;
+    let roots = toolvisor_supervisor::workers::init::workspace_roots(&r.workspace, &config)
+        .map_err(|e| (2, e.to_string()))?;
+    let registry = Registry::new(builtin()).map_err(|e| (70, e.to_string()))?;
+    let names = toolvisor_supervisor::service::tool_names(&config, &registry);
+    let policy = Policy::new(&config.policy, &roots, &names)
+        .map_err(|e| (2, format!("bad [policy]: {e}")))?;
+    Ok(explain("cli".into(), &policy, &registry, tool, args))
 }
 
 fn ask_daemon(
@@ -72,7 +76,7 @@ fn ask_daemon(
         .build()
         .map_err(|e| (70, e.to_string()))?;
     rt.block_on(async {
-        let mut c = Client::connect(&r.socket, "toolvisor-cli", false)
+        let mut c = Client::connect(&r.socket, crate::commands::CLIENT, false)
             .await
             .map_err(|e| {
                 (

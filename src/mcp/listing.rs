@@ -1,9 +1,9 @@
 //! `tools/list`: the daemon's `list_tools` in format `mcp`, as MCP tools.
 //!
-//! The daemon lists `name`, `description`, `inputSchema` and `annotations` (and, for
-//! MCP servers' tools, the server's `title`). What it does not list yet is derived
-//! here, in [`complete`]: a `title` from the name, and the `outputSchema` every tool's
-//! `structuredContent` follows (see [`output_schema`]).
+//! The daemon lists `name`, `title`, `description`, `inputSchema`, `outputSchema` and
+//! `annotations`. What an older daemon does not list is derived here, in [`complete`]:
+//! a `title` from the name, and the `outputSchema` every tool's `structuredContent`
+//! follows (see [`output_schema`]).
 
 use rmcp::model::Tool;
 use serde_json::{Value, json};
@@ -32,9 +32,9 @@ pub async fn list(bridge: &Bridge) -> Result<Vec<Tool>, Unavailable> {
     Ok(out)
 }
 
-/// The built-in catalog in format `mcp`.
+/// The built-in tools in format `mcp`.
 fn builtin() -> Vec<Value> {
-    tools::catalog()
+    tools::builtin()
         .iter()
         .map(|t| t.listing(ToolFormat::Mcp))
         .collect()
@@ -129,7 +129,7 @@ mod tests {
     #[test]
     fn every_builtin_tool_becomes_an_mcp_tool() {
         let tools: Vec<Tool> = builtin().into_iter().filter_map(to_tool).collect();
-        assert_eq!(tools.len(), tools::catalog().len());
+        assert_eq!(tools.len(), tools::builtin().len());
         for t in &tools {
             assert!(t.title.is_some() && t.output_schema.is_some(), "{}", t.name);
             assert!(t.annotations.is_some(), "{}", t.name);

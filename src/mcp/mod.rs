@@ -27,7 +27,7 @@ use std::sync::Arc;
 
 use rmcp::ServiceExt;
 
-use crate::cli::Resolved;
+use crate::workspace::Resolved;
 use bridge::Bridge;
 use daemon::{Daemon, ServeCommand};
 use resources::ArtifactDir;
@@ -87,7 +87,7 @@ pub fn run(r: &Resolved, opts: Options) -> i32 {
 }
 
 async fn serve(r: &Resolved, daemon: Option<Daemon>) -> i32 {
-    let state_dir = crate::cli::state_dir(r);
+    let state_dir = r.state_dir.clone();
     let bridge = Arc::new(Bridge::new(r.socket.clone(), r.workspace.clone(), daemon));
     // Connect (or start the daemon) now, so the first tools/list is quick; a failure
     // is said again, with what to do, by every call.

@@ -1,163 +1,197 @@
-//! The running service: configuration, the tool catalog, one pool per group, the
-//! event bus, and the bookkeeping that lets a drain wait for every open call.
+//! The running service: what every call path shares, each piece owned by the module
+//! that knows it — the configuration and policy (swapped on SIGHUP, [`crate::serve::reload`]),
+//! the tool registry ([`crate::registry::live`]), one pool per group
+//! ([`crate::workers`]), grants, confirmations and previews ([`crate::call`]), the
+//! event bus, the audit log, and the drain bookkeeping ([`crate::serve::drain`]).
+//! Fields are private; the accessors below are the only way in.
 
 use std::collections::HashMap;
-use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, RwLock};
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
-use tokio::sync::Notify;
+use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
-use toolvisor_protocol::tools::{self, ToolSpec};
-use toolvisor_protocol::worker::{ExecSettings, Roots, SandboxSettings, WorkerInit};
+use toolvisor_protocol::message::Topic;
+use toolvisor_protocol::tools::{self, Risk};
+use toolvisor_protocol::worker::{AnnouncedTool, WorkerInit};
 
 use crate::audit::Audit;
+use crate::audit::record::ToolsChanged;
 use crate::call::confirm::Confirmations;
 use crate::call::grants::Grants;
 use crate::call::previews::PreviewStore;
-use crate::config::{Config, SandboxMode};
-use crate::policy::Policy;
-use crate::registry::validate::Validators;
-use crate::session::events::Events;
+use crate::config::Config;
+use crate::policy::{Policy, ToolNames};
+use crate::registry::Registry;
+use crate::registry::live::LiveRegistry;
+use crate::serve::drain::{ActiveCall, Drain};
+use crate::session::events::{Events, obj};
+use crate::workers::groups::{self, Group, Kind};
+use crate::workers::init::worker_init;
 use crate::workers::pool::{Pool, PoolSpec};
 use crate::workers::restart::RestartPolicy;
 use crate::workers::spawn::{SpawnSpec, Spawner};
+use crate::workers::worker::Announce;
 
 /// Where things are, fixed for the life of the process.
 #[derive(Clone, Debug)]
 pub struct Paths {
+    /// The workspace served (canonical).
     pub workspace: PathBuf,
+    /// The state directory (locked by this process).
     pub state_dir: PathBuf,
+    /// The socket clients connect to.
     pub socket: PathBuf,
     /// The config file in use, if one exists (protected from the tools).
     pub config_file: PathBuf,
+    /// This binary: workers and the reap shim are it, re-executed.
     pub exe: PathBuf,
     /// Whether commands can have their own namespaces here (probed once at start),
     /// or why not.
-    pub namespaces: Result<(), String>,
+    pub namespaces: Result<(), crate::serve::sandbox::NoNamespaces>,
 }
 
-/// Niceness of search workers: below the supervisor, so pings and other groups' calls
-/// are not queued behind CPU-bound walks.
-const SEARCH_NICE: i32 = 10;
+/// Why the service could not start (serve exits 78: the configuration cannot work).
+#[derive(Debug, thiserror::Error)]
+pub enum StartError {
+    /// The workers' `init` cannot be made (a root, the sandbox).
+    #[error("{0}")]
+    Workers(#[from] crate::workers::init::InitError),
+    /// The `[policy]` table does not compile (a rule names no tool, a bad regex).
+    #[error("bad [policy]: {0}")]
+    Policy(String),
+    /// A built-in definition is broken: a bug, caught before anything runs.
+    #[error("the built-in tools do not load: {0}")]
+    Registry(#[from] crate::registry::RegistryError),
+    /// A group's pool actor could not start.
+    #[error("cannot start the {group} pool: {message}")]
+    Pool {
+        /// The group.
+        group: String,
+        /// Why.
+        message: String,
+    },
+}
 
+/// The running service: what every session and call shares. Each piece of state has
+/// one owner module (policy, grants, confirmations, pools, audit); this only holds
+/// them and hands out access.
 pub struct Service {
-    pub paths: Paths,
-    pub config: RwLock<Arc<Config>>,
-    pub tools: Vec<ToolSpec>,
-    pub validators: Validators,
-    pub policy: RwLock<Arc<Policy>>,
-    pub grants: Grants,
-    pub confirmations: Confirmations,
-    /// Changes shown by a preview, waiting for `apply_file_change`.
-    pub previews: std::sync::Mutex<PreviewStore>,
-    pub pools: HashMap<String, Arc<Pool>>,
-    /// The tools of the configured MCP servers (`[mcp.servers.NAME]`).
-    pub mcp: Arc<crate::registry::mcp::McpRegistry>,
-    pub events: Events,
-    pub audit: Audit,
-    pub started: Instant,
+    paths: Paths,
+    config: RwLock<Arc<Config>>,
+    registry: LiveRegistry,
+    policy: RwLock<Arc<Policy>>,
+    grants: Grants,
+    confirmations: Confirmations,
+    /// Changes shown by a preview, waiting to be applied.
+    pub(crate) previews: std::sync::Mutex<PreviewStore>,
+    pools: HashMap<String, Arc<Pool>>,
+    /// The groups in the order they started (built-in first, then external by name).
+    order: Vec<String>,
+    events: Events,
+    audit: Audit,
+    started: Instant,
     /// The marker every command carries in its environment.
-    pub instance: String,
+    instance: String,
     next_call: AtomicU64,
     next_session: AtomicU64,
-    active: AtomicUsize,
-    idle: Notify,
-    /// Parent of every call's cancellation token: cancelling it cancels them all.
-    pub shutdown: CancellationToken,
+    drain: Drain,
+    /// The calls dispatched to a worker and not yet ended (`status.calls`).
+    running: crate::call::running::Running,
 }
 
 impl Service {
-    /// Start the pools of every group.
+    /// Load the built-in tools, compile the policy, and start the pools of every
+    /// group; external groups' tools join the registry as their workers announce them.
     pub async fn start(
         paths: Paths,
         config: Config,
         spawner: Spawner,
         instance: String,
         audit: Audit,
-    ) -> Result<Arc<Service>, String> {
+    ) -> Result<Arc<Service>, StartError> {
         let events = Events::new();
         let hook_audit = audit.clone();
         events.set_audit(Arc::new(move |kind, fields| {
             hook_audit.append_detached(kind, fields);
         }));
-        let init = worker_init(&paths, &config, &instance)?;
-        let policy =
-            Policy::new(&config.policy, &init.roots).map_err(|e| format!("bad [policy]: {e}"))?;
+        let init = worker_init(&paths, &config, &instance).map_err(StartError::Workers)?;
+        crate::registry::mcp::secrets(&config);
+        let registry = Registry::new(tools::builtin())?;
+        let policy = Policy::new(&config.policy, &init.roots, &tool_names(&config, &registry))
+            .map_err(StartError::Policy)?;
         let mut pools = HashMap::new();
-        for group in tools::GROUPS {
-            let Some(gcfg) = config.workers.group(group) else {
-                continue;
+        let mut order = Vec::new();
+        let mut announced = Vec::new();
+        for group in groups::plan(&config, &registry) {
+            let source = match &group.kind {
+                Kind::External { risk, .. } => Some(Source::External(*risk)),
+                Kind::Mcp { .. } => Some(Source::Mcp),
+                Kind::Builtin if group.announces_builtin() => Some(Source::Builtin),
+                Kind::Builtin => None,
             };
-            let spec = PoolSpec {
-                group: (*group).to_owned(),
-                count: config.workers.count(group),
-                queue_max: gcfg.queue_max,
-                max_in_flight: gcfg.max_in_flight,
-                spawner: spawner.clone(),
-                spawn: SpawnSpec {
-                    exe: paths.exe.clone(),
-                    group: (*group).to_owned(),
-                    cwd: paths.workspace.clone(),
-                    passthrough: gcfg.env_passthrough.clone(),
-                    nice: if *group == "search" { SEARCH_NICE } else { 0 },
-                    ready_timeout: crate::workers::worker::READY_TIMEOUT,
-                },
-                init: WorkerInit {
-                    group: (*group).to_owned(),
-                    ..init.clone()
-                },
-                policy: RestartPolicy::new(config.supervisor.clone()),
-                events: events.clone(),
-                deadline_grace: if *group == "exec" {
-                    crate::workers::worker::EXEC_PATIENCE
-                } else {
-                    Duration::ZERO
-                },
-                tools_hook: None,
+            let (announce, rx) = match source {
+                Some(source) => {
+                    let (tx, rx) = watch::channel(None);
+                    let hook: Announce = Arc::new(move |tools| {
+                        let _ = tx.send(Some(tools));
+                    });
+                    (Some(hook), Some((group.name.clone(), source, rx)))
+                }
+                None => (None, None),
             };
-            let pool = Pool::start(spec)
-                .await
-                .map_err(|e| format!("cannot start the {group} pool: {e}"))?;
-            pools.insert((*group).to_owned(), pool);
+            announced.extend(rx);
+            let spec = pool_spec(&group, &paths, &config, &init, &spawner, &events, announce);
+            let pool = Pool::start(spec).await.map_err(|e| StartError::Pool {
+                group: group.name.clone(),
+                message: e.to_string(),
+            })?;
+            order.push(group.name.clone());
+            pools.insert(group.name, pool);
         }
-        let mcp = Arc::new(crate::registry::mcp::McpRegistry::new(&config.mcp));
-        crate::audit::redact::add_secrets(crate::registry::mcp::secrets(&config.mcp));
-        let mcp_pools = crate::registry::mcp_pools::start(crate::registry::mcp_pools::Start {
-            config: &config,
-            init: &init,
-            paths: &paths,
-            spawner: &spawner,
-            events: &events,
-            audit: &audit,
-            registry: &mcp,
-        })
-        .await?;
-        pools.extend(mcp_pools);
-        Ok(Arc::new(Service {
+        let service = Arc::new(Service {
             paths,
             config: RwLock::new(Arc::new(config)),
-            validators: Validators::new(&tools::catalog()).map_err(|e| e.to_string())?,
+            registry: LiveRegistry::new(registry),
             grants: Grants::new(policy.scopes().clone()),
             confirmations: Confirmations::new(policy.confirm_timeout()),
             policy: RwLock::new(Arc::new(policy)),
             previews: std::sync::Mutex::new(PreviewStore::new()),
-            tools: tools::catalog(),
             pools,
-            mcp,
+            order,
             events,
             audit,
             started: Instant::now(),
             instance,
             next_call: AtomicU64::new(1),
             next_session: AtomicU64::new(1),
-            active: AtomicUsize::new(0),
-            idle: Notify::new(),
-            shutdown: CancellationToken::new(),
-        }))
+            drain: Drain::new(),
+            running: Default::default(),
+        });
+        for (group, source, mut rx) in announced {
+            if source == Source::Builtin {
+                // A built-in group's tools are part of what a client sees at once: wait
+                // (bounded) for its worker's first word before serving.
+                first_announcement(&service, &group, &mut rx).await;
+            }
+            tokio::spawn(follow_announcements(
+                Arc::downgrade(&service),
+                group,
+                source,
+                rx,
+            ));
+        }
+        Ok(service)
     }
 
+    /// Where things are.
+    pub fn paths(&self) -> &Paths {
+        &self.paths
+    }
+
+    /// The policy in force now (a reload may replace it; a call keeps the one it got).
     pub fn policy(&self) -> Arc<Policy> {
         self.policy
             .read()
@@ -165,6 +199,7 @@ impl Service {
             .clone()
     }
 
+    /// The configuration in force now.
     pub fn config(&self) -> Arc<Config> {
         self.config
             .read()
@@ -172,170 +207,264 @@ impl Service {
             .clone()
     }
 
+    /// Put a reloaded configuration and its policy in force (SIGHUP).
+    pub fn replace_config(&self, config: Config, policy: Policy) {
+        self.confirmations.set_timeout(policy.confirm_timeout());
+        *self.policy.write().unwrap_or_else(|p| p.into_inner()) = Arc::new(policy);
+        *self.config.write().unwrap_or_else(|p| p.into_inner()) = Arc::new(config);
+    }
+
+    /// The tool registry now.
+    pub fn registry(&self) -> Arc<Registry> {
+        self.registry.get()
+    }
+
+    /// The names rules may use under `config`.
+    pub fn tool_names(&self, config: &Config) -> ToolNames {
+        tool_names(config, &self.registry())
+    }
+
+    /// The grant tokens issued.
+    pub fn grants(&self) -> &Grants {
+        &self.grants
+    }
+
+    /// The calls waiting for a person's answer.
+    pub fn confirmations(&self) -> &Confirmations {
+        &self.confirmations
+    }
+
+    /// The calls running now (`status.calls`).
+    pub fn running(&self) -> &crate::call::running::Running {
+        &self.running
+    }
+
+    /// Every group's pool, by group.
+    pub fn pools(&self) -> &HashMap<String, Arc<Pool>> {
+        &self.pools
+    }
+
+    /// The pools in the order their groups started.
+    pub fn pools_in_order(&self) -> Vec<&Arc<Pool>> {
+        self.order
+            .iter()
+            .filter_map(|g| self.pools.get(g))
+            .collect()
+    }
+
+    /// One group's pool.
+    pub fn pool(&self, group: &str) -> Option<&Arc<Pool>> {
+        self.pools.get(group)
+    }
+
+    /// Where events go (subscribers, and the audit log for worker events).
+    pub fn events(&self) -> &Events {
+        &self.events
+    }
+
+    /// The audit log.
+    pub fn audit(&self) -> &Audit {
+        &self.audit
+    }
+
+    /// When the service started (for `uptime_ms`).
+    pub fn started(&self) -> Instant {
+        self.started
+    }
+
+    /// The marker every command of this run carries.
+    pub fn instance(&self) -> &str {
+        &self.instance
+    }
+
+    /// A new number for a call, unique in this run (workers know calls by it).
     pub fn next_call(&self) -> u64 {
         self.next_call.fetch_add(1, Ordering::SeqCst)
     }
 
+    /// A new session id (`s1`, `s2`, …).
     pub fn next_session(&self) -> String {
         format!("s{}", self.next_session.fetch_add(1, Ordering::SeqCst))
     }
 
     /// Count a call as open until the guard drops.
-    pub fn open_call(self: &Arc<Self>) -> ActiveCall {
-        self.active.fetch_add(1, Ordering::SeqCst);
-        ActiveCall(self.clone())
+    pub fn open_call(&self) -> ActiveCall {
+        self.drain.open()
     }
 
+    /// Calls open now, every session together.
     pub fn active_calls(&self) -> usize {
-        self.active.load(Ordering::SeqCst)
+        self.drain.active()
+    }
+
+    /// Cancelled when the drain gives up on the calls still open.
+    pub fn shutdown(&self) -> &CancellationToken {
+        self.drain.shutdown()
     }
 
     /// Wait until no call is open, or `grace` passes; then cancel the rest and wait
     /// (bounded) for them to answer.
-    pub async fn drain(&self, grace: Duration) {
-        if tokio::time::timeout(grace, self.until_no_calls())
-            .await
-            .is_err()
-        {
-            tracing::warn!(
-                open = self.active_calls(),
-                "drain grace over; cancelling the calls still open"
-            );
-            self.shutdown.cancel();
-            let _ = tokio::time::timeout(Duration::from_secs(5), self.until_no_calls()).await;
-        }
-    }
-
-    /// Resolves once no call is open.
-    async fn until_no_calls(&self) {
-        loop {
-            let notified = self.idle.notified();
-            if self.active_calls() == 0 {
-                return;
-            }
-            notified.await;
-        }
+    pub async fn drain(&self, grace: std::time::Duration) {
+        self.drain.run(grace).await;
     }
 
     /// The exec worker processes now (commands run under them).
     pub fn exec_worker_pids(&self) -> Vec<u32> {
         self.pools
-            .get("exec")
+            .get(tools::EXEC)
             .map(|p| p.workers().iter().filter_map(|w| w.pid()).collect())
             .unwrap_or_default()
     }
 
+    /// Stop every group's workers (service shutdown).
     pub async fn stop_workers(&self) {
         for pool in self.pools.values() {
             pool.stop().await;
         }
     }
-}
 
-/// An open call; dropping it lets a drain go on.
-pub struct ActiveCall(Arc<Service>);
-
-impl Drop for ActiveCall {
-    fn drop(&mut self) {
-        if self.0.active.fetch_sub(1, Ordering::SeqCst) == 1 {
-            self.0.idle.notify_waiters();
+    /// A group's worker announced its tools: the registry takes them, and
+    /// `tools_changed` tells `workers` subscribers when the set changed.
+    fn take_announcement(&self, group: &str, source: Source, tools: Vec<AnnouncedTool>) {
+        let mut warnings = Vec::new();
+        let change = match source {
+            Source::External(floor) => self.registry.announce(group, floor, tools),
+            Source::Builtin => self.registry.announce_builtin(group, tools),
+            Source::Mcp => {
+                let admitted = crate::registry::mcp::admit(&self.config(), group, tools);
+                warnings = admitted.warnings;
+                self.registry.announce(group, admitted.risk, admitted.tools)
+            }
+        };
+        for w in warnings.iter().chain(&change.warnings) {
+            tracing::warn!(group, "{w}");
+        }
+        if change.changed {
+            tracing::info!(group, tools = change.tools.len(), "tools announced");
+            self.audit.record_detached(&ToolsChanged {
+                group,
+                tools: &change.tools,
+            });
+            self.events.publish(
+                Topic::Workers,
+                "tools_changed",
+                obj(serde_json::json!({"group": group, "tools": change.tools})),
+            );
         }
     }
 }
 
-/// The roots of `workspace` as `config` names them, canonical.
-pub fn workspace_roots(workspace: &Path, config: &Config) -> Result<Roots, String> {
-    let root = |p: &Path| {
-        let p = if p.is_absolute() {
-            p.to_owned()
-        } else {
-            workspace.join(p)
-        };
-        p.canonicalize()
-            .map_err(|e| format!("workspace root {}: {e}", p.display()))
-    };
-    Ok(Roots {
-        private: root(&config.workspace.private)?,
-        shared: config.workspace.shared.as_deref().map(root).transpose()?,
-        public: config.workspace.public.as_deref().map(root).transpose()?,
-    })
-}
-
-/// The `init` every worker gets (its group filled in per pool).
-pub fn worker_init(paths: &Paths, config: &Config, instance: &str) -> Result<WorkerInit, String> {
-    let roots = workspace_roots(&paths.workspace, config)?;
-    let mut protected = vec![paths.state_dir.clone()];
-    if let Ok(c) = paths.config_file.canonicalize() {
-        protected.push(c);
+/// The names rules may use: every registered tool, the names an MCP server's tools
+/// will have (`NAME__…`), and any name when an external group will announce its own.
+pub fn tool_names(config: &Config, registry: &Registry) -> ToolNames {
+    // Built-in tools a worker announces may be absent now (no skills yet) and come later.
+    let templates = tools::announced();
+    let mut names = ToolNames::of(
+        registry
+            .entries()
+            .map(|e| e.def.as_ref())
+            .chain(templates.iter()),
+    );
+    for server in config.mcp.servers.keys() {
+        names = names.with_prefix(format!("{server}__"));
     }
-    let exec = &config.workers.exec;
-    let sandbox = sandbox_settings(paths, config, paths.config_file.canonicalize().ok())?;
-    Ok(WorkerInit {
-        group: String::new(),
-        index: 0,
-        roots,
-        protected,
-        state_dir: paths.state_dir.clone(),
-        limits: config.limits.clone(),
-        exec: ExecSettings {
-            env_passthrough: exec.env_passthrough.clone(),
-            env: exec.env.clone(),
-            writable: exec.writable.clone(),
-            max_jobs: exec.max_jobs,
-            instance: instance.to_owned(),
-            exe: paths.exe.clone(),
-            sandbox,
-        },
-        generation: 0,
-        mcp: None,
-    })
-}
-
-/// `p` with its directory resolved (the file itself may not exist yet: the socket).
-fn canonical(p: &Path) -> PathBuf {
-    if let Ok(c) = p.canonicalize() {
-        return c;
-    }
-    match (
-        p.parent().and_then(|d| d.canonicalize().ok()),
-        p.file_name(),
-    ) {
-        (Some(dir), Some(name)) => dir.join(name),
-        _ => p.to_path_buf(),
+    if config.workers.external.is_empty() {
+        names
+    } else {
+        names.open()
     }
 }
 
-/// How commands are confined: namespaces unless `workers.exec.sandbox = "off"` or the
-/// host refuses them; `required` and refused is an error (serve exits 78, a reload
-/// fails).
-fn sandbox_settings(
+/// What a group's pool runs.
+fn pool_spec(
+    group: &Group,
     paths: &Paths,
     config: &Config,
-    config_file: Option<PathBuf>,
-) -> Result<SandboxSettings, String> {
-    let exec = &config.workers.exec;
-    let namespaces = match (exec.sandbox, &paths.namespaces) {
-        (SandboxMode::Off, _) => false,
-        (_, Ok(())) => true,
-        (SandboxMode::Required, Err(why)) => {
-            return Err(format!(
-                "workers.exec.sandbox = \"required\", but commands cannot have their own namespaces here: {why}"
-            ));
-        }
-        (SandboxMode::Auto, Err(_)) => false,
-    };
-    let state = canonical(&paths.state_dir);
-    let socket = canonical(&paths.socket);
-    let mut hidden = vec![state.clone()];
-    if !socket.starts_with(&state) {
-        hidden.push(socket);
+    init: &WorkerInit,
+    spawner: &Spawner,
+    events: &Events,
+    announce: Option<Announce>,
+) -> PoolSpec {
+    let gcfg = config.group_settings(&group.name).unwrap_or_default();
+    PoolSpec {
+        group: group.name.clone(),
+        count: config.workers.count(&group.name),
+        queue_max: gcfg.queue_max,
+        max_in_flight: gcfg.max_in_flight,
+        spawner: spawner.clone(),
+        spawn: SpawnSpec {
+            exe: paths.exe.clone(),
+            group: group.name.clone(),
+            command: group.command(),
+            cwd: paths.workspace.clone(),
+            passthrough: gcfg.env_passthrough.clone(),
+            // A built-in group's `env` is for the commands it runs, not the worker.
+            env: match group.kind {
+                Kind::External { .. } => gcfg.env.clone(),
+                // An MCP server's `env` reaches the server only, through `init.mcp`.
+                Kind::Builtin | Kind::Mcp { .. } => Default::default(),
+            },
+            nice: group.nice(),
+        },
+        init: WorkerInit {
+            group: group.name.clone(),
+            mcp: group.mcp(),
+            ..init.clone()
+        },
+        policy: RestartPolicy::new(config.supervisor.clone()),
+        events: events.clone(),
+        deadline_grace: group.patience(),
+        announce,
     }
-    Ok(SandboxSettings {
-        namespaces,
-        network: exec.network,
-        protected: exec.protected.clone(),
-        config_file,
-        hidden,
-        limits: exec.limits.clone(),
-    })
+}
+
+/// Whose word an announcement is: an external group's (its tools, at least the
+/// group's risk), a built-in group's (templates it fills), or an MCP server's worker's
+/// (its server's tools, at the server's configured risk: [`crate::registry::mcp`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Source {
+    External(Risk),
+    Builtin,
+    Mcp,
+}
+
+/// How long `serve` waits for a built-in group's first announcement.
+const FIRST_ANNOUNCEMENT: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// Take `group`'s first announcement once it comes, or go on without it after
+/// [`FIRST_ANNOUNCEMENT`] (its tools join when its worker is up).
+async fn first_announcement(
+    service: &Service,
+    group: &str,
+    rx: &mut watch::Receiver<Option<Vec<AnnouncedTool>>>,
+) {
+    let first = tokio::time::timeout(FIRST_ANNOUNCEMENT, rx.wait_for(Option::is_some))
+        .await
+        .ok()
+        .and_then(|r| r.ok().map(|tools| tools.clone()));
+    match first {
+        Some(tools) => service.take_announcement(group, Source::Builtin, tools.unwrap_or_default()),
+        None => tracing::warn!(
+            group,
+            "the worker did not say which tools it has within {FIRST_ANNOUNCEMENT:?}; they join once it does"
+        ),
+    }
+}
+
+/// Apply a group's announcements, the newest first, for as long as the service lives.
+async fn follow_announcements(
+    service: std::sync::Weak<Service>,
+    group: String,
+    source: Source,
+    mut rx: watch::Receiver<Option<Vec<AnnouncedTool>>>,
+) {
+    loop {
+        let tools = rx.borrow_and_update().clone();
+        if let (Some(tools), Some(s)) = (tools, service.upgrade()) {
+            s.take_announcement(&group, source, tools);
+        }
+        if rx.changed().await.is_err() {
+            return;
+        }
+    }
 }

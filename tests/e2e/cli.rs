@@ -48,7 +48,7 @@ fn call_prints_content_and_exits_by_status() {
     );
     let out = tv(&s, &["tools", "--format", "mcp"]);
     let tools: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
-    assert_eq!(tools.as_array().unwrap().len(), 14);
+    assert_eq!(tools.as_array().unwrap().len(), 19);
 }
 
 /// `toolvisor serve [extra…]` on a workspace whose toolvisor.toml is `config`; it must

@@ -563,7 +563,9 @@ fn background_job_lifecycle() {
     // ~29 KB of output, more than one page (limits.shell_max 10240), then it keeps running.
     let expected: String = (1..=3000).map(|i| format!("line-{i}\n")).collect();
     block(T, async {
-        let r = s.call("run_command", json!({"command": "seq -f line-%g 1 3000; sleep 300", "background": true, "env": {"E2E_MARK": marker}})).await;
+        // A job belongs to the session that started it: that one stops it below.
+        let mut owner = s.client().await;
+        let r = call_on(&mut owner, "bg", "run_command", json!({"command": "seq -f line-%g 1 3000; sleep 300", "background": true, "env": {"E2E_MARK": marker}})).await;
         assert_eq!(r.status, Status::Ok, "{r:?}");
         let handle = r.meta["process"].as_str().expect("meta.process").to_owned();
         assert_eq!(r.meta["running"], json!(true), "{r:?}");
@@ -611,7 +613,7 @@ fn background_job_lifecycle() {
         assert_eq!(r.content, expected[stop..stop + r.content.len()]);
 
         // kill_process stops it and everything it started.
-        let r = s.call("kill_process", json!({"process": handle})).await;
+        let r = call_on(&mut owner, "k", "kill_process", json!({"process": handle})).await;
         assert_eq!(r.status, Status::Ok, "{r:?}");
         assert_eq!(r.meta["running"], json!(false), "{r:?}");
         assert_gone(&marker, "after kill_process").await;
@@ -670,10 +672,10 @@ fn background_jobs_finished_and_killed() {
             .await;
         assert_eq!(r.status, Status::Ok, "{r:?}");
         let done = r.meta["process"].as_str().expect("meta.process").to_owned();
-        // A job that runs until killed, with a grandchild in its own session.
-        let r = s
-            .call("run_command", json!({"command": "setsid -f sleep 300; sleep 300", "background": true, "env": {"E2E_MARK": marker}}))
-            .await;
+        // A job that runs until killed, with a grandchild in its own session; its
+        // session (the only one that may) stops it below.
+        let mut owner = s.client().await;
+        let r = call_on(&mut owner, "bg", "run_command", json!({"command": "setsid -f sleep 300; sleep 300", "background": true, "env": {"E2E_MARK": marker}})).await;
         assert_eq!(r.status, Status::Ok, "{r:?}");
         let running = r.meta["process"].as_str().expect("meta.process").to_owned();
         assert_ne!(done, running);
@@ -708,13 +710,25 @@ fn background_jobs_finished_and_killed() {
         );
 
         wait_procs_with_env(&marker, "sleep", 2, Duration::from_secs(20)).await;
-        let r = s.call("kill_process", json!({"process": running})).await;
+        let r = call_on(
+            &mut owner,
+            "k1",
+            "kill_process",
+            json!({"process": running}),
+        )
+        .await;
         assert_eq!(r.status, Status::Ok, "{r:?}");
         assert_eq!(r.meta["running"], json!(false), "{r:?}");
         assert_gone(&marker, "after kill_process").await;
         let row = row_of(&s, &running).await.expect("still listed");
         assert_eq!(row["state"], json!("exited"), "{row}");
-        let r = s.call("kill_process", json!({"process": running})).await;
+        let r = call_on(
+            &mut owner,
+            "k2",
+            "kill_process",
+            json!({"process": running}),
+        )
+        .await;
         assert_eq!(r.status, Status::Ok, "killing an ended job again: {r:?}");
         let r = s
             .call("read_output", json!({"process": running, "since": 0}))

@@ -98,7 +98,7 @@ fn sixteen_grep_clients_do_not_starve_ping_or_read_file() {
 }
 
 /// `max_in_flight` calls run on a worker at once, `queue_max` more wait, and past both a
-/// call is refused at once with `Overloaded` (DESIGN §9 `queue_max`).
+/// call is refused at once with `Overloaded` (`workers.<group>.queue_max`, docs/CONFIG.md).
 #[test]
 fn past_max_in_flight_and_queue_max_a_call_is_overloaded() {
     let s = Server::start(

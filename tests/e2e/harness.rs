@@ -72,25 +72,7 @@ impl Server {
 
     /// Wait for a log line containing `needle`.
     pub fn wait_log(&mut self, needle: &str, deadline: Duration) -> String {
-        if let Some(l) = self.log_seen.iter().find(|l| l.contains(needle)) {
-            return l.clone();
-        }
-        let end = Instant::now() + deadline;
-        loop {
-            let left = end.saturating_duration_since(Instant::now());
-            match self.log.recv_timeout(left) {
-                Ok(line) => {
-                    self.log_seen.push(line.clone());
-                    if line.contains(needle) {
-                        return line;
-                    }
-                }
-                Err(_) => panic!(
-                    "no log line with {needle:?} within {deadline:?}; seen:\n{}",
-                    self.log_seen.join("\n")
-                ),
-            }
-        }
+        wait_line(&self.log, &mut self.log_seen, needle, deadline)
     }
 
     /// Wait until every worker is ready (status says so).
@@ -233,19 +215,54 @@ pub fn spawn_serve_env(ws: &Path, env: &[(&str, &str)]) -> (Child, mpsc::Receive
         .stderr(Stdio::piped())
         .spawn()
         .expect("spawn toolvisor serve");
-    let stderr = child.stderr.take().expect("stderr");
+    let rx = stderr_lines(&mut child, "serve");
+    (child, rx)
+}
+
+/// The lines a child writes to its (piped) stderr, as they come (`E2E_VERBOSE=1`
+/// echoes them, prefixed with `tag`).
+pub fn stderr_lines(child: &mut Child, tag: &'static str) -> mpsc::Receiver<String> {
+    let stderr = child.stderr.take().expect("stderr is piped");
     let (tx, rx) = mpsc::channel();
     std::thread::spawn(move || {
         for line in BufReader::new(stderr).lines().map_while(Result::ok) {
             if std::env::var_os("E2E_VERBOSE").is_some() {
-                eprintln!("[serve] {line}");
+                eprintln!("[{tag}] {line}");
             }
             if tx.send(line).is_err() {
                 break;
             }
         }
     });
-    (child, rx)
+    rx
+}
+
+/// Wait for a line containing `needle` on `rx`, keeping every line seen in `seen`.
+pub fn wait_line(
+    rx: &mpsc::Receiver<String>,
+    seen: &mut Vec<String>,
+    needle: &str,
+    deadline: Duration,
+) -> String {
+    if let Some(l) = seen.iter().find(|l| l.contains(needle)) {
+        return l.clone();
+    }
+    let end = Instant::now() + deadline;
+    loop {
+        let left = end.saturating_duration_since(Instant::now());
+        match rx.recv_timeout(left) {
+            Ok(line) => {
+                seen.push(line.clone());
+                if line.contains(needle) {
+                    return line;
+                }
+            }
+            Err(_) => panic!(
+                "no line with {needle:?} within {deadline:?}; seen:\n{}",
+                seen.join("\n")
+            ),
+        }
+    }
 }
 
 /// Wait for a child with a deadline, by its exit (not by polling a timer).
@@ -533,4 +550,61 @@ impl Server {
         std::fs::write(dir.path().join("toolvisor.toml"), config).expect("write config");
         Self::serving(dir, &[])
     }
+}
+
+// ---- Helpers for the CLI surface tests (appended). ----
+
+impl Server {
+    /// Start `serve` again on the same workspace (after [`Server::stop`] or a kill).
+    pub fn serve_again(&mut self) {
+        let (child, log) = spawn_serve(self.dir.path());
+        self.child = Some(child);
+        self.log = log;
+        self.log_seen.clear();
+        self.wait_log("serving", START_DEADLINE);
+        self.wait_ready(START_DEADLINE);
+    }
+}
+
+/// `toolvisor ARGS…` run in `dir` (no `--workspace`: it finds its workspace itself),
+/// with `stdin` as its input, to its end.
+pub fn toolvisor_in(dir: &Path, args: &[&str], stdin: &str) -> std::process::Output {
+    use std::io::Write;
+    let mut child = Command::new(BIN)
+        .current_dir(dir)
+        .args(args)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("run toolvisor");
+    let mut input = child.stdin.take().expect("stdin");
+    // A command that does not read its stdin may exit before we write: ignore EPIPE.
+    let _ = input.write_all(stdin.as_bytes());
+    drop(input);
+    child.wait_with_output().expect("toolvisor output")
+}
+
+/// The next `result` on `c` (of any call).
+pub async fn next_result(c: &mut Client) -> ToolResult {
+    let (_, m) = c
+        .recv_matching(|m| matches!(m, ServerMessage::Result(_)).then_some(()))
+        .await
+        .expect("a result");
+    match m {
+        ServerMessage::Result(r) => r,
+        other => panic!("{other:?}"),
+    }
+}
+
+/// The interaction of the next `confirm_required` on `c`.
+pub async fn next_interaction(c: &mut Client) -> String {
+    let (ix, _) = c
+        .recv_matching(|m| match m {
+            ServerMessage::ConfirmRequired { interaction, .. } => Some(interaction.clone()),
+            _ => None,
+        })
+        .await
+        .expect("a confirm_required");
+    ix
 }

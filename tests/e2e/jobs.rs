@@ -1,5 +1,5 @@
-//! Background jobs spread over several exec workers (DESIGN §4: "Handles name their
-//! worker"): `list_processes` shows the jobs of every live exec worker in one listing,
+//! Background jobs spread over several exec workers (handles name their worker,
+//! docs/PROTOCOL.md): `list_processes` shows the jobs of every live exec worker in one listing,
 //! sorted by handle, as one audited call; a worker that died is left out.
 
 use std::collections::BTreeSet;

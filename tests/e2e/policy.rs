@@ -1,5 +1,5 @@
-//! The policy engine end to end (docs/PROTOCOL.md `confirm_required` / `confirm` / `grant` /
-//! `subscribe`, docs/POLICY.md): decisions, confirmations from the asking or another connection,
+//! The policy engine end to end (docs/PROTOCOL.md `confirm_required` / `confirm` /
+//! `grant` / `subscribe`, docs/POLICY.md): decisions, confirmations from the asking or another connection,
 //! replay, remembered approvals, timeouts, cancels, grant tokens, modes, compound shell
 //! commands, `meta.policy` and the audit records of allowed and denied calls.
 

@@ -42,7 +42,7 @@ async fn hello(sock: &mut UnixStream) {
     .await;
     assert!(matches!(
         recv(sock).await,
-        Some(ServerMessage::Welcome { tools: 14, .. })
+        Some(ServerMessage::Welcome { tools: 19, .. })
     ));
 }
 
@@ -325,7 +325,7 @@ fn list_tools_in_three_formats() {
                 .unwrap()
             {
                 ServerMessage::Tools { tools, .. } => {
-                    assert_eq!(tools.len(), 14);
+                    assert_eq!(tools.len(), 19);
                     assert!(tools.iter().all(|t| t.get(key).is_some()), "{format:?}");
                 }
                 other => panic!("{other:?}"),

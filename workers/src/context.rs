@@ -18,15 +18,18 @@ pub struct CancelFlag {
 }
 
 impl CancelFlag {
+    /// A flag not raised.
     pub fn new() -> Self {
         Self::default()
     }
 
+    /// Raise it: every check and waiter sees it.
     pub fn cancel(&self) {
         self.flag.store(true, Ordering::SeqCst);
         self.notify.notify_waiters();
     }
 
+    /// Whether it is raised.
     pub fn is_cancelled(&self) -> bool {
         self.flag.load(Ordering::Relaxed)
     }
@@ -58,7 +61,9 @@ impl CancelFlag {
 /// Where a streaming call's output frames go (to the supervisor).
 #[derive(Clone, Debug)]
 pub struct OutputSink {
+    /// The call the chunks belong to.
     pub call: u64,
+    /// The worker's outgoing frames.
     pub tx: tokio::sync::mpsc::Sender<FromWorker>,
 }
 
@@ -79,12 +84,15 @@ impl OutputSink {
 /// One call's context.
 #[derive(Clone, Debug)]
 pub struct ToolContext {
+    /// The worker's configuration.
     pub init: Arc<WorkerInit>,
+    /// Every path the tool opens goes through it.
     pub resolver: Arc<Resolver>,
     /// The supervisor's number for this call.
     pub call: u64,
     /// The client's call id, safe for a file name (artifacts).
     pub name: String,
+    /// Raised when the supervisor cancels the call.
     pub cancel: CancelFlag,
     /// Present when the client asked for `stream: true`.
     pub output: Option<OutputSink>,
@@ -92,17 +100,24 @@ pub struct ToolContext {
     pub deadline: Option<Instant>,
     /// The rule that allowed the call gives its command the host's network.
     pub network: bool,
+    /// The session the call comes from (background processes belong to one).
+    pub session: String,
+    /// The call carries a person's grant: it may act on another session's process.
+    pub takeover: bool,
 }
 
 /// A tool failure with its contract error type.
 #[derive(Clone, Debug, PartialEq, thiserror::Error)]
 #[error("{kind}: {message}")]
 pub struct ToolError {
+    /// The contract error type the client sees.
     pub kind: ErrorType,
+    /// What went wrong, for the model.
     pub message: String,
 }
 
 impl ToolError {
+    /// A failure of this type.
     pub fn new(kind: ErrorType, message: impl Into<String>) -> Self {
         ToolError {
             kind,
@@ -110,12 +125,14 @@ impl ToolError {
         }
     }
 
+    /// The arguments hold a value the tool refuses.
     pub fn invalid(message: impl Into<String>) -> Self {
         Self::new(ErrorType::InvalidParams, message)
     }
 
-    pub fn internal(message: impl Into<String>) -> Self {
-        Self::new(ErrorType::InternalError, message)
+    /// A fault of the worker, not of the call.
+    pub fn internal(message: impl std::fmt::Display) -> Self {
+        Self::new(ErrorType::InternalError, message.to_string())
     }
 }
 

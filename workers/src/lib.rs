@@ -2,7 +2,7 @@
 //!
 //! A worker is the toolvisor binary re-executed as `toolvisor worker --group G`; see
 //! [`worker::main`]. Each group's tools live in their own module: [`search`], [`edit`],
-//! [`exec`]. Paths go through [`paths::Resolver`]; long output through [`truncate`].
+//! [`exec`], [`web`], [`state`] and [`skills`] (the `meta` group). Paths go through [`paths::Resolver`]; long output through [`truncate`].
 
 pub mod context;
 pub mod edit;
@@ -11,7 +11,10 @@ pub mod paths;
 pub mod reap;
 pub mod sandbox;
 pub mod search;
+pub mod skills;
+pub mod state;
 pub mod truncate;
+pub mod web;
 pub mod worker;
 
 pub use context::{CancelFlag, OutputSink, ToolContext, ToolError};

@@ -13,7 +13,9 @@ use toolvisor_protocol::worker::Limits;
 /// Text after truncation, and what was left out (None when nothing was).
 #[derive(Clone, Debug, PartialEq)]
 pub struct Cut {
+    /// The kept text, marker included.
     pub text: String,
+    /// What was left out.
     pub truncated: Option<Truncated>,
 }
 
@@ -177,11 +179,25 @@ pub fn listing(lines: &[String], limits: &Limits) -> Cut {
 /// the first `shell_head` bytes, the marker line, and the last `shell_tail` bytes, cut on
 /// character boundaries. Invalid UTF-8 is converted lossily after cutting.
 pub fn shell(head: &[u8], tail: &[u8], total_bytes: u64, total_lines: u64, limits: &Limits) -> Cut {
+    shell_with(head, tail, (total_bytes, total_lines), limits, &|b| {
+        String::from_utf8_lossy(b).into_owned()
+    })
+}
+
+/// [`shell`], with the kept bytes turned into text by `render` (a terminal's output
+/// loses its escape sequences there). `totals` are (bytes, lines) of the whole output.
+pub fn shell_with(
+    head: &[u8],
+    tail: &[u8],
+    (total_bytes, total_lines): (u64, u64),
+    limits: &Limits,
+    render: &dyn Fn(&[u8]) -> String,
+) -> Cut {
     let captured = (head.len() + tail.len()) as u64;
     if captured >= total_bytes && total_bytes <= limits.shell_max as u64 {
         let mut all = head.to_vec();
         all.extend_from_slice(tail);
-        return Cut::whole(String::from_utf8_lossy(&all).into_owned());
+        return Cut::whole(render(&all));
     }
     let h = &head[..floor_boundary_bytes(head, limits.shell_head)];
     let start = tail.len().saturating_sub(limits.shell_tail);
@@ -189,13 +205,9 @@ pub fn shell(head: &[u8], tail: &[u8], total_bytes: u64, total_lines: u64, limit
     let kept_lines = count_newlines(h) + count_lines(t);
     let omitted_bytes = total_bytes.saturating_sub((h.len() + t.len()) as u64);
     let omitted_lines = total_lines.saturating_sub(kept_lines);
-    let mut cut = with_marker(
-        String::from_utf8_lossy(h).into_owned(),
-        omitted_lines,
-        omitted_bytes,
-    );
+    let mut cut = with_marker(render(h), omitted_lines, omitted_bytes);
     cut.text.push('\n');
-    cut.text.push_str(&String::from_utf8_lossy(t));
+    cut.text.push_str(&render(t));
     cut
 }
 

@@ -10,16 +10,17 @@ use std::os::fd::FromRawFd;
 use std::os::unix::net::UnixStream as StdUnixStream;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
+use toolvisor_protocol::tools;
 
 use serde_json::Value;
-use tokio::io::AsyncWriteExt;
 use tokio::net::UnixStream;
 use tokio::sync::mpsc;
 use toolvisor_protocol::frame;
 use toolvisor_protocol::message::Guards;
 use toolvisor_protocol::worker::{
-    CONTROL_FD, FromWorker, KNOWN_TO_WORKER, Outcome, ToWorker, WorkerInit,
+    AnnouncedTool, CONTROL_FD, FromWorker, KNOWN_TO_WORKER, Outcome, ToWorker, WorkerInit,
 };
+use toolvisor_protocol::writer::write_queued;
 
 use crate::context::{CancelFlag, OutputSink, ToolContext, ToolError};
 use crate::exec::ExecState;
@@ -56,7 +57,10 @@ pub fn main(group: &str) -> i32 {
             return EXIT_CONFIG;
         }
     };
-    let journals = (group == "edit").then(|| crate::edit::temps::prepare(&init.state_dir));
+    let journals = (group == tools::EDIT).then(|| crate::edit::temps::prepare(&init.state_dir));
+    if group == tools::STATE {
+        crate::state::prepare(&init.state_dir);
+    }
     let cgroups = ExecState::cgroups(&init);
     let landlock = crate::sandbox::confine(&init, &cgroups.bases());
     let resolver = match Resolver::new(&init.roots, &init.protected) {
@@ -158,12 +162,12 @@ async fn serve(
     let (tx, rx) = mpsc::channel::<FromWorker>(OUTBOX);
     let writer = tokio::spawn(write_loop(wr, rx));
     let pid = std::process::id();
-    let ready = FromWorker::Ready {
-        pid,
-        guards,
-        tools: None,
-    };
-    if tx.send(ready).await.is_err() {
+    let tools = announced(&init, &resolver);
+    if tx
+        .send(FromWorker::Ready { pid, guards, tools })
+        .await
+        .is_err()
+    {
         return EXIT_SOFTWARE;
     }
     let running: Running = Arc::default();
@@ -196,6 +200,8 @@ async fn serve(
                 stream,
                 timeout_ms,
                 network,
+                session,
+                takeover,
             } => {
                 let cancel = CancelFlag::new();
                 lock(&running).insert(call, cancel.clone());
@@ -211,6 +217,8 @@ async fn serve(
                     }),
                     deadline: timeout_ms.map(|ms| Instant::now() + Duration::from_millis(ms)),
                     network,
+                    session,
+                    takeover,
                 };
                 let job = Job {
                     tool,
@@ -242,9 +250,19 @@ async fn serve(
     0
 }
 
+/// The built-in tools this worker names itself in `ready`: the `meta` worker's
+/// `activate_skill` when it finds skills (found again at every start, so a SIGHUP,
+/// which restarts it, rescans them). Other groups' tools are compiled in.
+fn announced(init: &WorkerInit, resolver: &Resolver) -> Vec<AnnouncedTool> {
+    if init.group != tools::META {
+        return Vec::new();
+    }
+    crate::skills::announce(resolver, &init.skills.paths)
+}
+
 /// What this worker reports as active in `ready` (`status.guards`).
 fn guards(init: &WorkerInit, exec: &ExecState, landlock: Option<u32>) -> Guards {
-    let is_exec = init.group == "exec";
+    let is_exec = init.group == tools::EXEC;
     let s = &init.exec.sandbox;
     let mut protected: Vec<String> = crate::sandbox::protect::names(&s.protected)
         .iter()
@@ -283,27 +301,35 @@ struct Job {
 }
 
 impl Job {
-    /// Start the call: exec tools are async (they wait on processes); the others are
-    /// blocking file work, run on a blocking thread that also sends the `done` itself,
-    /// one thread hand-off less than awaiting it from a task.
+    /// Start the call: exec and web tools are async (they wait on processes and the
+    /// network); the others are blocking file work, run on a blocking thread that also
+    /// sends the `done` itself, one thread hand-off less than awaiting it from a task.
     fn start(self) {
-        if self.ctx.init.group == "exec" {
-            tokio::spawn(self.run_async());
-        } else {
-            tokio::task::spawn_blocking(move || self.run_blocking());
+        match self.ctx.init.group.as_str() {
+            tools::EXEC | tools::WEB => {
+                tokio::spawn(self.run_async());
+            }
+            _ => {
+                tokio::task::spawn_blocking(move || self.run_blocking());
+            }
         }
     }
 
     async fn run_async(self) {
-        let outcome = crate::exec::run(&self.exec, &self.tool, &self.args, &self.ctx).await;
+        let outcome = match self.ctx.init.group.as_str() {
+            tools::WEB => crate::web::run(&self.tool, &self.args, &self.ctx).await,
+            _ => crate::exec::run(&self.exec, &self.tool, &self.args, &self.ctx).await,
+        };
         let tx = self.tx.clone();
         let _ = tx.send(self.done(outcome)).await;
     }
 
     fn run_blocking(self) {
         let run = std::panic::AssertUnwindSafe(|| match self.ctx.init.group.as_str() {
-            "search" => crate::search::run(&self.tool, &self.args, &self.ctx),
-            "edit" => crate::edit::run(&self.tool, &self.args, &self.ctx),
+            tools::SEARCH => crate::search::run(&self.tool, &self.args, &self.ctx),
+            tools::EDIT => crate::edit::run(&self.tool, &self.args, &self.ctx),
+            tools::STATE => crate::state::run(&self.tool, &self.args, &self.ctx),
+            tools::META => crate::skills::run(&self.tool, &self.args, &self.ctx),
             other => ToolError::internal(format!("unknown group {other}")).into(),
         });
         // A tool that panics still answers (the panic message went to stderr).
@@ -328,27 +354,12 @@ fn panicked() -> Outcome {
     ToolError::internal("the tool failed unexpectedly (it panicked)").into()
 }
 
-async fn write_loop(mut wr: tokio::net::unix::OwnedWriteHalf, mut rx: mpsc::Receiver<FromWorker>) {
-    let mut buf = Vec::with_capacity(64 * 1024);
-    while let Some(msg) = rx.recv().await {
-        push(&mut buf, &msg);
-        // Coalesce whatever else is ready into one write.
-        while buf.len() < 256 * 1024 {
-            match rx.try_recv() {
-                Ok(m) => push(&mut buf, &m),
-                Err(_) => break,
-            }
+/// Write the worker's frames to the control socket until the queue closes.
+async fn write_loop(wr: tokio::net::unix::OwnedWriteHalf, rx: mpsc::Receiver<FromWorker>) {
+    write_queued(wr, rx, |out, msg| {
+        if let Err(e) = out.push(&msg) {
+            tracing::error!("worker: cannot encode a frame: {e}");
         }
-        if wr.write_all(&buf).await.is_err() {
-            return;
-        }
-        buf.clear();
-    }
-}
-
-fn push(buf: &mut Vec<u8>, msg: &FromWorker) {
-    match frame::encode(msg) {
-        Ok(bytes) => buf.extend_from_slice(&bytes),
-        Err(e) => tracing::error!("worker: cannot encode a frame: {e}"),
-    }
+    })
+    .await
 }

@@ -29,11 +29,11 @@ def run(make: Callable[[], Awaitable[Any]]) -> Any:
 def test_connect_as_context_manager_and_awaitable(daemon: Daemon) -> None:
     async def body() -> None:
         async with AsyncClient.connect(socket=daemon.socket, client="aio") as tv:
-            assert tv.welcome is not None and tv.welcome.tools == 14
+            assert tv.welcome is not None and tv.welcome.tools == 19
             assert await tv.ping() >= 0
-            assert len(await tv.tools(format="openai")) == 14
+            assert len(await tv.tools(format="openai")) == 19
             st = await tv.status()
-            assert {w.group for w in st.workers} == {"search", "edit", "exec"}
+            assert {w.group for w in st.workers} == {"search", "edit", "exec", "web", "state", "meta"}
             assert all(w.state == "ready" and w.pid for w in st.workers), st.workers
         tv2 = await AsyncClient.connect(socket=daemon.socket)
         assert (await tv2.call("read_file", {"path": "README.md"})).ok

@@ -58,12 +58,12 @@ def test_socket_argument_beats_the_environment_which_beats_the_workspace(
 
 def test_welcome_ping_and_status(tv: Client) -> None:
     w = tv.welcome
-    assert w.protocol == 1 and w.server.startswith("toolvisor/") and w.tools == 14
+    assert w.protocol == 1 and w.server.startswith("toolvisor/") and w.tools == 19
     assert tv.session == w.session and w.session
     assert 0 <= tv.ping() < WAIT
     st = tv.status()
     assert st.uptime_ms > 0
-    assert {w.group for w in st.workers} == {"search", "edit", "exec"}
+    assert {w.group for w in st.workers} == {"search", "edit", "exec", "web", "state", "meta"}
     assert all(w.state == "ready" and w.pid for w in st.workers), st.workers
     assert st.audit["path"].endswith("audit.jsonl") and st.audit["seq"] >= 0
     assert set(st.guards) >= {"landlock", "openat2", "subreaper", "cgroup"}
@@ -72,7 +72,7 @@ def test_welcome_ping_and_status(tv: Client) -> None:
 def test_tools_in_three_formats(tv: Client) -> None:
     native = tv.tools()
     names = [t["name"] for t in native]
-    assert names == sorted(names) and len(names) == 14
+    assert names == sorted(names) and len(names) == 19
     read = next(t for t in native if t["name"] == "read_file")
     assert read["group"] == "search" and read["risk"] == "low" and read["parameters"]["required"] == ["path"]
     shell = next(t for t in native if t["name"] == "run_command")
@@ -85,6 +85,7 @@ def test_tools_in_three_formats(tv: Client) -> None:
         "run_command",
         "list_processes",
         "read_output",
+        "write_input",
         "kill_process",
     }
     with pytest.raises(ValueError):

@@ -13,12 +13,12 @@ use std::time::Duration;
 
 use rmcp::model::{
     ClientCapabilities, ClientConfig, ElicitRequestParams, ElicitResult, ElicitationAction,
-    Implementation, Tool,
+    Implementation,
 };
 use rmcp::service::{NotificationContext, RequestContext, RunningService};
 use rmcp::{ClientHandler, ErrorData, RoleClient, ServiceExt};
 use tokio::sync::mpsc;
-use toolvisor_protocol::worker::{AnnouncedTool, McpServerInit};
+use toolvisor_protocol::worker::McpServerInit;
 
 /// The running client session with the server.
 pub type Session = RunningService<RoleClient, Handler>;
@@ -127,31 +127,4 @@ fn spawn(
         tracing::warn!("the MCP server exited: {status:?}");
     });
     Ok((stdout, stdin))
-}
-
-/// Most tools announced at once: a frame must hold them (the daemon offers fewer still).
-const MAX_ANNOUNCED: usize = 4096;
-
-/// The server's tools, in the worker protocol's shape.
-pub fn announce(tools: Vec<Tool>) -> Vec<AnnouncedTool> {
-    if tools.len() > MAX_ANNOUNCED {
-        tracing::warn!(
-            "the server lists {} tools; only the first {MAX_ANNOUNCED} are announced",
-            tools.len()
-        );
-    }
-    tools
-        .into_iter()
-        .take(MAX_ANNOUNCED)
-        .map(|t| AnnouncedTool {
-            name: t.name.to_string(),
-            title: t.title,
-            description: t.description.map(|d| d.to_string()).unwrap_or_default(),
-            input_schema: serde_json::Value::Object((*t.input_schema).clone()),
-            output_schema: t
-                .output_schema
-                .map(|s| serde_json::Value::Object((*s).clone())),
-            annotations: t.annotations.and_then(|a| serde_json::to_value(a).ok()),
-        })
-        .collect()
 }

@@ -3,32 +3,37 @@
 //!
 //! It reads `init` on its control socket (fd 3), starts the server (or opens its HTTP
 //! session) and lists its tools within the start-up deadline, and says `ready` with
-//! those tools. Then each `run` becomes a `tools/call` and each `cancel` a
-//! `notifications/cancelled`; a `notifications/tools/list_changed` (however many come
-//! at once) becomes one new `tools/list`, sent on as `tools_changed` when it differs.
+//! those tools, named `NAME__TOOL` ([`catalog`]). Then each `run` becomes a
+//! `tools/call` and each `cancel` a `notifications/cancelled`; a
+//! `notifications/tools/list_changed` (however many come at once) becomes one new
+//! `tools/list`, sent on as a `tools` frame when it differs.
 //! When the server goes away (it exited, the session broke), the worker exits and the
 //! supervisor restarts it like any other.
 
+mod catalog;
 mod downstream;
 mod outcome;
 
 use std::collections::HashMap;
 use std::os::fd::FromRawFd;
 use std::os::unix::net::UnixStream as StdUnixStream;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
 
 use rmcp::model::{CallToolRequest, CallToolRequestParams, ClientRequest, ServerResult};
 use rmcp::service::PeerRequestOptions;
 use rmcp::{Peer, RoleClient};
-use tokio::io::AsyncWriteExt;
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 use toolvisor_protocol::message::Guards;
 use toolvisor_protocol::worker::{
-    AnnouncedTool, CONTROL_FD, FromWorker, KNOWN_TO_WORKER, Outcome, ToWorker, WorkerInit,
+    AnnouncedTool, CONTROL_FD, FromWorker, KNOWN_TO_WORKER, McpServerInit, Outcome, ToWorker,
+    WorkerInit,
 };
+use toolvisor_protocol::writer::write_queued;
 use toolvisor_protocol::{ErrorBody, ErrorType, frame};
+
+use catalog::{Catalog, Listed};
 
 /// Exit code for a configuration error: the supervisor does not restart on it.
 const EXIT_CONFIG: i32 = 78;
@@ -76,6 +81,9 @@ pub fn main(group: &str) -> i32 {
 /// Calls running on the server, by the supervisor's call number.
 type Running = Arc<Mutex<HashMap<u64, CancellationToken>>>;
 
+/// The tools announced last: a `run` names one of them.
+type Current = Arc<RwLock<Arc<Catalog>>>;
+
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())
 }
@@ -93,7 +101,7 @@ async fn serve(control: StdUnixStream, init: WorkerInit) -> i32 {
         }
     };
     let deadline = Duration::from_millis(server.startup_timeout_ms);
-    let tools = match list(session.peer(), deadline).await {
+    let listed = match list(session.peer(), &server, deadline).await {
         Ok(t) => t,
         Err(e) => {
             tracing::error!(group = %group, "MCP server `{}`: tools/list: {e}", server.name);
@@ -113,10 +121,12 @@ async fn serve(control: StdUnixStream, init: WorkerInit) -> i32 {
     let (mut rd, wr) = stream.into_split();
     let (tx, rx) = mpsc::channel::<FromWorker>(256);
     let writer = tokio::spawn(write_loop(wr, rx));
+    let current: Current = Arc::new(RwLock::new(listed.catalog));
+    let tools = listed.announced;
     let ready = FromWorker::Ready {
         pid: std::process::id(),
         guards: Guards::default(),
-        tools: Some(tools.clone()),
+        tools: tools.clone(),
     };
     if tx.send(ready).await.is_err() {
         return EXIT_SERVER;
@@ -129,7 +139,17 @@ async fn serve(control: StdUnixStream, init: WorkerInit) -> i32 {
     let peer = session.peer().clone();
     let closed = session.cancellation_token();
     let mut gone = Box::pin(session.waiting());
-    let relister = tokio::spawn(relist(peer.clone(), changed, tools, tx.clone(), deadline));
+    let relister = tokio::spawn(relist(
+        Relist {
+            peer: peer.clone(),
+            server: server.clone(),
+            current: current.clone(),
+            tx: tx.clone(),
+            deadline,
+        },
+        changed,
+        tools,
+    ));
     let code = loop {
         tokio::select! {
             body = frame::read_frame(&mut rd, max) => {
@@ -143,7 +163,7 @@ async fn serve(control: StdUnixStream, init: WorkerInit) -> i32 {
                 };
                 match msg {
                     Ok(ToWorker::Shutdown) => break 0,
-                    Ok(m) => on_message(m, &peer, &running, &tx, &init),
+                    Ok(m) => on_message(m, &peer, &running, &current, &tx, &init),
                     Err(e) => tracing::error!(group = %group, "worker: bad frame from supervisor: {e}"),
                 }
             }
@@ -168,20 +188,25 @@ async fn serve(control: StdUnixStream, init: WorkerInit) -> i32 {
     code
 }
 
-/// On each `list_changed` (floods collapse into one pending notice), list the tools
-/// again and send them on when they differ; at most one list per [`RELIST_EVERY`].
-async fn relist(
+/// What [`relist`] works with.
+struct Relist {
     peer: Peer<RoleClient>,
-    mut changed: mpsc::Receiver<()>,
-    mut announced: Vec<AnnouncedTool>,
+    server: McpServerInit,
+    current: Current,
     tx: mpsc::Sender<FromWorker>,
     deadline: Duration,
-) {
+}
+
+/// On each `list_changed` (floods collapse into one pending notice), list the tools
+/// again and send them on when they differ; at most one list per [`RELIST_EVERY`].
+async fn relist(r: Relist, mut changed: mpsc::Receiver<()>, mut announced: Vec<AnnouncedTool>) {
     while changed.recv().await.is_some() {
-        match list(&peer, deadline).await {
-            Ok(tools) if tools != announced => {
-                announced = tools.clone();
-                if tx.send(FromWorker::ToolsChanged { tools }).await.is_err() {
+        match list(&r.peer, &r.server, r.deadline).await {
+            Ok(listed) if listed.announced != announced => {
+                announced = listed.announced.clone();
+                *r.current.write().unwrap_or_else(|p| p.into_inner()) = listed.catalog;
+                let tools = listed.announced;
+                if r.tx.send(FromWorker::Tools { tools }).await.is_err() {
                     return;
                 }
             }
@@ -193,19 +218,29 @@ async fn relist(
     }
 }
 
-/// Every tool of the server (all pages), within `deadline`.
-async fn list(peer: &Peer<RoleClient>, deadline: Duration) -> Result<Vec<AnnouncedTool>, String> {
-    match tokio::time::timeout(deadline, peer.list_all_tools()).await {
-        Ok(Ok(tools)) => Ok(downstream::announce(tools)),
-        Ok(Err(e)) => Err(e.to_string()),
-        Err(_) => Err(format!("no answer within {deadline:?}")),
+/// Every tool of the server (all pages), within `deadline`, as announced.
+async fn list(
+    peer: &Peer<RoleClient>,
+    server: &McpServerInit,
+    deadline: Duration,
+) -> Result<Listed, String> {
+    let tools = match tokio::time::timeout(deadline, peer.list_all_tools()).await {
+        Ok(Ok(tools)) => tools,
+        Ok(Err(e)) => return Err(e.to_string()),
+        Err(_) => return Err(format!("no answer within {deadline:?}")),
+    };
+    let listed = catalog::build(server, tools);
+    for w in &listed.warnings {
+        tracing::warn!("MCP server `{}`: {w}", server.name);
     }
+    Ok(listed)
 }
 
 fn on_message(
     msg: ToWorker,
     peer: &Peer<RoleClient>,
     running: &Running,
+    current: &Current,
     tx: &mpsc::Sender<FromWorker>,
     init: &WorkerInit,
 ) {
@@ -216,9 +251,20 @@ fn on_message(
             let cancel = CancellationToken::new();
             lock(running).insert(call, cancel.clone());
             let (peer, running, tx) = (peer.clone(), running.clone(), tx.clone());
+            let catalog = current.read().unwrap_or_else(|p| p.into_inner()).clone();
             let limits = init.limits.clone();
             tokio::spawn(async move {
-                let mut o = call_tool(&peer, tool, args, &cancel).await;
+                let mut o = match catalog.find(&tool) {
+                    Some(served) => {
+                        let mut o = call_tool(&peer, served.original.clone(), args, &cancel).await;
+                        served.check_output(&mut o);
+                        o
+                    }
+                    None => Outcome::err(ErrorBody::new(
+                        ErrorType::McpToolError,
+                        format!("the server no longer offers `{tool}`"),
+                    )),
+                };
                 outcome::fit(&mut o, &limits);
                 lock(&running).remove(&call);
                 let _ = tx.send(FromWorker::Done { call, outcome: o }).await;
@@ -291,15 +337,11 @@ fn crashed(why: &str) -> Outcome {
     ))
 }
 
-async fn write_loop(mut wr: tokio::net::unix::OwnedWriteHalf, mut rx: mpsc::Receiver<FromWorker>) {
-    while let Some(msg) = rx.recv().await {
-        match frame::encode(&msg) {
-            Ok(bytes) => {
-                if wr.write_all(&bytes).await.is_err() {
-                    return;
-                }
-            }
-            Err(e) => tracing::error!("worker: cannot encode a frame: {e}"),
+async fn write_loop(wr: tokio::net::unix::OwnedWriteHalf, rx: mpsc::Receiver<FromWorker>) {
+    write_queued(wr, rx, |out, msg| {
+        if let Err(e) = out.push(&msg) {
+            tracing::error!("worker: cannot encode a frame: {e}");
         }
-    }
+    })
+    .await
 }

@@ -68,12 +68,19 @@ pub fn seal(
 /// What a well-formed line says about itself.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Sealed {
+    /// Its place in the chain.
     pub seq: u64,
+    /// When it was committed.
     pub ts: String,
+    /// Its `kind`.
     pub kind: String,
+    /// The previous record's hash.
     pub prev: String,
+    /// Its own hash, over its canonical bytes.
     pub hash: String,
+    /// The call it is about, if any.
     pub call_id: Option<String>,
+    /// The trace it belongs to, if any.
     pub trace_id: Option<String>,
 }
 

@@ -1,4 +1,4 @@
-//! The audit log (DESIGN §7, docs/AUDIT.md): one writer thread owns
+//! The audit log (docs/AUDIT.md): one writer thread owns
 //! `<state_dir>/audit.jsonl`, a SHA-256 hash chain makes changes visible, group commit
 //! makes every record durable before its caller goes on, and the log fails closed.
 //!
@@ -53,7 +53,9 @@ pub enum AuditError {
     /// Opening or repairing the log failed.
     #[error("audit log {path}: {source}")]
     Io {
+        /// The file or directory.
         path: PathBuf,
+        /// What the system said.
         #[source]
         source: std::io::Error,
     },
@@ -199,6 +201,12 @@ impl Audit {
     /// active file is not rolled.
     pub fn rotate(&self) {
         let _ = self.inner.tx.send(Cmd::Rotate);
+    }
+
+    /// Applies new `[audit]` settings (`fsync`, `max_bytes`) from the next commit on
+    /// (SIGHUP).
+    pub fn reconfigure(&self, cfg: &AuditConfig) {
+        let _ = self.inner.tx.send(Cmd::Configure(cfg.clone()));
     }
 
     /// Flushes, stops the writer and joins its thread. Later appends get `Closed`.

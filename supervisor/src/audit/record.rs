@@ -1,10 +1,11 @@
-//! Typed audit records (DESIGN §7). Callers build a struct and hand it to
+//! Typed audit records (docs/AUDIT.md). Callers build a struct and hand it to
 //! [`super::Audit::record`]; the field names live here only, so a misspelt field is a
 //! compile error rather than a record no tool can query.
 
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, SystemTime};
 
 use serde_json::{Map, Value, json};
+use toolvisor_protocol::time::rfc3339_millis;
 
 use super::{canonical, redact};
 
@@ -15,37 +16,6 @@ pub trait Record {
     const KIND: &'static str;
     /// The record's own fields.
     fn fields(&self) -> Map<String, Value>;
-}
-
-/// `ts` and every other time in the log: RFC 3339, UTC, milliseconds
-/// (`2026-08-07T12:34:56.789Z`). Times before 1970 print as the epoch.
-pub fn rfc3339_millis(t: SystemTime) -> String {
-    let d = t.duration_since(UNIX_EPOCH).unwrap_or_default();
-    let secs = d.as_secs();
-    let (y, m, day) = civil_from_days((secs / 86_400) as i64);
-    let sod = secs % 86_400;
-    format!(
-        "{y:04}-{m:02}-{day:02}T{:02}:{:02}:{:02}.{:03}Z",
-        sod / 3600,
-        sod % 3600 / 60,
-        sod % 60,
-        d.subsec_millis()
-    )
-}
-
-/// Days since 1970-01-01 → (year, month, day), proleptic Gregorian (H. Hinnant's
-/// `civil_from_days`), so no date crate is needed for one formatter.
-fn civil_from_days(days: i64) -> (i64, u32, u32) {
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z.rem_euclid(146_097);
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let d = doy - (153 * mp + 2) / 5 + 1;
-    let m = if mp < 10 { mp + 3 } else { mp - 9 };
-    let y = yoe + era * 400 + i64::from(m <= 2);
-    (y, m as u32, d as u32)
 }
 
 fn obj(v: Value) -> Map<String, Value> {
@@ -60,6 +30,7 @@ fn obj(v: Value) -> Map<String, Value> {
 pub struct PolicyVerdict<'a> {
     /// `allow`, `deny` or `ask`.
     pub decision: &'a str,
+    /// Why, in words (masked like the arguments: it may quote the command).
     pub reason: &'a str,
     /// The rule that decided, if one did (null for the mode's default).
     pub rule: Option<&'a str>,
@@ -69,12 +40,19 @@ pub struct PolicyVerdict<'a> {
 /// a hash and a redacted preview.
 #[derive(Clone, Debug)]
 pub struct Requested<'a> {
+    /// The client's trace id, tying calls together (empty when none was given).
     pub trace_id: &'a str,
+    /// The call's id as the client sent it.
     pub call_id: &'a str,
+    /// The session the call came from.
     pub session: &'a str,
+    /// The client's name from `hello`.
     pub client: &'a str,
+    /// The tool's canonical name (an alias is resolved).
     pub tool: &'a str,
+    /// The arguments; only their hash and a redacted preview are written.
     pub args: &'a Value,
+    /// What the policy decided, and why.
     pub policy: PolicyVerdict<'a>,
 }
 
@@ -103,8 +81,11 @@ impl Record for Requested<'_> {
 /// no `requested`/`completed` pair.
 #[derive(Clone, Debug)]
 pub struct Rejected<'a> {
+    /// The call as it was asked for.
     pub call: Requested<'a>,
+    /// The status the client got (`error`, `denied`).
     pub status: &'a str,
+    /// The error type the client got.
     pub error_type: &'a str,
 }
 
@@ -121,21 +102,32 @@ impl Record for Rejected<'_> {
 /// The worker that ran a call.
 #[derive(Clone, Debug)]
 pub struct WorkerRef<'a> {
+    /// Its group.
     pub group: &'a str,
+    /// The process the supervisor spawned (none if it was gone before the call ended).
     pub pid: Option<u32>,
 }
 
 /// `completed`: durable before the client gets the result.
 #[derive(Clone, Debug)]
 pub struct Completed<'a> {
+    /// The call's id, pairing this record with its `requested`.
     pub call_id: &'a str,
+    /// The status the client got.
     pub status: &'a str,
+    /// The error type, when the call failed.
     pub error_type: Option<&'a str>,
+    /// The first line of the output or error (masked: it can echo a secret).
     pub summary: &'a str,
+    /// When the call was received.
     pub started_at: SystemTime,
+    /// When its result was ready.
     pub ended_at: SystemTime,
+    /// Where it ran, if it reached a worker.
     pub worker: Option<WorkerRef<'a>>,
+    /// The size of what the tool produced, before truncation.
     pub output_bytes: u64,
+    /// Whether the result was cut.
     pub truncated: bool,
 }
 
@@ -182,10 +174,15 @@ pub(crate) fn interrupted(call_id: &str, requested_at: &str) -> Map<String, Valu
 /// `confirm_requested`: a person was asked to approve a call.
 #[derive(Clone, Debug)]
 pub struct ConfirmRequested<'a> {
+    /// The client's trace id (empty when none).
     pub trace_id: &'a str,
+    /// The call waiting for the answer.
     pub call_id: &'a str,
+    /// Its tool.
     pub tool: &'a str,
+    /// Why it asks (masked: it may quote the command).
     pub reason: &'a str,
+    /// The rule that asked, if a rule did (else the mode did).
     pub rule: Option<&'a str>,
 }
 
@@ -199,18 +196,31 @@ impl Record for ConfirmRequested<'_> {
     }
 }
 
-/// `confirm_answered`: the answer (`approved`, `denied`, `timeout`, `withdrawn`) and who gave it.
+/// `confirm_answered`: the answer (`approved`, `denied`, `timeout`, `withdrawn`) and who
+/// gave it: the answering session (`by`) and its client (`by_client`), or `by` =
+/// `timeout` (nobody answered in time) or `cancel` (the call was cancelled or its
+/// session closed).
 #[derive(Clone, Debug)]
 pub struct ConfirmAnswered<'a> {
+    /// The call that was waiting.
     pub call_id: &'a str,
+    /// `approved`, `denied`, `timeout`, or `withdrawn` (the call or its session ended
+    /// first).
     pub answer: &'a str,
+    /// Who answered: the answering session, `timeout` or `cancel`.
     pub by: &'a str,
+    /// The answering session's client name, when a session answered.
+    pub by_client: Option<&'a str>,
 }
 
 impl Record for ConfirmAnswered<'_> {
     const KIND: &'static str = "confirm_answered";
     fn fields(&self) -> Map<String, Value> {
-        obj(json!({"call_id": self.call_id, "answer": self.answer, "by": self.by}))
+        let mut m = obj(json!({"call_id": self.call_id, "answer": self.answer, "by": self.by}));
+        if let Some(c) = self.by_client {
+            m.insert("by_client".into(), Value::String(c.to_owned()));
+        }
+        m
     }
 }
 
@@ -218,12 +228,19 @@ impl Record for ConfirmAnswered<'_> {
 /// whoever can read the log must not be able to use a grant.
 #[derive(Clone, Debug)]
 pub struct GrantIssued<'a> {
+    /// A fingerprint of the token.
     pub grant_id: &'a str,
+    /// The tools it covers.
     pub tools: &'a [String],
+    /// The trace it is limited to, if any.
     pub trace_id: Option<&'a str>,
+    /// The path prefixes it is limited to (empty: any path).
     pub paths: &'a [String],
+    /// When it stops working.
     pub expires_at: SystemTime,
+    /// Whether it survives its first use.
     pub reusable: bool,
+    /// The session that asked for it.
     pub issued_by: &'a str,
 }
 
@@ -241,8 +258,11 @@ impl Record for GrantIssued<'_> {
 /// `grant_used`: a call passed an `ask` with a grant.
 #[derive(Clone, Debug)]
 pub struct GrantUsed<'a> {
+    /// The grant's fingerprint.
     pub grant_id: &'a str,
+    /// The call it let through.
     pub call_id: &'a str,
+    /// The call's tool.
     pub tool: &'a str,
 }
 
@@ -256,8 +276,11 @@ impl Record for GrantUsed<'_> {
 /// `worker_started`.
 #[derive(Clone, Debug)]
 pub struct WorkerStarted<'a> {
+    /// Its group.
     pub group: &'a str,
+    /// Its slot in the group.
     pub index: usize,
+    /// The process the supervisor spawned.
     pub pid: u32,
 }
 
@@ -271,11 +294,18 @@ impl Record for WorkerStarted<'_> {
 /// `worker_exited`: exit `code` or `signal` (one of them is null).
 #[derive(Clone, Debug)]
 pub struct WorkerExited<'a> {
+    /// Its group.
     pub group: &'a str,
+    /// Its slot in the group.
     pub index: usize,
+    /// The process that ended.
     pub pid: u32,
+    /// Its exit code, if it exited.
     pub code: Option<i32>,
+    /// The signal that killed it, if one did.
     pub signal: Option<i32>,
+    /// Why: `crashed`, `not_ready`, `operator_restart`, `reload`, `memory`, `shutdown`,
+    /// `retired`.
     pub reason: &'a str,
 }
 
@@ -292,9 +322,13 @@ impl Record for WorkerExited<'_> {
 /// `supervisor_started`.
 #[derive(Clone, Debug)]
 pub struct SupervisorStarted<'a> {
+    /// The supervisor's pid.
     pub pid: u32,
+    /// toolvisor's version.
     pub version: &'a str,
+    /// The workspace it serves.
     pub workspace: &'a str,
+    /// The instance marker every command of this run carries (to find leftovers later).
     pub instance_id: &'a str,
 }
 
@@ -311,6 +345,7 @@ impl Record for SupervisorStarted<'_> {
 /// `supervisor_stopped`: why (`SIGTERM`, `SIGINT`, …).
 #[derive(Clone, Debug)]
 pub struct SupervisorStopped<'a> {
+    /// Why it stopped.
     pub reason: &'a str,
 }
 
@@ -324,7 +359,9 @@ impl Record for SupervisorStopped<'_> {
 /// `config_reloaded`: `config_sha256` lets an operator tie behaviour to a file version.
 #[derive(Clone, Debug)]
 pub struct ConfigReloaded<'a> {
+    /// The configuration file read.
     pub path: &'a str,
+    /// Its content's hash.
     pub config_sha256: &'a str,
 }
 
@@ -338,7 +375,9 @@ impl Record for ConfigReloaded<'_> {
 /// `config_reload_failed`: the old config stays in force.
 #[derive(Clone, Debug)]
 pub struct ConfigReloadFailed<'a> {
+    /// The configuration file read.
     pub path: &'a str,
+    /// Why it was refused.
     pub error: &'a str,
 }
 
@@ -346,6 +385,24 @@ impl Record for ConfigReloadFailed<'_> {
     const KIND: &'static str = "config_reload_failed";
     fn fields(&self) -> Map<String, Value> {
         obj(json!({"path": self.path, "error": self.error}))
+    }
+}
+
+/// `tools_changed`: a group's worker announced a different set of tools (an MCP
+/// server's first list or its `list_changed`, an external worker's `tools`, skills
+/// found or gone).
+#[derive(Clone, Debug)]
+pub struct ToolsChanged<'a> {
+    /// The group (`mcp:github`, `meta`, an external group).
+    pub group: &'a str,
+    /// The names of its tools now, sorted.
+    pub tools: &'a [String],
+}
+
+impl Record for ToolsChanged<'_> {
+    const KIND: &'static str = "tools_changed";
+    fn fields(&self) -> Map<String, Value> {
+        obj(json!({"group": self.group, "tools": self.tools}))
     }
 }
 
@@ -359,35 +416,12 @@ pub(crate) fn recovered(reason: &str, details: Value) -> Map<String, Value> {
 
 #[cfg(test)]
 mod tests {
+    use std::time::UNIX_EPOCH;
+
     use super::*;
 
     fn at(secs: u64, ms: u64) -> SystemTime {
         UNIX_EPOCH + Duration::from_secs(secs) + Duration::from_millis(ms)
-    }
-
-    #[test]
-    fn timestamps_are_rfc3339_utc_millis() {
-        assert_eq!(rfc3339_millis(at(0, 0)), "1970-01-01T00:00:00.000Z");
-        assert_eq!(
-            rfc3339_millis(at(951_782_400, 7)),
-            "2000-02-29T00:00:00.007Z"
-        );
-        assert_eq!(
-            rfc3339_millis(at(1_700_000_000, 999)),
-            "2023-11-14T22:13:20.999Z"
-        );
-        assert_eq!(
-            rfc3339_millis(at(4_107_542_399, 0)),
-            "2100-02-28T23:59:59.000Z"
-        );
-        assert_eq!(
-            rfc3339_millis(at(1_709_164_800, 0)),
-            "2024-02-29T00:00:00.000Z"
-        );
-        assert_eq!(
-            rfc3339_millis(at(1_735_689_599, 0)),
-            "2024-12-31T23:59:59.000Z"
-        );
     }
 
     #[test]

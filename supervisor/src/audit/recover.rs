@@ -1,5 +1,6 @@
-//! Recovery at open (DESIGN §7): cut a torn tail, complete interrupted calls, and set
-//! aside a segment whose chain is broken or that `audit.head` shows was cut short.
+//! Recovery at open (docs/AUDIT.md "Recovery at start"): cut a torn tail, complete
+//! interrupted calls, and set aside a segment whose chain is broken or that
+//! `audit.head` shows was cut short.
 //! Damage is recorded in the log itself (`recovered`) and returned to the caller;
 //! a damaged file is renamed, never rewritten.
 
@@ -13,7 +14,7 @@ use serde_json::{Value, json};
 
 use super::chain::{GENESIS, sha256_hex};
 use super::record;
-use super::segments::{self, Head};
+use super::segments::{self, Head, HeadError};
 use super::verify::{self, Entry, Link, Problem, Scan};
 use super::writer::{Pending, Shared, Writer, file_name};
 use super::{AuditError, io_err};
@@ -33,7 +34,7 @@ pub struct Recovery {
     /// The damaged active file, renamed to this rotated-segment name.
     pub set_aside: Option<PathBuf>,
     /// `audit.head` could not be read.
-    pub head_unreadable: Option<String>,
+    pub head_unreadable: Option<HeadError>,
     /// The last seq after recovery's own records.
     pub last_seq: u64,
 }

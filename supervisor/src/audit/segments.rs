@@ -83,20 +83,37 @@ pub fn sync_dir(dir: &Path) -> io::Result<()> {
 /// What `audit.head` says.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Head {
+    /// The last committed record's `seq`.
     pub seq: u64,
+    /// Its hash.
     pub hash: String,
+}
+
+/// Why `audit.head` could not be used. Never fatal: the head only lets recovery and
+/// verify notice a log cut short, so an unusable one is reported and passed over. The
+/// causes are kept as text so two reports of the same problem compare equal.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum HeadError {
+    /// The file exists but could not be read.
+    #[error("cannot read {HEAD}: {0}")]
+    Unreadable(String),
+    /// The file is not JSON (a torn write).
+    #[error("{HEAD} is not JSON: {0}")]
+    NotJson(String),
+    /// JSON, but without a numeric `seq` and a string `hash`.
+    #[error("{HEAD} lacks seq or hash")]
+    Incomplete,
 }
 
 /// Reads `audit.head`; `Ok(None)` when there is none yet, `Err` when it is unreadable
 /// or not `{"hash":…,"seq":…}`.
-pub fn read_head(dir: &Path) -> Result<Option<Head>, String> {
+pub fn read_head(dir: &Path) -> Result<Option<Head>, HeadError> {
     let bytes = match fs::read(dir.join(HEAD)) {
         Ok(b) => b,
         Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
-        Err(e) => return Err(format!("cannot read {HEAD}: {e}")),
+        Err(e) => return Err(HeadError::Unreadable(e.to_string())),
     };
-    let v: Value =
-        serde_json::from_slice(&bytes).map_err(|e| format!("{HEAD} is not JSON: {e}"))?;
+    let v: Value = serde_json::from_slice(&bytes).map_err(|e| HeadError::NotJson(e.to_string()))?;
     let seq = v.get("seq").and_then(Value::as_u64);
     let hash = v.get("hash").and_then(Value::as_str);
     match (seq, hash) {
@@ -104,7 +121,7 @@ pub fn read_head(dir: &Path) -> Result<Option<Head>, String> {
             seq,
             hash: hash.to_owned(),
         })),
-        _ => Err(format!("{HEAD} lacks seq or hash")),
+        _ => Err(HeadError::Incomplete),
     }
 }
 

@@ -681,3 +681,28 @@ async fn throughput() {
     }
     a.close().await;
 }
+
+#[tokio::test]
+async fn new_settings_apply_from_the_next_commit() {
+    let dir = tempfile::tempdir().unwrap();
+    let (a, _) = Audit::open(dir.path(), &cfg()).unwrap();
+    for i in 0..5 {
+        request(&a, &format!("c{i}")).await;
+    }
+    assert_eq!(segments::all(dir.path()).unwrap().len(), 1);
+    let syncs = a.fsync_count();
+    a.reconfigure(&AuditConfig {
+        fsync: Fsync::Never,
+        max_bytes: 200,
+    });
+    for i in 5..10 {
+        request(&a, &format!("c{i}")).await;
+    }
+    assert_eq!(a.fsync_count(), syncs, "fsync = never from now on");
+    a.close().await;
+    assert!(
+        segments::all(dir.path()).unwrap().len() > 1,
+        "the smaller max_bytes rolls the log"
+    );
+    assert_eq!(verify(dir.path()).0, 0);
+}

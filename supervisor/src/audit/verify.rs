@@ -14,18 +14,26 @@ use super::segments::{self, Head};
 /// too damaged to read), and the next `prev` is taken on trust.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Link {
+    /// Its `seq`.
     pub seq: u64,
+    /// Its `hash` (empty: unknown).
     pub hash: String,
 }
 
 /// One good record, as much as recovery and `tail` need.
 #[derive(Clone, Debug)]
 pub struct Entry {
+    /// Its place in the chain.
     pub seq: u64,
+    /// Its hash (the next record's `prev`).
     pub hash: String,
+    /// Its `kind` (`requested`, `completed`, …).
     pub kind: String,
+    /// When it was committed.
     pub ts: String,
+    /// The call it is about, if any (recovery pairs `requested` with `completed` by it).
     pub call_id: Option<String>,
+    /// The trace it belongs to, if any (`tail --trace`).
     pub trace_id: Option<String>,
     /// Byte offset just past this record's newline.
     pub end: u64,
@@ -35,8 +43,11 @@ pub struct Entry {
 /// should have), else the seq it claims.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Fault {
+    /// Where in the chain.
     pub seq: u64,
+    /// Where in the file (the line's first byte).
     pub offset: u64,
+    /// What is wrong with it.
     pub detail: String,
 }
 
@@ -44,15 +55,20 @@ pub struct Fault {
 /// or a last line that is not JSON).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Torn {
+    /// Where the torn part starts.
     pub offset: u64,
+    /// How many bytes it has.
     pub len: u64,
 }
 
 /// The result of reading one segment.
 #[derive(Clone, Debug, Default)]
 pub struct Scan {
+    /// The good records, in order.
     pub entries: Vec<Entry>,
+    /// The damaged ones.
     pub faults: Vec<Fault>,
+    /// A torn tail, if the segment ends in one.
     pub torn: Option<Torn>,
 }
 
@@ -182,18 +198,26 @@ fn describe(f: &LineFault) -> String {
 /// A problem found by [`verify_dir`], in the file it was found in.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Problem {
+    /// The segment.
     pub file: PathBuf,
+    /// What is wrong, and where.
     pub fault: Fault,
 }
 
 /// Everything `verify` learnt.
 #[derive(Clone, Debug, Default)]
 pub struct Report {
+    /// Damage to the log itself: `verify` fails when there is any.
     pub problems: Vec<Problem>,
+    /// What is worth knowing but is not damage (an unreadable `audit.head`).
     pub warnings: Vec<String>,
+    /// Good records read.
     pub records: u64,
+    /// Segment files read.
     pub segments: usize,
+    /// The oldest `seq` still on disk.
     pub first_seq: Option<u64>,
+    /// The newest.
     pub last_seq: Option<u64>,
 }
 
@@ -240,7 +264,7 @@ fn read_head_noting(dir: &Path, report: &mut Report) -> Option<Head> {
     match segments::read_head(dir) {
         Ok(h) => h,
         Err(e) => {
-            report.warnings.push(e);
+            report.warnings.push(e.to_string());
             None
         }
     }

@@ -17,7 +17,9 @@ use tokio::sync::oneshot;
 
 use super::AuditError;
 use super::chain::{self, RESERVED};
-use super::record::{self, rfc3339_millis};
+use toolvisor_protocol::time::rfc3339_millis;
+
+use super::record;
 use super::segments;
 use super::verify::Link;
 use crate::config::{AuditConfig, Fsync};
@@ -56,6 +58,8 @@ pub(crate) enum Cmd {
     Append(Pending),
     Rotate,
     Close(oneshot::Sender<()>),
+    /// New `[audit]` settings (a reload): they apply from the next commit on.
+    Configure(AuditConfig),
 }
 
 /// One record waiting to be committed. `reply` is `None` for the log's own records
@@ -140,6 +144,10 @@ impl Writer {
                     Cmd::Append(p) => batch.push(p),
                     Cmd::Rotate => rotate = true,
                     Cmd::Close(tx) => close = Some(tx),
+                    Cmd::Configure(cfg) => {
+                        self.fsync = cfg.fsync;
+                        self.max_bytes = cfg.max_bytes.max(1);
+                    }
                 }
                 if close.is_none() && batch.len() < MAX_BATCH {
                     cmd = rx.try_recv().ok();

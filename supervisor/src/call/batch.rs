@@ -24,7 +24,6 @@ use toolvisor_protocol::tools::Risk;
 
 use crate::call::router::{SessionInfo, internal_result};
 use crate::config::Action;
-use crate::policy::CallFacts;
 use crate::service::Service;
 
 /// Hands one call's result to its session (which unregisters the id, then sends it).
@@ -32,7 +31,9 @@ pub type Deliver = Arc<dyn Fn(ToolResult) + Send + Sync>;
 
 /// One call of a batch with its own cancellation token (a child of the batch's).
 pub struct BatchCall {
+    /// The call.
     pub req: CallRequest,
+    /// Cancelled with the batch, or for this call alone.
     pub cancel: CancellationToken,
 }
 
@@ -50,7 +51,10 @@ impl Service {
         let _open = self.open_call();
         let ids: Vec<Id> = calls.iter().map(|c| c.req.id.clone()).collect();
         self.publish_batch("batch_started", &session, &id, &ids);
-        let together: Vec<bool> = calls.iter().map(|c| self.may_overlap(&c.req)).collect();
+        let together: Vec<bool> = calls
+            .iter()
+            .map(|c| self.may_overlap(&session, &c.req))
+            .collect();
         let mut calls = calls.into_iter();
         for seg in segments(&together) {
             let part: Vec<BatchCall> = calls.by_ref().take(seg.len()).collect();
@@ -61,14 +65,12 @@ impl Service {
 
     /// Whether a call may run alongside its neighbours: it fails validation (it ends
     /// at once), or the policy allows it outright at low risk (nobody will be asked).
-    pub fn may_overlap(&self, req: &CallRequest) -> bool {
-        if self.admit(req).is_err() {
+    pub fn may_overlap(&self, session: &SessionInfo, req: &CallRequest) -> bool {
+        let Ok(tool) = self.admit(req) else {
             return true;
-        }
-        let d = self.policy().decide(&CallFacts {
-            tool: &req.tool,
-            args: &req.args,
-        });
+        };
+        let base = session.familiar.base_risk(&tool, &req.args);
+        let d = self.policy().decide_at(&tool, &req.args, base);
         d.action == Action::Allow && d.risk == Risk::Low
     }
 
@@ -113,7 +115,7 @@ impl Service {
             "ids".into(),
             serde_json::to_value(ids).unwrap_or(Value::Null),
         );
-        self.events.publish(Topic::Calls, name, m);
+        self.events().publish(Topic::Calls, name, m);
     }
 }
 

@@ -1,6 +1,7 @@
-//! Pending confirmations (DESIGN §3 `confirm_required` / `confirm`, §6 "Asking"; seed
-//! properties 38–42): each asking call registers here and waits on a oneshot; any
-//! connection of the same uid answers by interaction id.
+//! Pending confirmations (`confirm_required` / `confirm` in docs/PROTOCOL.md, "Asking"
+//! in docs/POLICY.md): each asking call registers here and waits on a oneshot; any
+//! connection of the same uid answers by interaction id, and who answered is kept for
+//! the audit record.
 //!
 //! A plain struct behind one mutex, never held across an await: registering,
 //! answering and expiring are a few map operations. Time is passed in where it
@@ -8,6 +9,7 @@
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::Mutex;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use tokio::sync::oneshot;
@@ -20,20 +22,29 @@ use toolvisor_protocol::tools::Risk;
 pub struct ConfirmDetails {
     /// The asking session; `remember: session` applies to it alone.
     pub session: String,
+    /// The client the asking session named in `hello` (shown to whoever answers).
+    pub client: String,
+    /// The call's id, as the client sent it.
     pub call_id: String,
     /// Canonical tool name.
     pub tool: String,
+    /// One line: what the call will do.
     pub description: String,
+    /// The call's risk (or the rule's).
     pub risk: Risk,
+    /// The resolved paths it touches.
     pub locations: Vec<String>,
     /// The command, or the diff for an edit.
     pub preview: Option<String>,
+    /// The arguments' hash: `remember: session` approves the same tool with the same
+    /// arguments only.
     pub args_sha256: String,
 }
 
 /// How a pending confirmation ended, as its waiter sees it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Answer {
+    /// A person said yes.
     Approved,
     /// A person said no → `PolicyDenied`.
     Rejected,
@@ -43,11 +54,24 @@ pub enum Answer {
     Withdrawn,
 }
 
+/// The connection that answered a question: its session and the client it named in
+/// `hello`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Answerer {
+    /// The answering session's id.
+    pub session: String,
+    /// The client name that session gave in `hello`.
+    pub client: String,
+}
+
 /// A pending confirmation, for replay to a new `confirmations` subscriber.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Pending {
+    /// Its id, for `confirm`.
     pub interaction: String,
+    /// What is asked.
     pub details: ConfirmDetails,
+    /// How long is left to answer.
     pub expires_in: Duration,
 }
 
@@ -67,13 +91,16 @@ struct Entry {
 struct State {
     next: u64,
     pending: HashMap<String, Entry>,
+    /// Who answered an interaction, until its waiter takes it ([`Confirmations::answered_by`]).
+    answerers: HashMap<String, Answerer>,
     /// session → (tool, args_sha256) approved with `remember: session`.
     remembered: HashMap<String, HashSet<(String, String)>>,
 }
 
 /// Every pending confirmation, and what each session chose to remember.
 pub struct Confirmations {
-    timeout: Duration,
+    /// `policy.confirm_timeout_ms`, for questions asked from now on (SIGHUP changes it).
+    timeout_ms: AtomicU64,
     /// Distinguishes this instance's ids from a previous run's, so a stale
     /// `toolvisor approve` cannot answer a new question.
     prefix: String,
@@ -83,7 +110,7 @@ pub struct Confirmations {
 impl std::fmt::Debug for Confirmations {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Confirmations")
-            .field("timeout", &self.timeout)
+            .field("timeout", &self.timeout())
             .field("prefix", &self.prefix)
             .finish_non_exhaustive()
     }
@@ -95,14 +122,22 @@ impl Confirmations {
         let prefix = crate::call::grants::random_hex(4)
             .unwrap_or_else(|_| format!("{:x}", std::process::id()));
         Confirmations {
-            timeout,
+            timeout_ms: AtomicU64::new(timeout.as_millis() as u64),
             prefix,
             state: Mutex::new(State::default()),
         }
     }
 
+    /// How long a confirmation waits for an answer.
     pub fn timeout(&self) -> Duration {
-        self.timeout
+        Duration::from_millis(self.timeout_ms.load(Ordering::Relaxed))
+    }
+
+    /// A new `policy.confirm_timeout_ms` (a reload): questions asked from now on get
+    /// it; pending ones keep the deadline they were shown.
+    pub fn set_timeout(&self, timeout: Duration) {
+        self.timeout_ms
+            .store(timeout.as_millis() as u64, Ordering::Relaxed);
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, State> {
@@ -125,26 +160,30 @@ impl Confirmations {
         let entry = Entry {
             seq,
             details,
-            deadline: now + self.timeout,
+            deadline: now + self.timeout(),
             reply,
         };
         st.pending.insert(id.clone(), entry);
         (id, rx)
     }
 
-    /// A person's answer. `remember: session` with approval also approves later
-    /// calls of the same tool with the same `args_sha256` in the asking session.
+    /// A person's answer, given on the connection `by` names (kept for the audit
+    /// record: [`Confirmations::answered_by`]). `remember: session` with approval also
+    /// approves later calls of the same tool with the same `args_sha256` in the asking
+    /// session.
     pub fn answer(
         &self,
         id: &str,
         approve: bool,
         remember: Remember,
+        by: &Answerer,
     ) -> Result<(), UnknownInteraction> {
         let mut st = self.lock();
         let entry = st
             .pending
             .remove(id)
             .ok_or_else(|| UnknownInteraction(id.to_string()))?;
+        st.answerers.insert(id.to_owned(), by.clone());
         if approve && remember == Remember::Session {
             let d = &entry.details;
             st.remembered
@@ -158,10 +197,16 @@ impl Confirmations {
             Answer::Rejected
         };
         // The waiter may have gone (cancel raced the answer): then nobody is asking.
-        entry
-            .reply
-            .send(answer)
-            .map_err(|_| UnknownInteraction(id.to_string()))
+        entry.reply.send(answer).map_err(|_| {
+            st.answerers.remove(id);
+            UnknownInteraction(id.to_string())
+        })
+    }
+
+    /// Who answered `id` (as given to [`Confirmations::answer`]); taken once, by the
+    /// waiter, after its answer came.
+    pub fn answered_by(&self, id: &str) -> Option<Answerer> {
+        self.lock().answerers.remove(id)
     }
 
     /// Did this session already approve this exact call for the session?
@@ -271,6 +316,7 @@ mod tests {
     fn details(session: &str, n: usize) -> ConfirmDetails {
         ConfirmDetails {
             session: session.into(),
+            client: "agent".into(),
             call_id: format!("c{n}"),
             tool: "run_command".into(),
             description: format!("Run `job {n}` in ."),
@@ -284,6 +330,11 @@ mod tests {
     fn manager() -> Confirmations {
         Confirmations::new(Duration::from_secs(60))
     }
+
+    const BY: &Answerer = &Answerer {
+        session: String::new(),
+        client: String::new(),
+    };
 
     #[test]
     fn ids_are_unique() {
@@ -317,7 +368,7 @@ mod tests {
             let (id, approve) = ids[i].clone();
             let m = m.clone();
             answerers.push(tokio::spawn(async move {
-                m.answer(&id, approve, Remember::Once).unwrap()
+                m.answer(&id, approve, Remember::Once, BY).unwrap()
             }));
         }
         for a in answerers {
@@ -339,12 +390,12 @@ mod tests {
     fn unknown_or_finished_interactions_are_refused() {
         let m = manager();
         let (id, _rx) = m.register(details("s", 1), Instant::now());
-        assert_eq!(m.answer(&id, true, Remember::Once), Ok(()));
+        assert_eq!(m.answer(&id, true, Remember::Once, BY), Ok(()));
         assert_eq!(
-            m.answer(&id, true, Remember::Once),
+            m.answer(&id, true, Remember::Once, BY),
             Err(UnknownInteraction(id.clone()))
         );
-        assert!(m.answer("ix-nope-1", false, Remember::Once).is_err());
+        assert!(m.answer("ix-nope-1", false, Remember::Once, BY).is_err());
     }
 
     #[test]
@@ -362,7 +413,7 @@ mod tests {
         assert_eq!(left.len(), 1);
         assert_eq!(left[0].interaction, b);
         assert_eq!(left[0].expires_in, Duration::from_secs(30));
-        assert!(m.answer(&a, true, Remember::Once).is_err(), "too late");
+        assert!(m.answer(&a, true, Remember::Once, BY).is_err(), "too late");
     }
 
     #[tokio::test]
@@ -373,7 +424,7 @@ mod tests {
         assert!(m.pending(Instant::now()).is_empty());
         let m = manager();
         let (id, rx) = m.register(details("s", 2), Instant::now());
-        m.answer(&id, false, Remember::Once).unwrap();
+        m.answer(&id, false, Remember::Once, BY).unwrap();
         assert_eq!(m.wait(&id, rx).await, Answer::Rejected);
     }
 
@@ -395,7 +446,37 @@ mod tests {
         assert_eq!(rx_b.try_recv(), Ok(Answer::Withdrawn));
         assert_eq!(rx_c.try_recv(), Ok(Answer::Withdrawn));
         assert!(m.pending(now).is_empty());
-        assert!(m.answer(&b, true, Remember::Once).is_err());
+        assert!(m.answer(&b, true, Remember::Once, BY).is_err());
+    }
+
+    #[test]
+    fn a_new_timeout_applies_to_questions_asked_after_it() {
+        let m = manager();
+        let t0 = Instant::now();
+        let (old, _rx_old) = m.register(details("s", 1), t0);
+        m.set_timeout(Duration::from_secs(5));
+        assert_eq!(m.timeout(), Duration::from_secs(5));
+        let (new, _rx_new) = m.register(details("s", 2), t0);
+        assert_eq!(m.expire(t0 + Duration::from_secs(5)), vec![new]);
+        assert_eq!(m.expire(t0 + Duration::from_secs(60)), vec![old]);
+    }
+
+    #[test]
+    fn who_answered_is_kept_once_for_the_waiter() {
+        let m = manager();
+        let (id, _rx) = m.register(details("s", 1), Instant::now());
+        let by = Answerer {
+            session: "s7".into(),
+            client: "toolvisor-cli".into(),
+        };
+        m.answer(&id, true, Remember::Once, &by).unwrap();
+        assert_eq!(m.answered_by(&id), Some(by));
+        assert_eq!(m.answered_by(&id), None);
+        // An answer nobody waits for leaves nothing behind.
+        let (id, rx) = m.register(details("s", 2), Instant::now());
+        drop(rx);
+        assert!(m.answer(&id, true, Remember::Once, BY).is_err());
+        assert_eq!(m.answered_by(&id), None);
     }
 
     #[test]
@@ -403,7 +484,7 @@ mod tests {
         let m = manager();
         let (id, rx) = m.register(details("s", 1), Instant::now());
         drop(rx);
-        assert!(m.answer(&id, true, Remember::Once).is_err());
+        assert!(m.answer(&id, true, Remember::Once, BY).is_err());
     }
 
     #[test]
@@ -412,14 +493,14 @@ mod tests {
         let now = Instant::now();
         let d = details("s1", 7);
         let (id, _rx) = m.register(d.clone(), now);
-        m.answer(&id, true, Remember::Session).unwrap();
+        m.answer(&id, true, Remember::Session, BY).unwrap();
         assert!(m.is_remembered("s1", "run_command", &d.args_sha256));
         assert!(!m.is_remembered("s2", "run_command", &d.args_sha256));
         assert!(!m.is_remembered("s1", "kill_process", &d.args_sha256));
         assert!(!m.is_remembered("s1", "run_command", &details("s1", 8).args_sha256));
         // A "no" is never remembered, and a session's memory ends with it.
         let (id, _rx) = m.register(details("s1", 9), now);
-        m.answer(&id, false, Remember::Session).unwrap();
+        m.answer(&id, false, Remember::Session, BY).unwrap();
         assert!(!m.is_remembered("s1", "run_command", &details("s1", 9).args_sha256));
         m.end_session("s1");
         assert!(!m.is_remembered("s1", "run_command", &d.args_sha256));
@@ -463,8 +544,8 @@ mod tests {
             for i in order {
                 let (id, _, op) = &regs[i];
                 match op {
-                    0 => m.answer(id, true, Remember::Once).unwrap(),
-                    1 => m.answer(id, false, Remember::Once).unwrap(),
+                    0 => m.answer(id, true, Remember::Once, BY).unwrap(),
+                    1 => m.answer(id, false, Remember::Once, BY).unwrap(),
                     _ => prop_assert!(m.withdraw(id)),
                 }
             }

@@ -6,17 +6,17 @@
 
 use std::time::{Duration, Instant};
 
-use serde_json::{Value, json};
-use tokio_util::sync::CancellationToken;
+use serde_json::{Map, Value, json};
 use toolvisor_protocol::message::{CallRequest, ServerMessage, Topic};
-use toolvisor_protocol::tools::ToolSpec;
+use toolvisor_protocol::tools::{ConfirmPreview, Route};
 use toolvisor_protocol::worker::Outcome;
 use toolvisor_protocol::{ErrorBody, ErrorType};
 
 use crate::audit::record::{ConfirmAnswered, ConfirmRequested, GrantUsed};
+use crate::call::changes::change_token;
 use crate::call::confirm::{Answer, ConfirmDetails};
 use crate::call::grants::TokenUse;
-use crate::call::router::SessionInfo;
+use crate::call::router::{Call, SessionInfo};
 use crate::config::Action;
 use crate::policy::{Decision, how_to_allow};
 use crate::service::Service;
@@ -28,32 +28,23 @@ fn denied(kind: ErrorType, message: impl Into<String>) -> Outcome {
 
 /// `meta.policy` of a result.
 pub fn meta(d: &Decision) -> Value {
-    json!({"decision": action_str(d.action), "reason": d.reason, "rule": d.rule, "risk": d.risk.as_str()})
-}
-
-pub fn action_str(a: Action) -> &'static str {
-    match a {
-        Action::Allow => "allow",
-        Action::Deny => "deny",
-        Action::Ask => "ask",
-    }
+    json!({"decision": d.action.as_str(), "reason": d.reason, "rule": d.rule, "risk": d.risk.as_str()})
 }
 
 impl Service {
     /// Decide a call. `Ok` carries the decision it ran under (after any token or
     /// confirmation); `Err` carries the outcome that ends it.
-    pub async fn gate(
+    pub(crate) async fn gate(
         &self,
-        session: &SessionInfo,
-        req: &CallRequest,
-        spec: &ToolSpec,
+        call: &Call<'_>,
         call_id: &str,
-        cancel: &CancellationToken,
     ) -> (Decision, Result<(), Outcome>) {
+        let (req, tool) = (call.req, call.tool);
         let policy = self.policy();
-        let mut decision = policy.decide_spec(spec, &req.args);
-        if spec.name == "apply_file_change" {
-            self.add_change_location(req, &mut decision);
+        let base = call.session.familiar.base_risk(tool, &req.args);
+        let mut decision = policy.decide_at(tool, &req.args, base);
+        if let Route::ApplyPreview { .. } = tool.route {
+            self.add_change_location(call, &mut decision);
         }
         // A path no root contains can never run: say so, rather than ask a person.
         if let Some(outside) = decision
@@ -68,22 +59,22 @@ impl Service {
             && let Some(token) = &req.confirm_token
         {
             let use_ = TokenUse {
-                tool: spec.name,
+                tool: &tool.name,
                 trace_id: req.trace_id.as_deref(),
                 locations: &decision.locations,
             };
             match self
-                .grants
+                .grants()
                 .settle(decision.action, token, &use_, Instant::now())
             {
                 Ok(action) => {
                     decision.action = action;
                     decision.reason = format!("{} (passed by a grant token)", decision.reason);
                     let grant_id = crate::call::grants::fingerprint(token);
-                    self.audit.record_detached(&GrantUsed {
+                    self.audit().record_detached(&GrantUsed {
                         grant_id: &grant_id,
                         call_id,
-                        tool: spec.name,
+                        tool: &tool.name,
                     });
                 }
                 Err(why) => {
@@ -100,10 +91,7 @@ impl Service {
                 ErrorType::PolicyDenied,
                 format!("denied by policy: {}", decision.reason),
             )),
-            Action::Ask => {
-                self.ask(session, req, spec, call_id, &decision, cancel)
-                    .await
-            }
+            Action::Ask => self.ask(call, call_id, &decision).await,
         };
         if result.is_ok() {
             decision.action = Action::Allow;
@@ -111,63 +99,65 @@ impl Service {
         (decision, result)
     }
 
-    /// The path an `apply_file_change` will write, from its pending preview.
-    fn add_change_location(&self, req: &CallRequest, decision: &mut Decision) {
-        let token = crate::call::router::change_token(&req.args);
+    /// The path an apply call will write, from its pending preview.
+    fn add_change_location(&self, call: &Call<'_>, decision: &mut Decision) {
+        let token = change_token(&call.req.args);
         if let Ok(change) = self.previews().peek(token, Instant::now()) {
             decision.locations = vec![change.path.clone()];
-            decision.description = format!("Apply the previewed change to {}", change.path);
+            let args = call.req.args.as_object().cloned().unwrap_or_default();
+            decision.description = (call.tool.describe)(call.tool, &args, &decision.locations);
         }
     }
 
     async fn ask(
         &self,
-        session: &SessionInfo,
-        req: &CallRequest,
-        spec: &ToolSpec,
+        call: &Call<'_>,
         call_id: &str,
         decision: &Decision,
-        cancel: &CancellationToken,
     ) -> Result<(), Outcome> {
+        let (session, req, tool) = (call.session, call.req, call.tool);
         let args_sha256 = crate::audit::canonical::args_sha256(&req.args);
         if self
-            .confirmations
-            .is_remembered(&session.id, spec.name, &args_sha256)
+            .confirmations()
+            .is_remembered(&session.id, &tool.name, &args_sha256)
         {
             return Ok(());
         }
         if !session.interactive {
             return Err(denied(
                 ErrorType::ConfirmationRequired,
-                how_to_allow(decision, spec.name),
+                how_to_allow(decision, &tool.name),
             ));
         }
         let details = ConfirmDetails {
             session: session.id.clone(),
+            client: session.client.clone(),
             call_id: call_id.to_owned(),
-            tool: spec.name.to_owned(),
+            tool: tool.name.clone(),
             description: decision.description.clone(),
             risk: decision.risk,
             locations: decision.locations.clone(),
-            preview: self.preview_for(session, req, spec, cancel).await,
+            preview: self.preview_for(call).await,
             args_sha256,
         };
-        let (interaction, rx) = self.confirmations.register(details.clone(), Instant::now());
-        let expires_in = self.confirmations.timeout();
+        let (interaction, rx) = self
+            .confirmations()
+            .register(details.clone(), Instant::now());
+        let expires_in = self.confirmations().timeout();
         let msg = confirm_required(req, &interaction, &details, expires_in);
         session.out.send(&msg);
-        self.publish_confirmation("confirm_required", &msg);
-        self.audit.record_detached(&ConfirmRequested {
+        self.publish_confirmation(&msg, &details);
+        self.audit().record_detached(&ConfirmRequested {
             trace_id: req.trace_id.as_deref().unwrap_or_default(),
             call_id,
-            tool: spec.name,
+            tool: &tool.name,
             reason: &decision.reason,
             rule: decision.rule.as_deref(),
         });
         let answer = tokio::select! {
-            a = self.confirmations.wait(&interaction, rx) => a,
-            _ = cancel.cancelled() => {
-                self.confirmations.withdraw(&interaction);
+            a = self.confirmations().wait(&interaction, rx) => a,
+            _ = call.cancel.cancelled() => {
+                self.confirmations().withdraw(&interaction);
                 Answer::Withdrawn
             }
         };
@@ -178,15 +168,26 @@ impl Service {
             Answer::Withdrawn => "withdrawn",
         };
         let approve = answer == Answer::Approved;
-        self.events.publish(
+        let answerer = self.confirmations().answered_by(&interaction);
+        let (by, by_client) = match (&answer, &answerer) {
+            (Answer::TimedOut, _) => ("timeout", None),
+            (Answer::Withdrawn, _) => ("cancel", None),
+            (_, Some(a)) => (a.session.as_str(), Some(a.client.as_str())),
+            (_, None) => ("unknown", None),
+        };
+        self.events().publish(
             Topic::Confirmations,
             "confirm_answered",
-            obj(json!({"interaction": interaction, "approve": approve, "id": req.id, "session": session.id, "answer": word})),
+            obj(
+                json!({"interaction": interaction, "approve": approve, "id": req.id,
+                "session": session.id, "answer": word, "by": by, "by_client": by_client}),
+            ),
         );
-        self.audit.record_detached(&ConfirmAnswered {
+        self.audit().record_detached(&ConfirmAnswered {
             call_id,
             answer: word,
-            by: "person",
+            by,
+            by_client,
         });
         match answer {
             Answer::Approved => Ok(()),
@@ -205,45 +206,36 @@ impl Service {
         }
     }
 
-    /// What the person sees: the command, or the diff an edit would make.
-    async fn preview_for(
-        &self,
-        session: &SessionInfo,
-        req: &CallRequest,
-        spec: &ToolSpec,
-        cancel: &CancellationToken,
-    ) -> Option<String> {
-        match spec.name {
-            "run_command" => req
+    /// What the person sees besides the description: the command, or the diff an
+    /// edit would make (its tool's preview, run for the same arguments).
+    async fn preview_for(&self, call: &Call<'_>) -> Option<String> {
+        match call.tool.confirm_preview {
+            ConfirmPreview::None => None,
+            ConfirmPreview::Arguments => Some(crate::registry::announced::arguments_preview(
+                &call.req.args,
+            )),
+            ConfirmPreview::Arg(arg) => call
+                .req
                 .args
-                .get("command")
+                .get(arg)
                 .and_then(Value::as_str)
                 .map(str::to_owned),
-            "apply_file_change" => {
-                let token = crate::call::router::change_token(&req.args);
+            ConfirmPreview::PendingChange => {
+                let token = change_token(&call.req.args);
                 self.previews()
                     .peek(token, Instant::now())
                     .ok()
                     .map(|c| c.diff.clone())
             }
-            "write_file" | "edit_file" => {
-                let preview_tool = if spec.name == "write_file" {
-                    "preview_write_file"
-                } else {
-                    "preview_edit_file"
-                };
+            ConfirmPreview::DiffOf(preview) => {
                 let (o, _) = self
-                    .dispatch(session, req, spec, req.args.clone(), preview_tool, cancel)
+                    .dispatch(call, call.req.args.clone(), preview, false)
                     .await;
                 o.meta
                     .get("diff")
                     .and_then(Value::as_str)
                     .map(str::to_owned)
             }
-            _ if crate::registry::mcp::is_mcp_group(spec.group) => {
-                Some(crate::registry::mcp::preview(&req.args))
-            }
-            _ => None,
         }
     }
 
@@ -254,13 +246,13 @@ impl Service {
         id: toolvisor_protocol::Id,
         req: &crate::call::grants::GrantRequest,
     ) -> ServerMessage {
-        let issued = match self.grants.issue(req, Instant::now()) {
+        let issued = match self.grants().issue(req, Instant::now(), &self.registry()) {
             Ok(i) => i,
             Err(e) => return ServerMessage::error(Some(id), e.error_type(), e.to_string()),
         };
         let expires_at = issued.expires_at;
         let grant_id = crate::call::grants::fingerprint(&issued.token);
-        self.audit
+        self.audit()
             .record_detached(&crate::audit::record::GrantIssued {
                 grant_id: &grant_id,
                 tools: &req.tools,
@@ -273,21 +265,21 @@ impl Service {
         ServerMessage::Token {
             id,
             token: issued.token,
-            expires_at: crate::audit::record::rfc3339_millis(expires_at),
+            expires_at: toolvisor_protocol::time::rfc3339_millis(expires_at),
         }
     }
 
     /// Tell `confirmations` subscribers.
-    fn publish_confirmation(&self, name: &'static str, msg: &ServerMessage) {
-        if let Ok(Value::Object(mut fields)) = serde_json::to_value(msg) {
-            fields.remove("type");
-            self.events.publish(Topic::Confirmations, name, fields);
-        }
+    fn publish_confirmation(&self, msg: &ServerMessage, d: &ConfirmDetails) {
+        let fields = confirm_event_fields(msg, d);
+        self.events()
+            .publish(Topic::Confirmations, "confirm_required", fields);
     }
 
-    /// Replay every pending interaction to a new `confirmations` subscriber.
-    pub fn pending_confirmations(&self) -> Vec<ServerMessage> {
-        self.confirmations
+    /// The `confirm_required` event fields of every pending interaction, for a new
+    /// `confirmations` subscriber.
+    pub fn pending_confirmations(&self) -> Vec<Map<String, Value>> {
+        self.confirmations()
             .pending(Instant::now())
             .into_iter()
             .map(|p| {
@@ -297,10 +289,24 @@ impl Service {
                     .rsplit_once(':')
                     .map_or(p.details.call_id.clone(), |(_, id)| id.to_owned());
                 let req = CallRequest::new(id, p.details.tool.clone(), Value::Null);
-                confirm_required(&req, &p.interaction, &p.details, p.expires_in)
+                let msg = confirm_required(&req, &p.interaction, &p.details, p.expires_in);
+                confirm_event_fields(&msg, &p.details)
             })
             .collect()
     }
+}
+
+/// A `confirm_required` event: the message's fields, and who asks (the asking
+/// `session` and its `client`), so whoever answers knows.
+fn confirm_event_fields(msg: &ServerMessage, d: &ConfirmDetails) -> Map<String, Value> {
+    let mut fields = match serde_json::to_value(msg) {
+        Ok(Value::Object(m)) => m,
+        _ => Map::new(),
+    };
+    fields.remove("type");
+    fields.insert("session".into(), Value::String(d.session.clone()));
+    fields.insert("client".into(), Value::String(d.client.clone()));
+    fields
 }
 
 fn confirm_required(

@@ -1,17 +1,18 @@
-//! Grant tokens (docs/PROTOCOL.md `grant`, docs/POLICY.md; the seeds' confirm_token): a person or script
-//! approves in advance, so a non-interactive agent can pass an `ask` it could not
-//! answer itself. A token never passes a `deny`, and a token that does not fit a call
+//! Grant tokens (`grant` in docs/PROTOCOL.md, docs/POLICY.md; other tools call them
+//! confirm tokens): a person or script approves in advance, so a non-interactive agent
+//! can pass an `ask` it could not answer itself. A token never passes a `deny`, and a
+//! token that does not fit a call
 //! says why and stays usable.
 //!
 //! Time is passed in (`now`) so expiry is tested without sleeping.
 
+use crate::registry::Registry;
 use std::collections::HashMap;
 use std::io::Read;
 use std::sync::Mutex;
 use std::time::{Duration, Instant, SystemTime};
 
 use toolvisor_protocol::ErrorType;
-use toolvisor_protocol::tools::{ToolSpec, catalog, find};
 
 use crate::config::Action;
 use crate::policy::paths::{ScopedPath, Scopes};
@@ -24,17 +25,22 @@ const MAX_TTL: std::time::Duration = std::time::Duration::from_secs(365 * 24 * 3
 pub struct GrantRequest {
     /// Tool names or aliases.
     pub tools: Vec<String>,
+    /// Only calls of this trace.
     pub trace_id: Option<String>,
     /// Workspace-relative prefixes (`src`, `shared:/data`); empty means anywhere.
     pub paths: Vec<String>,
+    /// How long the token is good for.
     pub ttl: Duration,
+    /// Whether it survives its first use.
     pub reusable: bool,
 }
 
 /// A token just issued.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Issued {
+    /// What a call passes as `confirm_token`; only its fingerprint is kept or logged.
     pub token: String,
+    /// When it stops working, on the clock expiry is checked with.
     pub expires: Instant,
     /// The same moment on the wall clock (the `expires_at` the client sees).
     pub expires_at: SystemTime,
@@ -43,22 +49,28 @@ pub struct Issued {
 /// A `grant` request that cannot be honoured.
 #[derive(Debug, thiserror::Error)]
 pub enum GrantError {
+    /// A grant for nothing.
     #[error("invalid grant: `tools` is empty; a grant needs at least one tool")]
     NoTools,
+    /// A name that is no tool (nor alias, nor announced tool).
     #[error("invalid grant: unknown tool `{0}` in `tools` (list_tools shows the names)")]
     UnknownTool(String),
+    /// A path prefix outside every root: nothing could ever match it.
     #[error("invalid grant: path `{0}` in `paths` is outside the workspace")]
     PathOutside(String),
+    /// A token that would expire as it is made.
     #[error("invalid grant: `ttl_ms` must be at least 1")]
     ZeroTtl,
+    /// Longer than a year: a standing approval that outlives any review.
     #[error("invalid grant: `ttl_ms` {0} is too large (at most one year, 31536000000)")]
     TtlTooLarge(u128),
+    /// No randomness for the token.
     #[error("cannot read /dev/urandom for a token: {0}")]
     Random(#[from] std::io::Error),
 }
 
 impl GrantError {
-    /// The connection-level error type it is answered with (docs/PROTOCOL.md): a request
+    /// The connection-level error type it is answered with (docs/PROTOCOL.md §8): a request
     /// with an unusable field is a `BadMessage` echoing its id; a server that cannot
     /// make a token has no connection-level type of its own, so it says
     /// `InternalError`.
@@ -73,18 +85,39 @@ impl GrantError {
 /// Why a `confirm_token` does not fit a call (`TokenInvalid`).
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum TokenInvalid {
+    /// No grant has this token (never issued, or this server restarted since).
     #[error("the confirm_token is unknown")]
     Unknown,
+    /// Past its `ttl_ms`.
     #[error("the confirm_token has expired")]
     Expired,
+    /// A single-use token, used already.
     #[error("the confirm_token was already used")]
     Used,
+    /// The call's tool is not one the grant names.
     #[error("the confirm_token is for {allowed}, not `{tool}`")]
-    WrongTool { tool: String, allowed: String },
+    WrongTool {
+        /// The call's tool.
+        tool: String,
+        /// The tools the grant names.
+        allowed: String,
+    },
+    /// The grant is for another trace.
     #[error("the confirm_token is for trace `{expected}`, not {got}")]
-    WrongTrace { expected: String, got: String },
+    WrongTrace {
+        /// The grant's trace.
+        expected: String,
+        /// The call's trace (or that it has none).
+        got: String,
+    },
+    /// A path of the call lies outside the grant's prefixes.
     #[error("`{path}` is outside the confirm_token's paths ({allowed})")]
-    PathOutOfScope { path: String, allowed: String },
+    PathOutOfScope {
+        /// The call's path.
+        path: String,
+        /// The grant's prefixes.
+        allowed: String,
+    },
 }
 
 /// The call a token is presented with.
@@ -92,6 +125,7 @@ pub enum TokenInvalid {
 pub struct TokenUse<'a> {
     /// Tool name or alias.
     pub tool: &'a str,
+    /// The call's trace, if it has one.
     pub trace_id: Option<&'a str>,
     /// The call's resolved locations (`Decision::locations`; for run_command its cwd).
     pub locations: &'a [String],
@@ -99,7 +133,6 @@ pub struct TokenUse<'a> {
 
 #[derive(Clone, Debug)]
 struct Grant {
-    /// Canonical names: built-in tools, or `NAME__TOOL` of an MCP server.
     tools: Vec<String>,
     trace_id: Option<String>,
     paths: Vec<ScopedPath>,
@@ -112,8 +145,8 @@ struct Grant {
 /// await while holding it.
 #[derive(Debug)]
 pub struct Grants {
-    scopes: Scopes,
-    tools: Vec<ToolSpec>,
+    /// Swapped by a reload that changes the workspace roots.
+    scopes: std::sync::RwLock<Scopes>,
     live: Mutex<HashMap<String, Grant>>,
 }
 
@@ -121,10 +154,22 @@ impl Grants {
     /// `scopes` resolves grant paths and call locations the way rules see them.
     pub fn new(scopes: Scopes) -> Grants {
         Grants {
-            scopes,
-            tools: catalog(),
+            scopes: std::sync::RwLock::new(scopes),
             live: Mutex::new(HashMap::new()),
         }
+    }
+
+    /// The roots as a reload left them (SIGHUP): grant paths and call locations are
+    /// resolved against them from now on.
+    pub fn set_scopes(&self, scopes: Scopes) {
+        *self.scopes.write().unwrap_or_else(|e| e.into_inner()) = scopes;
+    }
+
+    fn scopes(&self) -> Scopes {
+        self.scopes
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, Grant>> {
@@ -133,8 +178,14 @@ impl Grants {
         self.live.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// Issue a token for `req`, valid until `now + ttl`.
-    pub fn issue(&self, req: &GrantRequest, now: Instant) -> Result<Issued, GrantError> {
+    /// Issue a token for `req`, valid until `now + ttl`; its tool names (or aliases)
+    /// must be in `tools`.
+    pub fn issue(
+        &self,
+        req: &GrantRequest,
+        now: Instant,
+        tools: &Registry,
+    ) -> Result<Issued, GrantError> {
         if req.tools.is_empty() {
             return Err(GrantError::NoTools);
         }
@@ -156,18 +207,17 @@ impl Grants {
             .tools
             .iter()
             .map(|t| {
-                match find(&self.tools, t) {
-                    Some(s) => Ok(s.name.to_owned()),
-                    // An MCP server's tool (`NAME__TOOL`), which may not be offered yet.
-                    None if t.contains("__") => Ok(t.clone()),
-                    None => Err(GrantError::UnknownTool(t.clone())),
-                }
+                tools
+                    .find(t)
+                    .map(|e| e.def.name.clone())
+                    .ok_or_else(|| GrantError::UnknownTool(t.clone()))
             })
             .collect::<Result<Vec<_>, _>>()?;
+        let scopes = self.scopes();
         let paths = req
             .paths
             .iter()
-            .map(|p| match self.scopes.resolve(p) {
+            .map(|p| match scopes.resolve(p) {
                 ScopedPath::Outside(_) => Err(GrantError::PathOutside(p.clone())),
                 inside => Ok(inside),
             })
@@ -207,6 +257,14 @@ impl Grants {
         Ok(())
     }
 
+    /// Whether `token` fits `call` now, without using it up (a person's grant lets a
+    /// call act on another session's background process: `call::terminal`).
+    pub fn vouches(&self, token: &str, call: &TokenUse<'_>, now: Instant) -> bool {
+        let live = self.lock();
+        live.get(token)
+            .is_some_and(|g| self.fits(g, call, now).is_ok())
+    }
+
     /// The final action for a call that carries `token`: a deny stays a deny and an
     /// allow stays an allow (the token is left untouched); an ask becomes an allow if
     /// the token fits, else the reason it does not.
@@ -230,8 +288,8 @@ impl Grants {
         if g.used && !g.reusable {
             return Err(TokenInvalid::Used);
         }
-        let tool = find(&self.tools, call.tool).map_or(call.tool, |s| s.name);
-        if !g.tools.iter().any(|t| t == tool) {
+        // `call.tool` is the tool's name, whatever alias the call used.
+        if !g.tools.iter().any(|t| t == call.tool) {
             return Err(TokenInvalid::WrongTool {
                 tool: call.tool.to_string(),
                 allowed: g.tools.join(", "),
@@ -255,8 +313,9 @@ impl Grants {
         if g.paths.is_empty() {
             return Ok(());
         }
+        let scopes = self.scopes();
         for loc in locations {
-            let p = self.scopes.resolve(loc);
+            let p = scopes.resolve(loc);
             if !g.paths.iter().any(|prefix| p.is_under(prefix)) {
                 let allowed: Vec<String> = g.paths.iter().map(ToString::to_string).collect();
                 return Err(TokenInvalid::PathOutOfScope {
@@ -288,6 +347,10 @@ pub fn random_hex(n: usize) -> std::io::Result<String> {
 
 #[cfg(test)]
 mod tests {
+    fn reg() -> Registry {
+        Registry::new(toolvisor_protocol::tools::builtin()).unwrap()
+    }
+
     use super::*;
     use toolvisor_protocol::worker::Roots;
 
@@ -326,8 +389,8 @@ mod tests {
     fn tokens_are_128_bit_hex_and_distinct() {
         let g = grants();
         let now = Instant::now();
-        let a = g.issue(&req(&["shell"]), now).unwrap().token;
-        let b = g.issue(&req(&["shell"]), now).unwrap().token;
+        let a = g.issue(&req(&["shell"]), now, &reg()).unwrap().token;
+        let b = g.issue(&req(&["shell"]), now, &reg()).unwrap().token;
         assert_eq!(a.len(), 32);
         assert!(a.chars().all(|c| c.is_ascii_hexdigit()));
         assert_ne!(a, b);
@@ -337,10 +400,11 @@ mod tests {
     fn single_use_tokens_are_spent() {
         let g = grants();
         let now = Instant::now();
-        let t = g.issue(&req(&["run_command"]), now).unwrap().token;
-        assert_eq!(g.redeem(&t, &call("shell", DOT), now), Ok(()));
+        // Issued by an alias; redeemed by the tool's name (the gate passes that).
+        let t = g.issue(&req(&["shell"]), now, &reg()).unwrap().token;
+        assert_eq!(g.redeem(&t, &call("run_command", DOT), now), Ok(()));
         assert_eq!(
-            g.redeem(&t, &call("shell", DOT), now),
+            g.redeem(&t, &call("run_command", DOT), now),
             Err(TokenInvalid::Used)
         );
     }
@@ -351,9 +415,9 @@ mod tests {
         let now = Instant::now();
         let mut r = req(&["ls"]);
         r.reusable = true;
-        let issued = g.issue(&r, now).unwrap();
+        let issued = g.issue(&r, now, &reg()).unwrap();
         for _ in 0..3 {
-            assert_eq!(g.redeem(&issued.token, &call("list_dir", DOT), now), Ok(()));
+            assert_eq!(g.redeem(&issued.token, &call("ls", DOT), now), Ok(()));
         }
         let later = issued.expires;
         assert_eq!(
@@ -366,7 +430,7 @@ mod tests {
     fn expiry_uses_the_time_given() {
         let g = grants();
         let now = Instant::now();
-        let t = g.issue(&req(&["ls"]), now).unwrap().token;
+        let t = g.issue(&req(&["ls"]), now, &reg()).unwrap().token;
         let late = now + Duration::from_secs(61);
         assert_eq!(
             g.redeem(&t, &call("ls", DOT), late),
@@ -385,7 +449,7 @@ mod tests {
         let mut r = req(&["write_file"]);
         r.trace_id = Some("t1".into());
         r.paths = vec!["./src/../src".into()];
-        let t = g.issue(&r, now).unwrap().token;
+        let t = g.issue(&r, now, &reg()).unwrap().token;
         let good = vec!["src/a.rs".to_string()];
         let bad = vec!["srcx/a.rs".to_string()];
 
@@ -427,7 +491,7 @@ mod tests {
         let mut r = req(&["run_command"]);
         r.reusable = true;
         r.paths = vec!["sub".into()];
-        let t = g.issue(&r, now).unwrap().token;
+        let t = g.issue(&r, now, &reg()).unwrap().token;
         let root = vec![".".to_string()];
         let sub = vec!["sub/deeper".to_string()];
         assert!(matches!(
@@ -441,7 +505,7 @@ mod tests {
     fn deny_beats_a_token_and_allow_does_not_spend_it() {
         let g = grants();
         let now = Instant::now();
-        let t = g.issue(&req(&["ls"]), now).unwrap().token;
+        let t = g.issue(&req(&["ls"]), now, &reg()).unwrap().token;
         let c = call("ls", DOT);
         assert_eq!(g.settle(Action::Deny, &t, &c, now), Ok(Action::Deny));
         assert_eq!(g.settle(Action::Allow, &t, &c, now), Ok(Action::Allow));
@@ -453,25 +517,37 @@ mod tests {
     fn bad_requests_are_refused() {
         let g = grants();
         let now = Instant::now();
-        assert!(matches!(g.issue(&req(&[]), now), Err(GrantError::NoTools)));
         assert!(matches!(
-            g.issue(&req(&["nope"]), now),
+            g.issue(&req(&[]), now, &reg()),
+            Err(GrantError::NoTools)
+        ));
+        assert!(matches!(
+            g.issue(&req(&["nope"]), now, &reg()),
             Err(GrantError::UnknownTool(_))
         ));
         let mut r = req(&["ls"]);
         r.paths = vec!["../../etc".into()];
-        assert!(matches!(g.issue(&r, now), Err(GrantError::PathOutside(_))));
+        assert!(matches!(
+            g.issue(&r, now, &reg()),
+            Err(GrantError::PathOutside(_))
+        ));
         let mut r = req(&["ls"]);
         r.ttl = Duration::ZERO;
-        assert!(matches!(g.issue(&r, now), Err(GrantError::ZeroTtl)));
+        assert!(matches!(g.issue(&r, now, &reg()), Err(GrantError::ZeroTtl)));
         let mut r = req(&["ls"]);
         r.ttl = Duration::MAX;
-        assert!(matches!(g.issue(&r, now), Err(GrantError::TtlTooLarge(_))));
+        assert!(matches!(
+            g.issue(&r, now, &reg()),
+            Err(GrantError::TtlTooLarge(_))
+        ));
         // u64::MAX ms fits the clocks but would give the year 584556076.
         r.ttl = Duration::from_millis(u64::MAX);
-        assert!(matches!(g.issue(&r, now), Err(GrantError::TtlTooLarge(_))));
+        assert!(matches!(
+            g.issue(&r, now, &reg()),
+            Err(GrantError::TtlTooLarge(_))
+        ));
         r.ttl = MAX_TTL;
-        assert!(g.issue(&r, now).is_ok(), "a year is allowed");
+        assert!(g.issue(&r, now, &reg()).is_ok(), "a year is allowed");
     }
 
     #[test]
@@ -488,7 +564,7 @@ mod tests {
             (outside, "`/etc`"),
             (zero, "`ttl_ms`"),
         ] {
-            let e = g.issue(&r, now).unwrap_err();
+            let e = g.issue(&r, now, &reg()).unwrap_err();
             assert_eq!(e.error_type(), ErrorType::BadMessage, "{e}");
             assert!(e.to_string().contains(says), "{e}");
         }

@@ -3,10 +3,16 @@
 //! previews, batches, and the audit records each call leaves.
 
 pub mod batch;
+pub mod changes;
 pub mod confirm;
+pub mod dispatch;
+pub mod envelope;
+pub mod familiar;
 pub mod gate;
 pub mod grants;
 pub mod previews;
 pub mod processes;
 pub mod record;
 pub mod router;
+pub mod running;
+pub mod timeout_hint;

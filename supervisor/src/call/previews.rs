@@ -17,7 +17,7 @@ use serde_json::{Map, Value, json};
 use sha2::{Digest, Sha256};
 use toolvisor_protocol::ErrorType;
 
-/// The TTL when the config says nothing (DESIGN §9 `[edit] preview_ttl_ms`).
+/// The TTL when the config says nothing (`[edit] preview_ttl_ms`).
 pub const DEFAULT_TTL: Duration = Duration::from_secs(600);
 
 /// How long a used or expired token's id is remembered, to say "already used" or
@@ -88,10 +88,13 @@ impl PendingChange {
 /// Why a token cannot be used; every case is `TokenInvalid` on the wire.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum TokenError {
+    /// Never issued (or this server restarted since).
     #[error("unknown preview token; run preview_write_file or preview_edit_file to get one")]
     Unknown,
+    /// Single use, used already.
     #[error("this preview token was already used; preview the change again")]
     Used,
+    /// Past `edit.preview_ttl_ms`.
     #[error("this preview token expired; preview the change again")]
     Expired,
 }
@@ -129,6 +132,7 @@ impl Default for PreviewStore {
 }
 
 impl PreviewStore {
+    /// An empty store.
     pub fn new() -> Self {
         PreviewStore {
             live: HashMap::new(),
@@ -169,7 +173,8 @@ impl PreviewStore {
     }
 
     /// Look at `token`'s change without using it: for the policy decision and the
-    /// confirmation of an `apply_file_change` (its path and risk) before [`take`](Self::take).
+    /// confirmation of an `apply_file_change` (its path and risk) before
+    /// [`take`](Self::take).
     pub fn peek(&self, token: &str, now: Instant) -> Result<&PendingChange, TokenError> {
         match self.live.get(token) {
             Some(live) if now < live.expires_at => Ok(&live.change),
@@ -202,6 +207,7 @@ impl PreviewStore {
         self.live.len()
     }
 
+    /// Whether no change is kept.
     pub fn is_empty(&self) -> bool {
         self.live.is_empty()
     }

@@ -16,13 +16,21 @@ use crate::call::router::SessionInfo;
 pub struct CallRecord<'a> {
     /// `<session>:<client id>`: unique across sessions, so recovery pairs records exactly.
     pub call_id: String,
+    /// The client's trace id (empty when none).
     pub trace_id: String,
+    /// The session the call came from.
     pub session: &'a SessionInfo,
+    /// The tool's canonical name.
     pub tool: &'a str,
+    /// The arguments (only their hash and a redacted preview are written).
     pub args: &'a Value,
+    /// `allow`, `deny` or `ask`.
     pub decision: &'a str,
+    /// The policy's reason.
     pub reason: &'a str,
+    /// The deciding rule, if one decided.
     pub rule: Option<&'a str>,
+    /// When the call was received.
     pub started_at: SystemTime,
 }
 

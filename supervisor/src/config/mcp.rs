@@ -1,10 +1,13 @@
 //! `[mcp.servers.NAME]`: MCP servers whose tools join toolvisor's own, each run as the
 //! one worker of group `mcp:NAME` (docs/MCP.md, docs/CONFIG.md).
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use serde::{Deserialize, Serialize};
 use toolvisor_protocol::tools::Risk;
+use toolvisor_protocol::worker::McpServerInit;
+
+use super::{Config, GroupConfig};
 
 /// The group prefix of an MCP server's worker: `mcp:NAME`.
 pub const GROUP_PREFIX: &str = "mcp:";
@@ -13,6 +16,7 @@ pub const GROUP_PREFIX: &str = "mcp:";
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct McpConfig {
+    /// `[mcp.servers.NAME]`, by NAME.
     pub servers: BTreeMap<String, McpServerConfig>,
 }
 
@@ -45,6 +49,20 @@ pub struct McpServerConfig {
     pub tools: Option<Vec<String>>,
 }
 
+impl Default for McpServerConfig {
+    fn default() -> Self {
+        McpServerConfig {
+            command: Vec::new(),
+            url: None,
+            env: BTreeMap::new(),
+            risk: medium(),
+            timeout_ms: sixty_seconds(),
+            startup_timeout_ms: thirty_seconds(),
+            tools: None,
+        }
+    }
+}
+
 fn medium() -> Risk {
     Risk::Medium
 }
@@ -64,7 +82,7 @@ impl McpConfig {
             let key = format!("mcp.servers.{name}");
             if !valid_name(name) {
                 return Err(format!(
-                    "{key}: a server name may use only A-Z, a-z, 0-9, `_` and `-`"
+                    "{key}: a server name is 1 to {MAX_NAME} of A-Z, a-z, 0-9, `_` and `-` (its tools are NAME__TOOL, at most 64 characters)"
                 ));
             }
             match (s.command.is_empty(), &s.url) {
@@ -101,12 +119,70 @@ impl McpConfig {
     }
 }
 
-/// `[A-Za-z0-9_-]+`.
+/// Longest server name: `NAME__` and at least one character of a tool's name must
+/// fit the 64 characters of a tool name.
+pub const MAX_NAME: usize = 61;
+
+/// `[A-Za-z0-9_-]{1,61}`.
 pub fn valid_name(name: &str) -> bool {
     !name.is_empty()
+        && name.len() <= MAX_NAME
         && name
             .bytes()
             .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
+}
+
+/// The group of server `name`: `mcp:NAME`.
+pub fn group_of(name: &str) -> String {
+    format!("{GROUP_PREFIX}{name}")
+}
+
+impl McpConfig {
+    /// The server whose group is `group` (`mcp:NAME`), if it is configured.
+    pub fn server(&self, group: &str) -> Option<(&str, &McpServerConfig)> {
+        let name = group.strip_prefix(GROUP_PREFIX)?;
+        self.servers
+            .get_key_value(name)
+            .map(|(n, s)| (n.as_str(), s))
+    }
+
+    /// The worker's `init.mcp` for the server of `group`.
+    pub fn server_init(&self, group: &str) -> Option<McpServerInit> {
+        let (name, s) = self.server(group)?;
+        Some(McpServerInit {
+            name: name.to_owned(),
+            command: s.command.clone(),
+            url: s.url.clone(),
+            env: s.env.clone(),
+            tools: s.tools.clone(),
+            startup_timeout_ms: s.startup_timeout_ms,
+        })
+    }
+
+    /// The configured servers' `env` values: secrets, masked wherever they would be
+    /// recorded.
+    pub fn secrets(&self) -> Vec<String> {
+        let all: BTreeSet<&String> = self.servers.values().flat_map(|s| s.env.values()).collect();
+        all.into_iter().cloned().collect()
+    }
+}
+
+impl Config {
+    /// The settings `group`'s pool runs with: its `[workers.NAME]`, or for an MCP
+    /// server's group the defaults with one worker and the server's `timeout_ms` as
+    /// both the default and the longest deadline of a call.
+    pub fn group_settings(&self, group: &str) -> Option<GroupConfig> {
+        if let Some(g) = self.workers.group(group) {
+            return Some(g.clone());
+        }
+        let (_, s) = self.mcp.server(group)?;
+        Some(GroupConfig {
+            count: Some(1),
+            default_timeout_ms: s.timeout_ms,
+            max_timeout_ms: s.timeout_ms,
+            ..GroupConfig::default()
+        })
+    }
 }
 
 fn is_http(url: &str) -> bool {
@@ -137,6 +213,18 @@ mod tests {
             gh.tools.as_deref(),
             Some(&["search_issues".to_string()][..])
         );
+        let init = cfg.mcp.server_init("mcp:github").unwrap();
+        assert_eq!(init.name, "github");
+        assert_eq!(init.tools.as_deref().map(<[String]>::len), Some(1));
+        assert!(cfg.mcp.server_init("github").is_none());
+        assert_eq!(cfg.mcp.secrets(), ["x"]);
+        let g = cfg.group_settings("mcp:web-1").unwrap();
+        assert_eq!((g.default_timeout_ms, g.max_timeout_ms), (5000, 5000));
+        assert_eq!(
+            cfg.group_settings("search"),
+            Some(cfg.workers.search.clone())
+        );
+        assert!(cfg.group_settings("mcp:nope").is_none());
         let web = &cfg.mcp.servers["web-1"];
         assert_eq!(web.url.as_deref(), Some("http://127.0.0.1:8931/mcp"));
         assert_eq!(web.timeout_ms, 5000);
@@ -151,6 +239,10 @@ mod tests {
                 "mcp.servers.a b",
             ),
             ("[mcp.servers.a]\n", "set `command`"),
+            (
+                &format!("[mcp.servers.{}]\ncommand = [\"x\"]\n", "n".repeat(62)),
+                "at most 64",
+            ),
             (
                 "[mcp.servers.a]\ncommand = [\"x\"]\nurl = \"http://h\"\n",
                 "not both",

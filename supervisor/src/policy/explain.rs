@@ -7,63 +7,35 @@ use serde_json::Value;
 use toolvisor_protocol::message::{ExplainedPart, ServerMessage};
 use toolvisor_protocol::{ErrorBody, ErrorType, Id};
 
-use super::{CallFacts, Decision, Policy};
-use crate::call::gate::action_str;
-use crate::registry::validate::Validators;
-use toolvisor_protocol::tools::ToolSpec;
+use super::Policy;
+use crate::registry::Registry;
 
 /// The `explanation` for a call of `tool` with `args`.
 pub fn explain(
     id: Id,
     policy: &Policy,
-    validators: &Validators,
+    registry: &Registry,
     tool: &str,
     args: &Value,
 ) -> ServerMessage {
-    let spec = toolvisor_protocol::tools::find(&policy.tools, tool);
-    if let Err(message) = validators.check(tool, args) {
-        let kind = if spec.is_some() {
-            ErrorType::InvalidParams
-        } else {
-            ErrorType::ToolNotFound
-        };
-        return refused(id, spec, kind, message);
-    }
-    let d = policy.decide(&CallFacts { tool, args });
-    explained(id, policy, spec, &d)
-}
-
-/// [`explain`] for a tool the registry holds besides the built-in ones (an MCP
-/// server's), whose arguments `checked` says whether they fit its schema.
-pub fn explain_spec(
-    id: Id,
-    policy: &Policy,
-    spec: &ToolSpec,
-    checked: Result<(), String>,
-    args: &Value,
-) -> ServerMessage {
-    if let Err(message) = checked {
-        return refused(id, Some(spec), ErrorType::InvalidParams, message);
-    }
-    let d = policy.decide_spec(spec, args);
-    explained(id, policy, Some(spec), &d)
-}
-
-/// A call that fails validation: decision `error`.
-fn refused(id: Id, spec: Option<&ToolSpec>, kind: ErrorType, message: String) -> ServerMessage {
-    ServerMessage::Explanation {
-        id,
+    let error = |kind, risk: &str, message: String| ServerMessage::Explanation {
+        id: id.clone(),
         decision: "error".into(),
-        risk: spec.map_or("high", |s| s.risk.as_str()).into(),
+        risk: risk.into(),
         reason: message.clone(),
         rule: None,
         parts: None,
         error: Some(ErrorBody::new(kind, message)),
+    };
+    let Some(entry) = registry.find(tool) else {
+        return error(ErrorType::ToolNotFound, "high", registry.not_found(tool));
+    };
+    let def = &entry.def;
+    if let Err(violations) = entry.check(args) {
+        let message = format!("invalid arguments for {}:\n{violations}", def.name);
+        return error(ErrorType::InvalidParams, def.risk.as_str(), message);
     }
-}
-
-/// The explanation of a decision.
-fn explained(id: Id, policy: &Policy, spec: Option<&ToolSpec>, d: &Decision) -> ServerMessage {
+    let d = policy.decide(def, args);
     // The gate refuses a path outside every root before anyone is asked.
     let outside = d
         .locations
@@ -71,16 +43,15 @@ fn explained(id: Id, policy: &Policy, spec: Option<&ToolSpec>, d: &Decision) -> 
         .find(|l| policy.scopes().resolve(l).is_outside());
     let (decision, reason) = match outside {
         Some(path) => ("deny", format!("`{path}` is outside the workspace")),
-        None => (action_str(d.action), d.reason.clone()),
+        None => (d.action.as_str(), d.reason.clone()),
     };
-    let is_command = spec.is_some_and(|s| s.name == "run_command");
-    let parts = is_command.then(|| {
+    let parts = def.policy.shell.then(|| {
         d.parts
             .iter()
             .map(|p| ExplainedPart {
                 text: p.text.clone(),
                 words: p.words.clone(),
-                decision: action_str(p.action).into(),
+                decision: p.action.as_str().into(),
                 rule: p.rule.map(|r| r as u64),
                 hazards: p.hazards.clone(),
             })

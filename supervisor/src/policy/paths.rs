@@ -14,8 +14,11 @@ use toolvisor_protocol::worker::Roots;
 /// Which root a path lives under.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Scope {
+    /// The workspace (`private:/`, or no scope).
     Private,
+    /// `shared:/`.
     Shared,
+    /// `public:/`: read-only for commands, high risk for edits.
     Public,
 }
 
@@ -35,7 +38,12 @@ impl Scope {
 pub enum ScopedPath {
     /// Inside a root; `rel` is normalised, `/`-separated, without leading `./`
     /// (`""` for the root itself).
-    Inside { scope: Scope, rel: String },
+    Inside {
+        /// The root.
+        scope: Scope,
+        /// The path beneath it.
+        rel: String,
+    },
     /// Outside every root: the normalised absolute host path. The worker refuses it;
     /// the policy treats it as high risk.
     Outside(String),
@@ -103,6 +111,17 @@ impl fmt::Display for ScopedPath {
     }
 }
 
+/// A relative root could not be made absolute: the current directory is unreadable.
+#[derive(Debug, thiserror::Error)]
+#[error("cannot resolve root {}: {source}", root.display())]
+pub struct ScopesError {
+    /// The root as configured.
+    pub root: PathBuf,
+    /// Why the current directory could not be read.
+    #[source]
+    pub source: std::io::Error,
+}
+
 /// The configured roots, normalised once, used to resolve path parameters.
 #[derive(Clone, Debug)]
 pub struct Scopes {
@@ -114,13 +133,16 @@ pub struct Scopes {
 impl Scopes {
     /// Normalise the roots. Relative roots are taken against the current directory,
     /// since the policy must compare them with absolute paths from calls.
-    pub fn new(roots: &Roots) -> Result<Scopes, String> {
-        let abs = |p: &Path| -> Result<PathBuf, String> {
+    pub fn new(roots: &Roots) -> Result<Scopes, ScopesError> {
+        let abs = |p: &Path| -> Result<PathBuf, ScopesError> {
             let p = if p.is_absolute() {
                 p.to_path_buf()
             } else {
                 std::env::current_dir()
-                    .map_err(|e| format!("cannot resolve root {}: {e}", p.display()))?
+                    .map_err(|source| ScopesError {
+                        root: p.to_path_buf(),
+                        source,
+                    })?
                     .join(p)
             };
             Ok(normalise_abs(&p))

@@ -3,7 +3,7 @@
 //! asked and written to the audit log, so each raise carries a note saying why.
 
 use serde_json::{Map, Value};
-use toolvisor_protocol::tools::{Risk, ToolSpec};
+use toolvisor_protocol::tools::{Risk, ToolDef};
 
 use super::hazards::{basename, is_env_hazard};
 use super::paths::ScopedPath;
@@ -12,7 +12,9 @@ use super::shell::Analysis;
 /// A call's risk and the reasons it was raised above the tool's own.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Assessment {
+    /// The risk after the arguments raised it.
     pub risk: Risk,
+    /// What raised it, in words (they go into the reason).
     pub notes: Vec<String>,
 }
 
@@ -23,24 +25,24 @@ impl Assessment {
     }
 }
 
-/// Tools that change files: an edit under `public:/` publishes it.
-const EDIT_TOOLS: &[&str] = &["write_file", "edit_file"];
-
-/// Assess a call from its tool, resolved paths, parsed command and `env`.
+/// Assess a call from its tool, its base risk (the tool's own, or what the session
+/// lowered it to), resolved paths, parsed command and `env`.
 pub fn assess(
-    spec: &ToolSpec,
+    tool: &ToolDef,
+    base: Risk,
     paths: &[ScopedPath],
     shell: Option<&Analysis>,
     env: &[String],
 ) -> Assessment {
     let mut a = Assessment {
-        risk: spec.risk,
+        risk: base,
         notes: Vec::new(),
     };
     for p in paths {
         if p.is_outside() {
             a.raise(format!("`{p}` is outside the workspace"));
-        } else if p.is_public() && EDIT_TOOLS.contains(&spec.name) {
+        } else if p.is_public() && tool.policy.edits_paths {
+            // An edit under `public:/` publishes it.
             a.raise(format!("it edits `{p}` under public:/"));
         }
     }

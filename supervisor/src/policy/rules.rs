@@ -1,7 +1,7 @@
-//! `[[policy.rules]]` compiled once: tool names resolved to the canonical tool,
-//! regexes built, and for every tool the order in which its rules are tried —
-//! tool-specific rules first, then `*` rules, file order within each
-//! (docs/POLICY.md).
+//! `[[policy.rules]]` compiled once: tool names resolved to the canonical tool (a
+//! `tool` ending in `*` matches every tool whose name starts with the rest), regexes
+//! built, and for every tool the order in which its rules are tried — tool-specific
+//! rules first, then `*` rules, file order within each (docs/POLICY.md).
 //!
 //! Conditions on `run_command`'s `command` test one simple command's words after
 //! quote removal: `startsWith` is a word prefix, `equals` compares the words re-joined
@@ -13,7 +13,7 @@
 use std::collections::HashMap;
 
 use regex::Regex;
-use toolvisor_protocol::tools::{Risk, ToolSpec, find};
+use toolvisor_protocol::tools::{Risk, ToolDef};
 
 use crate::config::{Action, Condition, Hazards, Operator, Rule};
 
@@ -25,6 +25,7 @@ pub const ENV: &str = "env";
 /// One condition, ready to test.
 #[derive(Clone, Debug)]
 pub struct Test {
+    /// The argument tested (`env.KEY` for one variable).
     pub param: String,
     op: Op,
 }
@@ -100,11 +101,14 @@ fn word_prefix(program: &str, joined: &str, prefix: &str) -> bool {
 /// One simple command of `run_command`, as conditions on `command` see it.
 #[derive(Clone, Debug)]
 pub struct CommandWords {
+    /// The command's words after quote removal.
     pub words: Vec<String>,
+    /// The words joined by single spaces: what `startsWith` and `contains` test.
     pub joined: String,
 }
 
 impl CommandWords {
+    /// The words of one simple command.
     pub fn new(words: Vec<String>) -> CommandWords {
         let joined = words.join(" ");
         CommandWords { words, joined }
@@ -127,13 +131,20 @@ impl CommandWords {
 /// A rule after compilation; `index` is its place in the file, for messages.
 #[derive(Clone, Debug)]
 pub struct CompiledRule {
+    /// Its place in the file (`policy.rules[N]`).
     pub index: usize,
+    /// What a match does.
     pub action: Action,
+    /// The risk to show and record instead of the call's.
     pub risk: Option<Risk>,
+    /// The reason to show and record instead of the generated one.
     pub message: Option<String>,
+    /// Its conditions, compiled (regexes built once).
     pub tests: Vec<Test>,
     /// `hazards = "allow"`: argument hazards do not turn this rule's allow into an ask.
     pub hazards_allow: bool,
+    /// `network = true`: a command this rule allows gets the host's network.
+    pub network: bool,
 }
 
 impl CompiledRule {
@@ -203,50 +214,100 @@ impl CompiledRule {
     }
 }
 
+/// The tool names a rule may name: every tool and alias registered now, and the name
+/// spaces of groups whose tools are known only once their worker announces them (an
+/// MCP server's `NAME__` prefix; any name at all when an external group is
+/// configured). A rule naming nothing that can exist is a configuration error: a rule
+/// that silently never matches is a trap.
+#[derive(Clone, Debug, Default)]
+pub struct ToolNames {
+    /// Name or alias → the tool's name.
+    canonical: HashMap<String, String>,
+    /// Prefixes of names that may appear later.
+    prefixes: Vec<String>,
+    /// An external group may announce any name.
+    open: bool,
+}
+
+impl ToolNames {
+    /// The names of `tools`.
+    pub fn of<'a>(tools: impl IntoIterator<Item = &'a ToolDef>) -> ToolNames {
+        let mut canonical = HashMap::new();
+        for t in tools {
+            canonical.insert(t.name.clone(), t.name.clone());
+            for a in &t.aliases {
+                canonical.insert(a.clone(), t.name.clone());
+            }
+        }
+        ToolNames {
+            canonical,
+            ..ToolNames::default()
+        }
+    }
+
+    /// Names starting with `prefix` may appear later (an MCP server's tools).
+    pub fn with_prefix(mut self, prefix: String) -> ToolNames {
+        self.prefixes.push(prefix);
+        self
+    }
+
+    /// Any name may appear later (an external worker group announces its own).
+    pub fn open(mut self) -> ToolNames {
+        self.open = true;
+        self
+    }
+
+    /// The tool `name` (a name or an alias) stands for, if it can exist.
+    fn resolve(&self, name: &str) -> Option<String> {
+        if let Some(c) = self.canonical.get(name) {
+            return Some(c.clone());
+        }
+        let later = self.open || self.prefixes.iter().any(|p| name.starts_with(p.as_str()));
+        later.then(|| name.to_owned())
+    }
+
+    /// Whether a pattern `prefix*` can match a tool.
+    fn can_match_prefix(&self, prefix: &str) -> bool {
+        self.open
+            || self.canonical.keys().any(|n| n.starts_with(prefix))
+            || self
+                .prefixes
+                .iter()
+                .any(|p| p.starts_with(prefix) || prefix.starts_with(p.as_str()))
+    }
+}
+
+/// Which tools a rule is for.
+#[derive(Clone, Debug, PartialEq, Eq)]
+enum ToolMatch {
+    /// One tool, by its name (an alias in the rule is resolved to it).
+    Exact(String),
+    /// Every tool whose name starts with this (`github__*`).
+    Prefix(String),
+}
+
+impl ToolMatch {
+    fn matches(&self, tool: &ToolDef) -> bool {
+        match self {
+            ToolMatch::Exact(name) => tool.name == *name,
+            ToolMatch::Prefix(p) => tool.name.starts_with(p.as_str()),
+        }
+    }
+}
+
 /// Every rule, and for each tool the order to try them in.
 #[derive(Clone, Debug, Default)]
 pub struct RuleSet {
     rules: Vec<CompiledRule>,
-    by_tool: HashMap<&'static str, Vec<usize>>,
-    /// Rules naming tools outside the built-in catalog: `NAME__TOOL` of an MCP server
-    /// (known only once it runs) or a pattern ending in `*` (`github__*`), in file order.
-    named: Vec<(ToolPattern, usize)>,
+    /// Tool-specific rules (by name or pattern), in file order.
+    specific: Vec<(ToolMatch, usize)>,
     star: Vec<usize>,
 }
 
-/// A rule's `tool` that is not a built-in name: an exact name, or a prefix (`x*`).
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum ToolPattern {
-    Exact(String),
-    Prefix(String),
-}
-
-impl ToolPattern {
-    /// The pattern of a rule's `tool`, or why it cannot name any tool.
-    fn parse(tool: &str) -> Result<ToolPattern, String> {
-        match tool.strip_suffix('*') {
-            Some(prefix) if !prefix.contains('*') => Ok(ToolPattern::Prefix(prefix.to_owned())),
-            Some(_) => Err(format!("`{tool}`: `*` may only end a tool pattern")),
-            // `NAME__TOOL`: a tool of MCP server NAME, offered once the server runs.
-            None if tool.contains("__") && !tool.contains('*') => {
-                Ok(ToolPattern::Exact(tool.to_owned()))
-            }
-            None => Err(format!("unknown tool `{tool}`")),
-        }
-    }
-
-    fn matches(&self, tool: &str) -> bool {
-        match self {
-            ToolPattern::Exact(name) => tool == name,
-            ToolPattern::Prefix(prefix) => tool.starts_with(prefix.as_str()),
-        }
-    }
-}
-
 impl RuleSet {
-    /// Compile `rules`; a rule naming no known tool or alias, or a bad regex, is an
-    /// error naming the rule, since a rule that silently never matches is a trap.
-    pub fn new(rules: &[Rule], tools: &[ToolSpec]) -> Result<RuleSet, String> {
+    /// Compile `rules`; a rule naming no tool that can exist, or a bad regex, is an
+    /// error naming the rule.
+    pub fn new(rules: &[Rule], tools: &ToolNames) -> Result<RuleSet, String> {
         let mut set = RuleSet::default();
         for (index, rule) in rules.iter().enumerate() {
             let tests = rule
@@ -262,34 +323,40 @@ impl RuleSet {
                 message: rule.message.clone(),
                 tests,
                 hazards_allow: rule.hazards == Hazards::Allow,
+                network: rule.network == Some(true),
             });
             if rule.tool == "*" {
                 set.star.push(index);
-            } else if let Some(spec) = find(tools, &rule.tool) {
-                set.by_tool.entry(spec.name).or_default().push(index);
-            } else {
-                let pattern = ToolPattern::parse(&rule.tool)
-                    .map_err(|e| format!("policy.rules[{index}]: {e}"))?;
-                set.named.push((pattern, index));
+                continue;
             }
+            let matcher = match rule.tool.strip_suffix('*') {
+                Some(prefix) if tools.can_match_prefix(prefix) => {
+                    ToolMatch::Prefix(prefix.to_owned())
+                }
+                Some(_) => {
+                    return Err(format!(
+                        "policy.rules[{index}]: `{}` matches no tool",
+                        rule.tool
+                    ));
+                }
+                None => ToolMatch::Exact(tools.resolve(&rule.tool).ok_or_else(|| {
+                    format!("policy.rules[{index}]: unknown tool `{}`", rule.tool)
+                })?),
+            };
+            set.specific.push((matcher, index));
         }
         Ok(set)
     }
 
-    /// The rules for `tool` (canonical name) in the order they are tried: those that
-    /// name it or a pattern it matches, in file order, then the `*` rules.
-    pub fn for_tool<'a>(&'a self, tool: &str) -> impl Iterator<Item = &'a CompiledRule> + 'a {
-        let by_name = self.by_tool.get(tool).map(Vec::as_slice).unwrap_or(&[]);
-        let mut specific: Vec<usize> = by_name.to_vec();
-        specific.extend(
-            self.named
-                .iter()
-                .filter(|(p, _)| p.matches(tool))
-                .map(|(_, i)| *i),
-        );
-        specific.sort_unstable();
-        specific
-            .into_iter()
+    /// The rules for `tool` in the order they are tried.
+    pub fn for_tool<'a, 't>(
+        &'a self,
+        tool: &'t ToolDef,
+    ) -> impl Iterator<Item = &'a CompiledRule> + use<'a, 't> {
+        self.specific
+            .iter()
+            .filter(move |(m, _)| m.matches(tool))
+            .map(|(_, i)| *i)
             .chain(self.star.iter().copied())
             .map(|i| &self.rules[i])
     }
@@ -298,10 +365,20 @@ impl RuleSet {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use toolvisor_protocol::tools::catalog;
+    use toolvisor_protocol::tools::{builtin, find};
 
     fn rule(tool: &str, action: Action) -> Rule {
         Rule::new(tool, action)
+    }
+
+    fn names() -> ToolNames {
+        ToolNames::of(&builtin())
+    }
+
+    fn order(set: &RuleSet, tool: &str) -> Vec<usize> {
+        let tools = builtin();
+        let def = find(&tools, tool).unwrap();
+        set.for_tool(def).map(|r| r.index).collect()
     }
 
     #[test]
@@ -312,37 +389,39 @@ mod tests {
             rule("run_command", Action::Ask),
             rule("*", Action::Ask),
         ];
-        let set = RuleSet::new(&rules, &catalog()).unwrap();
-        let order: Vec<usize> = set.for_tool("run_command").map(|r| r.index).collect();
-        assert_eq!(order, [1, 2, 0, 3]);
-        let order: Vec<usize> = set.for_tool("ls").map(|r| r.index).collect();
-        assert_eq!(order, [0, 3]);
+        let set = RuleSet::new(&rules, &names()).unwrap();
+        assert_eq!(order(&set, "run_command"), [1, 2, 0, 3]);
+        assert_eq!(order(&set, "ls"), [0, 3]);
     }
 
     #[test]
-    fn patterns_and_mcp_names_are_tool_specific() {
+    fn a_pattern_rule_is_tool_specific_for_every_tool_it_matches() {
         let rules = vec![
-            rule("*", Action::Ask),
-            rule("gh__*", Action::Allow),
-            rule("read_file", Action::Deny),
-            rule("gh__delete", Action::Deny),
+            rule("*", Action::Deny),
             rule("read_*", Action::Allow),
+            rule("read_file", Action::Ask),
         ];
-        let set = RuleSet::new(&rules, &catalog()).unwrap();
-        let order = |t: &str| set.for_tool(t).map(|r| r.index).collect::<Vec<_>>();
-        assert_eq!(order("gh__delete"), vec![1, 3, 0]);
-        assert_eq!(order("gh__list"), vec![1, 0]);
-        assert_eq!(order("read_file"), vec![2, 4, 0]);
-        assert_eq!(order("other__x"), vec![0]);
-        for bad in ["a*b*", "*x", "nope"] {
-            let err = RuleSet::new(&[rule(bad, Action::Allow)], &catalog()).unwrap_err();
-            assert!(err.contains("policy.rules[0]"), "{bad}: {err}");
-        }
+        let set = RuleSet::new(&rules, &names()).unwrap();
+        assert_eq!(order(&set, "read_file"), [1, 2, 0]);
+        assert_eq!(order(&set, "read_many_files"), [1, 0]);
+        assert_eq!(order(&set, "ls"), [0]);
+        let err = RuleSet::new(&[rule("nothing_*", Action::Allow)], &names()).unwrap_err();
+        assert!(err.contains("matches no tool"), "{err}");
+    }
+
+    #[test]
+    fn names_of_tools_that_appear_later_are_accepted() {
+        let mcp = names().with_prefix("github__".into());
+        assert!(RuleSet::new(&[rule("github__search", Action::Allow)], &mcp).is_ok());
+        assert!(RuleSet::new(&[rule("github__*", Action::Allow)], &mcp).is_ok());
+        assert!(RuleSet::new(&[rule("gitlab__search", Action::Allow)], &mcp).is_err());
+        let open = names().open();
+        assert!(RuleSet::new(&[rule("word_count", Action::Allow)], &open).is_ok());
     }
 
     #[test]
     fn unknown_tools_and_bad_regexes_are_refused() {
-        let err = RuleSet::new(&[rule("nope", Action::Allow)], &catalog()).unwrap_err();
+        let err = RuleSet::new(&[rule("nope", Action::Allow)], &names()).unwrap_err();
         assert!(
             err.contains("policy.rules[0]") && err.contains("nope"),
             "{err}"
@@ -353,7 +432,7 @@ mod tests {
             operator: Operator::Matches,
             value: "(".into(),
         });
-        assert!(RuleSet::new(&[r], &catalog()).is_err());
+        assert!(RuleSet::new(&[r], &names()).is_err());
     }
 
     #[test]
@@ -438,8 +517,12 @@ mod tests {
             operator: Operator::StartsWith,
             value: "rm".into(),
         });
-        let set = RuleSet::new(&[deny], &catalog()).unwrap();
-        let r = set.for_tool("run_command").next().unwrap();
+        let set = RuleSet::new(&[deny], &names()).unwrap();
+        let tools = builtin();
+        let r = set
+            .for_tool(find(&tools, "run_command").unwrap())
+            .next()
+            .unwrap();
         let none = |_: &str| None;
         for cmd in ["rm -rf x", "/bin/rm -rf x", "./x/../rm"] {
             let c = CommandWords::new(words(cmd).0);

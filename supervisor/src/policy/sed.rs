@@ -4,8 +4,47 @@
 //! file) are hazards. A script that does not parse is refused by sed, but the policy
 //! cannot be sure of that, so it is a hazard too.
 
+/// Why a sed script could not be read (the policy then asks: sed would likely refuse
+/// it, but the policy cannot be sure).
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum SedError {
+    /// `N,` with nothing after the comma.
+    #[error("a second address is missing")]
+    MissingAddress,
+    /// An address and then the end of the script.
+    #[error("an address without a command")]
+    NoCommand,
+    /// `\` as a regex address with no delimiter after it.
+    #[error("an empty address delimiter")]
+    EmptyDelimiter,
+    /// A `\` at the very end.
+    #[error("a trailing backslash")]
+    TrailingBackslash,
+    /// A command letter GNU sed does not have.
+    #[error("unknown command `{0}`")]
+    UnknownCommand(char),
+    /// A newline or backslash (or nothing) where a delimiter must be.
+    #[error("a bad delimiter")]
+    BadDelimiter,
+    /// A regex that runs into the next line.
+    #[error("a newline inside a regex")]
+    NewlineInRegex,
+    /// A regex or replacement without its closing delimiter.
+    #[error("an unterminated `{0}`")]
+    Unterminated(char),
+    /// A `[:class:]` without its end.
+    #[error("an unterminated class")]
+    UnterminatedClass,
+    /// A `[...]` without its `]`.
+    #[error("an unterminated bracket expression")]
+    UnterminatedBracket,
+    /// Something after a command that cannot follow it.
+    #[error("`{0}` after a command")]
+    AfterCommand(char),
+}
+
 /// The hazards of a sed script, or why it could not be read.
-pub fn hazards(script: &str) -> Result<Vec<&'static str>, String> {
+pub fn hazards(script: &str) -> Result<Vec<&'static str>, SedError> {
     let mut p = Parser {
         c: script.chars().collect(),
         i: 0,
@@ -43,7 +82,7 @@ impl Parser {
         }
     }
 
-    fn script(&mut self) -> Result<(), String> {
+    fn script(&mut self) -> Result<(), SedError> {
         loop {
             while matches!(self.peek(), Some(' ' | '\t' | '\n' | ';')) {
                 self.i += 1;
@@ -55,7 +94,7 @@ impl Parser {
         }
     }
 
-    fn command(&mut self) -> Result<(), String> {
+    fn command(&mut self) -> Result<(), SedError> {
         if self.address()? {
             self.skip_blanks();
             if self.peek() == Some(',') {
@@ -65,7 +104,7 @@ impl Parser {
                     self.i += 1;
                 }
                 if !self.address()? {
-                    return Err("a second address is missing".into());
+                    return Err(SedError::MissingAddress);
                 }
             }
         }
@@ -74,7 +113,7 @@ impl Parser {
             self.i += 1;
             self.skip_blanks();
         }
-        let cmd = self.bump().ok_or("an address without a command")?;
+        let cmd = self.bump().ok_or(SedError::NoCommand)?;
         match cmd {
             '{' => Ok(()),
             '}' | '=' | 'd' | 'D' | 'g' | 'G' | 'h' | 'H' | 'n' | 'N' | 'p' | 'P' | 'x' | 'z'
@@ -121,12 +160,12 @@ impl Parser {
                 self.until(d, false)?;
                 self.end_of_command()
             }
-            other => Err(format!("unknown command `{other}`")),
+            other => Err(SedError::UnknownCommand(other)),
         }
     }
 
     /// An optional address; true when one was read.
-    fn address(&mut self) -> Result<bool, String> {
+    fn address(&mut self) -> Result<bool, SedError> {
         match self.peek() {
             Some(c) if c.is_ascii_digit() => {
                 while self.peek().is_some_and(|c| c.is_ascii_digit() || c == '~') {
@@ -146,7 +185,7 @@ impl Parser {
             }
             Some('\\') => {
                 self.i += 1;
-                let d = self.bump().ok_or("an empty address delimiter")?;
+                let d = self.bump().ok_or(SedError::EmptyDelimiter)?;
                 self.until(d, true)?;
                 self.regex_flags();
                 Ok(true)
@@ -161,31 +200,31 @@ impl Parser {
         }
     }
 
-    fn delimiter(&mut self) -> Result<char, String> {
+    fn delimiter(&mut self) -> Result<char, SedError> {
         match self.bump() {
-            Some('\n' | '\\') | None => Err("a bad delimiter".into()),
+            Some('\n' | '\\') | None => Err(SedError::BadDelimiter),
             Some(d) => Ok(d),
         }
     }
 
     /// Up to an unescaped `delim`; in a regex, bracket expressions may hold it.
-    fn until(&mut self, delim: char, regex: bool) -> Result<(), String> {
+    fn until(&mut self, delim: char, regex: bool) -> Result<(), SedError> {
         while let Some(c) = self.bump() {
             match c {
                 '\\' => {
-                    self.bump().ok_or("a trailing backslash")?;
+                    self.bump().ok_or(SedError::TrailingBackslash)?;
                 }
                 '[' if regex => self.bracket()?,
-                '\n' if regex => return Err("a newline inside a regex".into()),
+                '\n' if regex => return Err(SedError::NewlineInRegex),
                 c if c == delim => return Ok(()),
                 _ => {}
             }
         }
-        Err(format!("an unterminated `{delim}`"))
+        Err(SedError::Unterminated(delim))
     }
 
     /// A bracket expression, from after its `[`.
-    fn bracket(&mut self) -> Result<(), String> {
+    fn bracket(&mut self) -> Result<(), SedError> {
         if self.peek() == Some('^') {
             self.i += 1;
         }
@@ -204,17 +243,17 @@ impl Parser {
                                 break;
                             }
                             Some(_) => {}
-                            None => return Err("an unterminated class".into()),
+                            None => return Err(SedError::UnterminatedClass),
                         }
                     }
                 }
                 _ => {}
             }
         }
-        Err("an unterminated bracket expression".into())
+        Err(SedError::UnterminatedBracket)
     }
 
-    fn substitute(&mut self) -> Result<(), String> {
+    fn substitute(&mut self) -> Result<(), SedError> {
         let d = self.delimiter()?;
         self.until(d, true)?;
         self.until(d, false)?;
@@ -238,11 +277,11 @@ impl Parser {
         }
     }
 
-    fn end_of_command(&mut self) -> Result<(), String> {
+    fn end_of_command(&mut self) -> Result<(), SedError> {
         self.skip_blanks();
         match self.peek() {
             None | Some(';' | '\n' | '}' | '#') => Ok(()),
-            Some(c) => Err(format!("`{c}` after a command")),
+            Some(c) => Err(SedError::AfterCommand(c)),
         }
     }
 

@@ -1,10 +1,21 @@
-//! Promises of the policy engine (docs/POLICY.md, seed properties 33–37, 45–47).
+//! Promises of the policy engine (docs/POLICY.md).
 
 use proptest::prelude::*;
 use serde_json::{Value, json};
 
 use super::*;
 use crate::config::{Condition, Operator, Rule};
+use crate::registry::Registry;
+use toolvisor_protocol::tools::builtin;
+
+/// The built-in tools, as the service registers them.
+fn registry() -> Registry {
+    Registry::new(builtin()).unwrap()
+}
+
+fn names() -> ToolNames {
+    ToolNames::of(&builtin())
+}
 
 fn roots() -> Roots {
     Roots {
@@ -35,11 +46,14 @@ fn policy(mode: Mode, rules: Vec<Rule>) -> Policy {
         confirm_timeout_ms: 60_000,
         rules,
     };
-    Policy::new(&cfg, &roots()).unwrap()
+    Policy::new(&cfg, &roots(), &names()).unwrap()
 }
 
+/// Decide a call of `tool` (a name or an alias), as the gate does after validation.
 fn decide(p: &Policy, tool: &str, args: Value) -> Decision {
-    p.decide(&CallFacts { tool, args: &args })
+    let r = registry();
+    let entry = r.find(tool).expect("a built-in tool");
+    p.decide(&entry.def, &args)
 }
 
 /// The brief's config: `git status` and `cargo ` allowed for run_command.
@@ -404,7 +418,7 @@ fn unknown_rule_tools_are_refused() {
         rules: vec![rule("rn_command", Action::Allow, vec![])],
         ..PolicyConfig::default()
     };
-    let err = Policy::new(&cfg, &roots()).unwrap_err();
+    let err = Policy::new(&cfg, &roots(), &names()).unwrap_err();
     assert!(err.contains("rn_command"), "{err}");
 }
 
@@ -490,7 +504,8 @@ proptest! {
     fn risk_classification((tool, args) in tool_with_args()) {
         let p = policy(Mode::Auto, vec![]);
         let d = decide(&p, tool, args.clone());
-        let spec = find(&catalog(), tool).unwrap().clone();
+        let r = registry();
+        let spec = &r.find(tool).unwrap().def;
         prop_assert!(d.risk >= spec.risk);
         if d.locations.iter().any(|l| l.starts_with('/')) {
             prop_assert_eq!(d.risk, Risk::High);
@@ -509,7 +524,7 @@ proptest! {
         let d = decide(&policy(mode, vec![]), tool, args);
         prop_assert!(!d.description.trim().is_empty());
         prop_assert!(!d.reason.trim().is_empty());
-        if !path_params(tool).is_empty() {
+        if !registry().find(tool).unwrap().def.paths.is_empty() {
             prop_assert!(!d.locations.is_empty());
         }
         if mode == Mode::Ask {
@@ -715,7 +730,7 @@ fn hazards_allow_lifts_argument_hazards_only() {
     let toml = "[[policy.rules]]\ntool = \"run_command\"\naction = \"allow\"\nhazards = \"allow\"\n\
         conditions = [{ param = \"command\", operator = \"equals\", value = \"EDITOR=vim git commit\" }]\n";
     let cfg = crate::config::Config::parse(toml, "t").unwrap();
-    let p = Policy::new(&cfg.policy, &roots()).unwrap();
+    let p = Policy::new(&cfg.policy, &roots(), &names()).unwrap();
     assert_eq!(run(&p, "EDITOR=vim git commit").action, Allow);
     assert!(
         crate::config::Config::parse(
@@ -930,8 +945,7 @@ proptest! {
 // ---- explain ----
 
 fn explain(p: &Policy, tool: &str, args: Value) -> toolvisor_protocol::message::ServerMessage {
-    let v = crate::registry::validate::Validators::new(&catalog()).unwrap();
-    super::explain::explain("e".into(), p, &v, tool, &args)
+    super::explain::explain("e".into(), p, &registry(), tool, &args)
 }
 
 #[test]

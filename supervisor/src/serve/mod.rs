@@ -2,17 +2,22 @@
 //! then obey signals until a drain ends the process.
 //!
 //! SIGTERM/SIGINT drain (stop accepting, let calls finish within the grace, cancel the
-//! rest, stop the workers, remove socket and pidfile, exit 0); SIGHUP reloads the
+//! rest, stop the workers, remove socket and pidfile, exit 0); a second one skips the
+//! rest of the drain (the calls still open are cancelled at once). SIGHUP reloads the
 //! configuration and restarts every worker, one per group at a time; SIGUSR1 logs a
-//! status dump; SIGUSR2 rotates the audit log. The memory watchdog runs alongside.
+//! status dump; SIGUSR2 rotates the audit log. The memory watchdog runs alongside, and
+//! systemd hears of readiness and the stop ([`notify`]).
 
+pub mod drain;
 pub mod leftovers;
+pub mod notify;
 pub mod reload;
 pub mod sandbox;
 pub mod state_dir;
 pub mod status;
+pub mod usage;
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -27,10 +32,15 @@ use crate::workers::spawn::Spawner;
 
 /// Everything `serve` needs from the command line.
 pub struct ServeArgs {
+    /// The workspace to serve.
     pub workspace: PathBuf,
+    /// The configuration file (it may not exist: the defaults then).
     pub config_file: PathBuf,
+    /// The configuration read from it.
     pub config: Config,
+    /// `--socket`, when given; else the state directory's.
     pub socket: Option<PathBuf>,
+    /// What the workers crate does for the host.
     pub host: HostHooks,
 }
 
@@ -40,7 +50,7 @@ pub struct ServeArgs {
 pub struct HostHooks {
     /// Whether commands can have their own namespaces here: runs the shim once.
     /// `Err` says why not.
-    pub probe_sandbox: fn(exe: &Path, workspace: &Path, hidden: &[PathBuf]) -> Result<(), String>,
+    pub probe_sandbox: sandbox::ProbeFn,
     /// Prepare a delegated cgroup v2 tree for per-command cgroups, where there is one.
     pub prepare_cgroups: fn(),
 }
@@ -166,18 +176,28 @@ async fn serve(args: ServeArgs, state: StateDir) -> i32 {
         }
     };
     let watchdog = tokio::spawn(crate::workers::watchdog::run(service.clone()));
+    let notifier = notify::Notifier::from_env();
+    if let Some(n) = &notifier {
+        n.send(&notify::ready_message(&format!(
+            "serving {}",
+            args.workspace.display()
+        )));
+    }
     tracing::info!(socket = %socket.display(), workspace = %args.workspace.display(), pid = std::process::id(), "serving");
-    let code = obey_signals(&service, signals).await;
+    let mut signals = signals;
+    let code = obey_signals(&service, &mut signals, notifier.as_ref()).await;
+    if let Some(n) = &notifier {
+        n.send("STOPPING=1\nSTATUS=draining");
+    }
     // Stop accepting by taking the socket's name away: new clients get "no such file".
     // The listener actor itself lives on until the drain ends, because stopping it
     // stops its sessions, and the calls in flight on them must still get their result.
     let _ = std::fs::remove_file(&socket);
     watchdog.abort();
-    let grace = Duration::from_millis(service.config().server.drain_grace_ms);
-    service.drain(grace).await;
+    drain(&service, &mut signals).await;
     // A call sent on a connection still open from now on is refused before it starts
     // (and recorded as `rejected`), rather than waiting for a stopped worker.
-    service.shutdown.cancel();
+    service.shutdown().cancel();
     stop_workers(&service).await;
     listener_ref.stop(None);
     let stopped = crate::audit::record::SupervisorStopped {
@@ -199,7 +219,7 @@ async fn serve(args: ServeArgs, state: StateDir) -> i32 {
 /// stop takes one grace, not one per group. Their `worker_exited` records are queued
 /// before this returns, hence before `supervisor_stopped`.
 async fn stop_workers(service: &Service) {
-    futures::future::join_all(service.pools.values().map(|p| p.stop())).await;
+    futures::future::join_all(service.pools().values().map(|p| p.stop())).await;
 }
 
 /// Open (and recover) the audit log, and say what recovery did.
@@ -269,27 +289,63 @@ impl Signals {
 }
 
 /// Wait for signals; returns the exit code once a drain was asked for.
-async fn obey_signals(service: &Arc<Service>, s: Signals) -> i32 {
-    let Signals {
-        mut term,
-        mut int,
-        mut hup,
-        mut usr1,
-        mut usr2,
-    } = s;
+async fn obey_signals(
+    service: &Arc<Service>,
+    s: &mut Signals,
+    notifier: Option<&notify::Notifier>,
+) -> i32 {
     loop {
         tokio::select! {
-            _ = term.recv() => { tracing::info!("SIGTERM: draining"); return 0; }
-            _ = int.recv() => { tracing::info!("SIGINT: draining"); return 0; }
-            _ = hup.recv() => crate::serve::reload::reload_and_restart(service).await,
-            _ = usr1.recv() => {
+            _ = s.term.recv() => { tracing::info!("SIGTERM: draining (send it again to skip the drain)"); return 0; }
+            _ = s.int.recv() => { tracing::info!("SIGINT: draining (Ctrl-C again to skip the drain)"); return 0; }
+            _ = s.hup.recv() => {
+                if let Some(n) = notifier {
+                    n.send(&notify::reloading_message());
+                }
+                crate::serve::reload::reload_and_restart(service).await;
+                if let Some(n) = notifier {
+                    n.send("READY=1");
+                }
+            }
+            _ = s.usr1.recv() => {
                 let status = crate::serve::status::status(service, "sigusr1".into()).await;
-                tracing::info!("status: {}", serde_json::to_string(&status).unwrap_or_default());
+                crate::serve::status::log(&status);
             }
-            _ = usr2.recv() => {
+            _ = s.usr2.recv() => {
                 tracing::info!("SIGUSR2: rotating the audit log");
-                service.audit.rotate();
+                service.audit().rotate();
             }
+        }
+    }
+}
+
+/// Let the calls still open finish within `server.drain_grace_ms`, then cancel the
+/// rest. A second SIGINT or SIGTERM meanwhile skips the wait: the calls are cancelled
+/// at once (and get their `cancelled` result); a third one stops waiting for them.
+async fn drain(service: &Arc<Service>, s: &mut Signals) {
+    let grace = Duration::from_millis(service.config().server.drain_grace_ms);
+    tokio::select! {
+        _ = service.drain(grace) => return,
+        name = s.stop() => tracing::warn!(
+            open = service.active_calls(),
+            "second {name}: skipping the drain; cancelling the calls still open"
+        ),
+    }
+    tokio::select! {
+        _ = service.drain(Duration::ZERO) => {}
+        name = s.stop() => tracing::warn!(
+            open = service.active_calls(),
+            "third {name}: not waiting for the cancelled calls"
+        ),
+    }
+}
+
+impl Signals {
+    /// The next SIGINT or SIGTERM; its name.
+    async fn stop(&mut self) -> &'static str {
+        tokio::select! {
+            _ = self.term.recv() => "SIGTERM",
+            _ = self.int.recv() => "SIGINT",
         }
     }
 }

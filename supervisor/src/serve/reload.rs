@@ -1,7 +1,10 @@
 //! SIGHUP: read the configuration again (a bad one keeps the old one and the running
-//! workers), then restart every worker after its calls end, one worker of a group at a
-//! time. A changed `count` grows the group (new workers start with the new
-//! configuration) or shrinks it (the highest indices retire once their calls end).
+//! workers), apply every key that can change while serving (the policy with its
+//! `confirm_timeout_ms`, limits, timeouts, queue sizes, worker counts, restart policy,
+//! `[audit]`, `[edit]`, the drain grace and open-call limit, the workspace roots), then
+//! restart every worker after its calls end, one worker of a group at a time. A changed
+//! `count` grows the group (new workers start with the new configuration) or shrinks it
+//! (the highest indices retire once their calls end).
 
 use std::sync::Arc;
 
@@ -14,9 +17,13 @@ use toolvisor_protocol::worker::WorkerInit;
 
 /// Read and check the configuration file again, policy included.
 fn load(service: &Service) -> Result<(Config, Policy, WorkerInit), String> {
-    let cfg = Config::load(&service.paths.config_file).map_err(|e| e.to_string())?;
-    let init = crate::service::worker_init(&service.paths, &cfg, &service.instance)?;
-    let policy = Policy::new(&cfg.policy, &init.roots).map_err(|e| format!("bad [policy]: {e}"))?;
+    let paths = service.paths();
+    let cfg = Config::load(&paths.config_file).map_err(|e| e.to_string())?;
+    let init = crate::workers::init::worker_init(paths, &cfg, service.instance())
+        .map_err(|e| e.to_string())?;
+    let names = service.tool_names(&cfg);
+    let policy =
+        Policy::new(&cfg.policy, &init.roots, &names).map_err(|e| format!("bad [policy]: {e}"))?;
     Ok((cfg, policy, init))
 }
 
@@ -25,11 +32,11 @@ fn load(service: &Service) -> Result<(Config, Policy, WorkerInit), String> {
 /// replaced after its calls end, one worker of a group at a time, in the background so
 /// the signal loop stays responsive (a SIGTERM meanwhile still drains at once).
 pub async fn reload_and_restart(service: &Arc<Service>) {
-    let path = service.paths.config_file.display().to_string();
+    let path = service.paths().config_file.display().to_string();
     let (cfg, policy, init) = match load(service) {
         Ok(loaded) => loaded,
         Err(e) => {
-            service.audit.record_detached(&ConfigReloadFailed {
+            service.audit().record_detached(&ConfigReloadFailed {
                 path: &path,
                 error: &e,
             });
@@ -37,12 +44,20 @@ pub async fn reload_and_restart(service: &Arc<Service>) {
             return;
         }
     };
+    crate::registry::mcp::secrets(&cfg);
+    for note in crate::registry::mcp::reload_notes(service.pools().keys(), &cfg) {
+        tracing::warn!("SIGHUP: {note}");
+    }
     let mut plans = Vec::new();
-    for (group, pool) in &service.pools {
-        if let Some(g) = cfg.workers.group(group) {
+    for (group, pool) in service.pools() {
+        if let Some(g) = cfg.group_settings(group) {
             pool.set_limits(g.queue_max, g.max_in_flight);
             let reconfig = Reconfig {
-                init: init.clone(),
+                // An MCP server's worker restarts with its server's new settings.
+                init: WorkerInit {
+                    mcp: cfg.mcp.server_init(group),
+                    ..init.clone()
+                },
                 passthrough: g.env_passthrough.clone(),
                 supervisor: cfg.supervisor.clone(),
             };
@@ -50,13 +65,11 @@ pub async fn reload_and_restart(service: &Arc<Service>) {
             plans.push((pool.clone(), cfg.workers.count(group), reconfig));
         }
     }
-    plans.extend(crate::registry::mcp_pools::reload_plans(
-        service, &cfg, &init,
-    ));
-    *service.config.write().unwrap_or_else(|p| p.into_inner()) = Arc::new(cfg);
-    *service.policy.write().unwrap_or_else(|p| p.into_inner()) = Arc::new(policy);
-    let digest = file_sha256(&service.paths.config_file);
-    service.audit.record_detached(&ConfigReloaded {
+    service.grants().set_scopes(policy.scopes().clone());
+    service.audit().reconfigure(&cfg.audit);
+    service.replace_config(cfg, policy);
+    let digest = file_sha256(&service.paths().config_file);
+    service.audit().record_detached(&ConfigReloaded {
         path: &path,
         config_sha256: &digest,
     });

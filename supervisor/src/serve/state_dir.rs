@@ -1,6 +1,7 @@
-//! The state directory: created 0700, held with an exclusive `flock` so one
-//! supervisor serves a workspace, with the pidfile and the socket inside (or, when the
-//! path would pass the 107-byte limit of Unix sockets, in the runtime directory).
+//! The state directory: created 0700 with a `.gitignore` of `*`, held with an exclusive
+//! `flock` so one supervisor serves a workspace, with the pidfile and the socket inside
+//! (or, when the path would pass the 107-byte limit of Unix sockets, in the runtime
+//! directory).
 
 use std::fs::{File, OpenOptions};
 use std::io::Write;
@@ -13,22 +14,44 @@ use sha2::{Digest, Sha256};
 /// Longest path a Unix socket address holds.
 const SUN_PATH_MAX: usize = 107;
 
+/// Why `serve` cannot take the state directory (it then exits 1).
 #[derive(Debug, thiserror::Error)]
 pub enum StateError {
+    /// It cannot be created or set up.
     #[error("cannot prepare the state directory {path}: {source}")]
     Dir {
+        /// The directory.
         path: String,
+        /// Why.
         source: std::io::Error,
     },
+    /// Someone else's, or not a plain directory: using it would hand them the socket
+    /// and the audit log.
     #[error(
         "the state directory {path} is not ours, not a directory, or a symlink (owner uid {uid}, we are {me}); refusing to use it"
     )]
-    NotOurs { path: String, uid: u32, me: u32 },
+    NotOurs {
+        /// The directory.
+        path: String,
+        /// Its owner.
+        uid: u32,
+        /// This process's uid.
+        me: u32,
+    },
+    /// Another supervisor holds the lock: two would share one audit chain.
     #[error("another toolvisor is already serving this workspace (lock {path} is held{pid})")]
-    Locked { path: String, pid: String },
+    Locked {
+        /// The lock file.
+        path: String,
+        /// ` by pid N` when the pid file says so, else empty.
+        pid: String,
+    },
+    /// The socket cannot be bound.
     #[error("cannot bind the socket {path}: {source}")]
     Bind {
+        /// The socket path.
         path: String,
+        /// Why.
         source: std::io::Error,
     },
 }
@@ -36,8 +59,11 @@ pub enum StateError {
 /// The locked state directory. Dropping it releases the lock.
 #[derive(Debug)]
 pub struct StateDir {
+    /// The directory (created mode 0700 if it was missing).
     pub dir: PathBuf,
+    /// Where the socket is bound.
     pub socket: PathBuf,
+    /// The file naming the serving pid (for the `Locked` message of a second one).
     pub pidfile: PathBuf,
     _lock: Flock<File>,
 }
@@ -57,6 +83,26 @@ pub fn socket_path(state_dir: &Path, workspace: &Path) -> PathBuf {
         .filter(|p| p.is_dir())
         .unwrap_or_else(|| PathBuf::from("/tmp"));
     base.join(format!("toolvisor-{hex}.sock"))
+}
+
+/// What `.gitignore` in the state directory says: everything in it stays out of git (an
+/// agent's `git add -A` must not commit the audit log or the socket).
+pub const GITIGNORE: &str =
+    "# toolvisor's state: sockets, the audit log, artifacts. Never commit it.\n*\n";
+
+/// Write `<dir>/.gitignore` unless one is there (a user's own is left alone).
+pub fn write_gitignore(dir: &Path) -> std::io::Result<()> {
+    let path = dir.join(".gitignore");
+    match OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(&path)
+    {
+        Ok(mut f) => f.write_all(GITIGNORE.as_bytes()),
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => Ok(()),
+        Err(e) => Err(e),
+    }
 }
 
 impl StateDir {
@@ -89,6 +135,7 @@ impl StateDir {
             );
             std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700)).map_err(derr)?;
         }
+        write_gitignore(dir).map_err(derr)?;
         std::fs::create_dir_all(dir.join("artifacts")).map_err(derr)?;
         let lock_path = dir.join("lock");
         let file = OpenOptions::new()
@@ -194,6 +241,20 @@ mod tests {
         let _s = StateDir::acquire(&dir, tmp.path()).unwrap();
         let mode = std::fs::metadata(&dir).unwrap().permissions().mode() & 0o777;
         assert_eq!(mode, 0o700);
+    }
+
+    #[test]
+    fn the_state_dir_keeps_itself_out_of_git() {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path().join(".toolvisor");
+        drop(StateDir::acquire(&dir, tmp.path()).unwrap());
+        let ignore = dir.join(".gitignore");
+        assert_eq!(std::fs::read_to_string(&ignore).unwrap(), GITIGNORE);
+        assert!(GITIGNORE.lines().any(|l| l == "*"));
+        // A user's own file is left as it is.
+        std::fs::write(&ignore, "audit.jsonl\n").unwrap();
+        drop(StateDir::acquire(&dir, tmp.path()).unwrap());
+        assert_eq!(std::fs::read_to_string(&ignore).unwrap(), "audit.jsonl\n");
     }
 
     #[test]

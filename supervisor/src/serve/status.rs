@@ -1,50 +1,34 @@
 //! The `status` answer: per worker its group, pid, state, restarts, calls in flight,
-//! RSS and CPU (sampled with `sysinfo`), the audit position and the active guards.
+//! and the RSS and CPU of its whole process tree ([`crate::serve::usage`]); the calls
+//! running now; the audit position and the active guards.
 
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::Arc;
+use std::time::Instant;
 
-use sysinfo::{Pid, ProcessRefreshKind, ProcessesToUpdate, System};
 use toolvisor_protocol::Id;
 use toolvisor_protocol::message::{AuditStatus, Guards, ServerMessage, WorkerStatus};
 
+use crate::serve::usage::{Usage, sampler};
 use crate::service::Service;
 
-/// One sampler for the process: CPU percentages are deltas between refreshes.
-fn sampler() -> &'static Mutex<Option<System>> {
-    static SYS: OnceLock<Mutex<Option<System>>> = OnceLock::new();
-    SYS.get_or_init(|| Mutex::new(System::new().ok()))
-}
-
-/// RSS bytes and CPU percent of each pid (zeros when unknown).
-pub fn sample(pids: &[u32]) -> Vec<(u64, f32)> {
-    let mut guard = sampler().lock().unwrap_or_else(|p| p.into_inner());
-    let Some(sys) = guard.as_mut() else {
-        return vec![(0, 0.0); pids.len()];
-    };
-    let list: Vec<Pid> = pids.iter().map(|p| Pid::from_u32(*p)).collect();
-    let kind = ProcessRefreshKind::nothing().with_memory().with_cpu();
-    sys.refresh_processes_specifics(ProcessesToUpdate::Some(&list), true, kind);
-    list.iter()
-        .map(|p| {
-            sys.process(*p)
-                .map_or((0, 0.0), |p| (p.memory(), p.cpu_usage()))
-        })
-        .collect()
+/// The usage of the tree under each pid (0: none), off the async threads.
+async fn sample(pids: Vec<u32>) -> Vec<Usage> {
+    let n = pids.len();
+    tokio::task::spawn_blocking(move || {
+        sampler()
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .sample(&pids)
+    })
+    .await
+    .unwrap_or_else(|_| vec![Usage::default(); n])
 }
 
 /// The status message for request `id`.
 pub async fn status(svc: &Arc<Service>, id: Id) -> ServerMessage {
     let mut workers = Vec::new();
     let mut guards = Guards::default();
-    let mut groups: Vec<_> = svc.pools.values().collect();
-    // Built-in groups in their order, then the others (MCP servers) by name.
-    groups.sort_by_key(|p| {
-        let builtin = toolvisor_protocol::tools::GROUPS
-            .iter()
-            .position(|g| *g == p.group);
-        (builtin.unwrap_or(usize::MAX), p.group.clone())
-    });
-    for pool in groups {
+    for pool in svc.pools_in_order() {
         for w in pool.workers().iter() {
             let g = w.guards.lock().unwrap_or_else(|p| p.into_inner()).clone();
             guards.landlock = guards.landlock.max(g.landlock);
@@ -65,21 +49,72 @@ pub async fn status(svc: &Arc<Service>, id: Id) -> ServerMessage {
         }
     }
     let pids: Vec<u32> = workers.iter().map(|w| w.pid.unwrap_or(0)).collect();
-    let samples = tokio::task::spawn_blocking(move || sample(&pids))
-        .await
-        .unwrap_or_default();
-    for (w, (rss, cpu)) in workers.iter_mut().zip(samples) {
-        if w.pid.is_some() {
-            w.rss_bytes = rss;
-            w.cpu_percent = cpu;
-        }
+    for (w, u) in workers.iter_mut().zip(sample(pids).await) {
+        w.rss_bytes = u.rss_bytes;
+        w.cpu_percent = u.cpu_percent;
     }
     ServerMessage::Status {
         id,
-        uptime_ms: svc.started.elapsed().as_millis() as u64,
+        uptime_ms: svc.started().elapsed().as_millis() as u64,
         workers,
         audit: svc.audit_status(),
         guards,
+        calls: svc.running().list(Instant::now()),
+    }
+}
+
+/// Log a status answer (SIGUSR1) as structured fields: one `status` line, then one
+/// line per worker and per call in flight (JSON objects under `--log-format json`).
+pub fn log(status: &ServerMessage) {
+    let ServerMessage::Status {
+        uptime_ms,
+        workers,
+        audit,
+        guards,
+        calls,
+        ..
+    } = status
+    else {
+        return;
+    };
+    let g = guards;
+    tracing::info!(
+        uptime_ms,
+        audit_path = %audit.path,
+        audit_seq = audit.seq,
+        landlock = g.landlock,
+        openat2 = g.openat2,
+        subreaper = g.subreaper,
+        cgroup = g.cgroup,
+        namespaces = g.namespaces,
+        network = g.network,
+        limits = g.limits.as_deref().unwrap_or("none"),
+        protected = %g.protected.join(" "),
+        workers = workers.len(),
+        calls = calls.len(),
+        "status"
+    );
+    for w in workers {
+        tracing::info!(
+            group = %w.group,
+            index = w.index,
+            pid = w.pid,
+            state = %w.state,
+            restarts = w.restarts,
+            in_flight = w.in_flight,
+            rss_bytes = w.rss_bytes,
+            cpu_percent = w.cpu_percent,
+            "status: worker"
+        );
+    }
+    for c in calls {
+        tracing::info!(
+            id = %c.id,
+            session = %c.session,
+            tool = %c.tool,
+            running_ms = c.running_ms,
+            "status: call"
+        );
     }
 }
 
@@ -99,8 +134,8 @@ impl Service {
     /// Where the audit log is and the last seq written.
     pub fn audit_status(&self) -> AuditStatus {
         AuditStatus {
-            path: self.audit.path().display().to_string(),
-            seq: self.audit.last_seq(),
+            path: self.audit().path().display().to_string(),
+            seq: self.audit().last_seq(),
         }
     }
 }

@@ -6,7 +6,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use ractor::{Actor, ActorProcessingErr, ActorRef};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::io::AsyncReadExt;
 use tokio::net::UnixStream;
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
@@ -14,6 +14,7 @@ use toolvisor_protocol::frame::{self, DecodeError, FrameError};
 use toolvisor_protocol::message::{
     CallRequest, ClientMessage, KNOWN_CLIENT_TYPES, ServerMessage, ToolFormat, ToolResult,
 };
+use toolvisor_protocol::writer::FrameWriter;
 use toolvisor_protocol::{ErrorType, Id, PROTOCOL_VERSION};
 
 use crate::call::batch::{BatchCall, Deliver, split_duplicates};
@@ -21,27 +22,48 @@ use crate::call::router::{SessionInfo, to_result};
 use crate::service::Service;
 use crate::session::outbox::{Frame, Outbox};
 
+/// Messages of a session actor.
 pub enum SessionMsg {
+    /// A frame read from the client (or why it does not decode).
     Frame(Result<ClientMessage, DecodeError>),
+    /// The client announced a frame over the limit: `(its length, the limit)`.
     TooLarge(usize, usize),
+    /// The connection ended (read side or write side).
     Closed,
     /// A call task finished: unregister the id, then send its result.
     CallDone(Box<ToolResult>),
-    /// Every call of a batch has its result: unregister the batch, send `batch_done`.
-    BatchDone(Id, Vec<Id>),
+    /// Every call of a batch has its result: unregister the batch, send `batch_done`
+    /// (and `envelope_done` when the batch ran an envelope's tool actions).
+    BatchDone(Id, Vec<Id>, Option<EnvelopeEnd>),
 }
 
+/// What an envelope's `envelope_done` says once its batch is done.
+pub struct EnvelopeEnd {
+    /// The text for the person.
+    pub assistant_text: String,
+    /// Every action id of the block, in order.
+    pub ids: Vec<Id>,
+}
+
+/// What a session actor starts with.
 pub struct SessionArgs {
+    /// The service it serves.
     pub service: Arc<Service>,
+    /// The accepted connection.
     pub stream: UnixStream,
+    /// The peer's uid (checked equal to ours by the listener).
     pub uid: u32,
+    /// The peer's pid, when the kernel tells it.
     pub pid: Option<i32>,
     /// A person, or a command toolvisor runs (privileged messages refused).
     pub peer: crate::session::peer::Peer,
 }
 
+/// The actor owning one client connection: it reads requests in order and starts each call
+/// as its own task, so a slow call never holds up the session.
 pub struct SessionActor;
 
+/// A session's state: its outbox, its open calls and batches, its subscriptions.
 pub struct SessionState {
     service: Arc<Service>,
     out: Outbox,
@@ -59,7 +81,7 @@ pub struct SessionState {
 impl Drop for SessionState {
     fn drop(&mut self) {
         self.reader.abort();
-        self.service.confirmations.end_session(&self.id);
+        self.service.confirmations().end_session(&self.id);
         for token in self.open.values().chain(self.batches.values()) {
             token.cancel();
         }
@@ -123,9 +145,15 @@ impl Actor for SessionActor {
                 st.open.remove(&result.id);
                 st.out.send(&ServerMessage::Result(*result));
             }
-            SessionMsg::BatchDone(id, ids) => {
+            SessionMsg::BatchDone(id, ids, envelope) => {
                 st.batches.remove(&id);
-                st.out.send(&ServerMessage::BatchDone { id, ids });
+                st.out.send(&ServerMessage::BatchDone {
+                    id: id.clone(),
+                    ids,
+                });
+                if let Some(end) = envelope {
+                    st.out.send(&envelope_done(id, end));
+                }
             }
         }
         Ok(())
@@ -191,7 +219,13 @@ impl SessionState {
             )),
             ClientMessage::Ping { id } => self.out.send(&ServerMessage::Pong { id }),
             ClientMessage::Explain { id, tool, args } => {
-                self.out.send(&self.service.explain(id, &tool, &args))
+                self.out.send(&crate::policy::explain::explain(
+                    id,
+                    &self.service.policy(),
+                    &self.service.registry(),
+                    &tool,
+                    &args,
+                ))
             }
             ClientMessage::ListTools { id, format, groups } => {
                 self.list_tools(id, format.unwrap_or_default(), groups)
@@ -209,6 +243,7 @@ impl SessionState {
                 crate::session::subscribe::start(&self.service, &self.out, id, topics);
             }
             ClientMessage::Batch { id, calls } => self.batch(myself, &info, id, calls),
+            ClientMessage::Envelope { id, text } => self.envelope(myself, &info, id, text),
             ClientMessage::Grant {
                 id,
                 tools,
@@ -231,10 +266,15 @@ impl SessionState {
                 approve,
                 remember,
             } => {
-                let answer = self.service.confirmations.answer(
+                let by = crate::call::confirm::Answerer {
+                    session: info.id.clone(),
+                    client: info.client.clone(),
+                };
+                let answer = self.service.confirmations().answer(
                     &interaction,
                     approve,
                     remember.unwrap_or_default(),
+                    &by,
                 );
                 self.out.send(&match answer {
                     Ok(()) => ServerMessage::Confirmed {
@@ -271,29 +311,18 @@ impl SessionState {
             interactive,
             uid: self.uid,
             out: self.out.clone(),
+            familiar: Default::default(),
         }));
         self.out.send(&ServerMessage::Welcome {
             protocol: PROTOCOL_VERSION,
             server: format!("toolvisor/{}", env!("CARGO_PKG_VERSION")),
             session: self.id.clone(),
-            tools: (self.service.tools.len() + self.service.mcp.len()) as u32,
+            tools: self.service.registry().len() as u32,
         });
     }
 
     fn list_tools(&self, id: Id, format: ToolFormat, groups: Option<Vec<String>>) {
-        let mut tools: Vec<_> = self
-            .service
-            .tools
-            .iter()
-            .filter(|t| {
-                groups
-                    .as_ref()
-                    .is_none_or(|g| g.iter().any(|g| g == t.group))
-            })
-            .map(|t| t.listing(format))
-            .collect();
-        tools.extend(self.service.mcp.listing(format, groups.as_deref()));
-        crate::registry::mcp::sort_listing(&mut tools, format);
+        let tools = self.service.registry().listing(format, groups.as_deref());
         self.out.send(&ServerMessage::Tools { id, tools });
     }
 
@@ -307,7 +336,7 @@ impl SessionState {
                 .send(&ServerMessage::Result(overloaded(req.id, &why)));
             return;
         }
-        let token = self.service.shutdown.child_token();
+        let token = self.service.shutdown().child_token();
         self.open.insert(req.id.clone(), token.clone());
         let (svc, info, me) = (self.service.clone(), info.clone(), myself.clone());
         tokio::spawn(async move {
@@ -334,6 +363,71 @@ impl SessionState {
             self.refuse_duplicate(id);
             return;
         }
+        self.start_batch(myself, info, id, calls, None);
+    }
+
+    /// Run an envelope (docs/PROTOCOL.md, "Envelopes"): no block → `envelope_done` with
+    /// the text; a block that cannot run → `BadEnvelope` and nothing runs; else its
+    /// skill and subagent actions get `UnsupportedAction` results and its tool actions
+    /// run as a batch with the envelope's id, then `envelope_done`.
+    fn envelope(
+        &mut self,
+        myself: &ActorRef<SessionMsg>,
+        info: &Arc<SessionInfo>,
+        id: Id,
+        text: String,
+    ) {
+        if self.is_open(&id) {
+            self.refuse_duplicate(id);
+            return;
+        }
+        let max = self.service.config().server.max_open_calls;
+        let env = match crate::call::envelope::parse(&text, max) {
+            Ok(Some(env)) => env,
+            Ok(None) => {
+                let end = EnvelopeEnd {
+                    assistant_text: text,
+                    ids: Vec::new(),
+                };
+                self.out.send(&envelope_done(id, end));
+                return;
+            }
+            Err(why) => {
+                self.out
+                    .send(&ServerMessage::error(Some(id), ErrorType::BadEnvelope, why));
+                return;
+            }
+        };
+        let plan = self.service.plan_envelope(env);
+        for (action, why) in plan.unsupported {
+            if self.is_open(&action) || action == id {
+                self.refuse_duplicate(action);
+            } else {
+                let r = refused(action, ErrorType::UnsupportedAction, &why);
+                self.out.send(&ServerMessage::Result(r));
+            }
+        }
+        let end = EnvelopeEnd {
+            assistant_text: plan.assistant_text,
+            ids: plan.ids,
+        };
+        self.start_batch(myself, info, id, plan.calls, Some((plan.translated, end)));
+    }
+
+    /// The body of `batch` (and of an envelope's tool actions), once the batch's own id
+    /// is known to be free.
+    fn start_batch(
+        &mut self,
+        myself: &ActorRef<SessionMsg>,
+        info: &Arc<SessionInfo>,
+        id: Id,
+        calls: Vec<CallRequest>,
+        envelope: Option<(std::collections::HashSet<Id>, EnvelopeEnd)>,
+    ) {
+        let (translated, envelope) = match envelope {
+            Some((t, end)) => (t, Some(end)),
+            None => (Default::default(), None),
+        };
         let (calls, refused) = split_duplicates(&id, calls, |c| self.is_open(c));
         for dup in refused {
             self.out.send(&ServerMessage::error(
@@ -348,10 +442,16 @@ impl SessionState {
                 self.out
                     .send(&ServerMessage::Result(overloaded(c.id, &why)));
             }
-            self.out.send(&ServerMessage::BatchDone { id, ids });
+            self.out.send(&ServerMessage::BatchDone {
+                id: id.clone(),
+                ids,
+            });
+            if let Some(end) = envelope {
+                self.out.send(&envelope_done(id, end));
+            }
             return;
         }
-        let batch_token = self.service.shutdown.child_token();
+        let batch_token = self.service.shutdown().child_token();
         self.batches.insert(id.clone(), batch_token.clone());
         let calls: Vec<BatchCall> = calls
             .into_iter()
@@ -363,13 +463,16 @@ impl SessionState {
             .collect();
         let (svc, info, me) = (self.service.clone(), info.clone(), myself.clone());
         let to_session = me.clone();
-        let deliver: Deliver = Arc::new(move |r| {
+        let deliver: Deliver = Arc::new(move |mut r| {
+            if translated.contains(&r.id) {
+                crate::call::envelope::mark_translated(&mut r);
+            }
             let _ = to_session.cast(SessionMsg::CallDone(Box::new(r)));
         });
         tokio::spawn(async move {
             svc.run_batch(info, id.clone(), calls, deliver).await;
             // Every CallDone was cast before this, so `batch_done` follows all results.
-            let _ = me.cast(SessionMsg::BatchDone(id, ids));
+            let _ = me.cast(SessionMsg::BatchDone(id, ids, envelope));
         });
     }
 
@@ -408,7 +511,7 @@ impl SessionState {
     fn restart(&self, id: Id, group: Option<String>) {
         let (svc, out) = (self.service.clone(), self.out.clone());
         if let Some(g) = &group
-            && !svc.pools.contains_key(g)
+            && !svc.pools().contains_key(g)
         {
             out.send(&ServerMessage::error(
                 Some(id),
@@ -418,7 +521,7 @@ impl SessionState {
             return;
         }
         tokio::spawn(async move {
-            for (name, pool) in &svc.pools {
+            for (name, pool) in svc.pools() {
                 if group.as_ref().is_none_or(|g| g == name) {
                     pool.restart().await;
                 }
@@ -430,11 +533,21 @@ impl SessionState {
 
 /// An `Overloaded` result for a call refused before it was registered.
 fn overloaded(id: Id, why: &str) -> ToolResult {
-    let o = toolvisor_protocol::worker::Outcome::err(toolvisor_protocol::ErrorBody::new(
-        ErrorType::Overloaded,
-        why,
-    ));
+    refused(id, ErrorType::Overloaded, why)
+}
+
+/// A result for a call refused before it was registered (no audit record).
+fn refused(id: Id, kind: ErrorType, why: &str) -> ToolResult {
+    let o = toolvisor_protocol::worker::Outcome::err(toolvisor_protocol::ErrorBody::new(kind, why));
     to_result(id, o, Default::default(), std::time::Instant::now(), 0)
+}
+
+fn envelope_done(id: Id, end: EnvelopeEnd) -> ServerMessage {
+    ServerMessage::EnvelopeDone {
+        id,
+        assistant_text: end.assistant_text,
+        ids: end.ids,
+    }
 }
 
 /// The `id` of a request, when it has one (to echo in an error).
@@ -448,7 +561,8 @@ fn request_id(m: &ClientMessage) -> Option<Id> {
         | ClientMessage::Status { id }
         | ClientMessage::Restart { id, .. }
         | ClientMessage::Ping { id }
-        | ClientMessage::Explain { id, .. } => Some(id.clone()),
+        | ClientMessage::Explain { id, .. }
+        | ClientMessage::Envelope { id, .. } => Some(id.clone()),
         ClientMessage::Call(c) => Some(c.id.clone()),
         ClientMessage::Hello { .. } | ClientMessage::Confirm { .. } => None,
     }
@@ -499,12 +613,12 @@ async fn read_loop(rd: tokio::net::unix::OwnedReadHalf, max: usize, session: Act
 }
 
 async fn write_loop(
-    mut wr: tokio::net::unix::OwnedWriteHalf,
+    wr: tokio::net::unix::OwnedWriteHalf,
     mut rx: mpsc::Receiver<Frame>,
     closed: CancellationToken,
     session: ActorRef<SessionMsg>,
 ) {
-    let mut buf = Vec::with_capacity(64 * 1024);
+    let mut out = FrameWriter::new(wr);
     // Streamed output's budget shares, given back once their bytes are written.
     let mut written_budget = Vec::new();
     loop {
@@ -515,13 +629,13 @@ async fn write_loop(
         let Some(first) = first else { break };
         // An empty frame is the outbox's "close after flush" mark.
         let mut last = first.bytes.is_empty();
-        buf.extend_from_slice(&first.bytes);
+        out.push_encoded(&first.bytes);
         written_budget.extend(first.budget);
-        while !last && buf.len() < 256 * 1024 {
+        while !last && out.has_room() {
             match rx.try_recv() {
                 Ok(more) => {
                     last = more.bytes.is_empty();
-                    buf.extend_from_slice(&more.bytes);
+                    out.push_encoded(&more.bytes);
                     written_budget.extend(more.budget);
                 }
                 Err(_) => break,
@@ -530,20 +644,15 @@ async fn write_loop(
         // A client that stopped reading leaves this write pending forever; the outbox
         // closing (it overflowed) must still end the connection.
         let wrote = tokio::select! {
-            r = wr.write_all(&buf) => r.is_ok(),
+            r = out.flush() => r.is_ok(),
             _ = closed.cancelled() => false,
         };
         if !wrote || last {
             break;
         }
-        buf.clear();
         written_budget.clear();
-        if buf.capacity() > 1 << 20 {
-            // A large result passed: do not keep its buffer for the connection's life.
-            buf = Vec::with_capacity(64 * 1024);
-        }
     }
-    let _ = wr.shutdown().await;
+    let _ = out.shutdown().await;
     closed.cancel();
     let _ = session.cast(SessionMsg::Closed);
 }

@@ -12,22 +12,31 @@ use crate::workers::worker::WorkerShared;
 /// Events kept for slow subscribers before they start losing them.
 const CAPACITY: usize = 1024;
 
+/// One event for the subscribers of its topic.
 #[derive(Clone, Debug)]
 pub struct Event {
+    /// The topic it is sent on.
     pub topic: Topic,
+    /// The `event` name (`call_started`, `worker_exited`, …).
     pub name: &'static str,
+    /// Its fields, flattened into the `event` message.
     pub fields: Map<String, Value>,
 }
 
+/// A worker life event that is also an audit record.
 #[derive(Clone, Copy, Debug)]
 pub enum WorkerEvent {
+    /// A process said `ready`.
     Started,
+    /// A worker was restarted too often and gave up.
     Failed,
 }
 
 /// Also the hook by which worker life events reach the audit log.
 pub type AuditHook = std::sync::Arc<dyn Fn(&'static str, Map<String, Value>) + Send + Sync>;
 
+/// The service's event bus: a broadcast channel, so a slow subscriber loses events (and is
+/// told how many) instead of growing the server's memory.
 #[derive(Clone)]
 pub struct Events {
     tx: broadcast::Sender<Event>,
@@ -41,6 +50,7 @@ impl Default for Events {
 }
 
 impl Events {
+    /// A bus with no subscriber and no audit hook yet.
     pub fn new() -> Self {
         let (tx, _) = broadcast::channel(CAPACITY);
         Events {
@@ -54,10 +64,12 @@ impl Events {
         let _ = self.audit.set(hook);
     }
 
+    /// A new subscriber; it hears events published from now on.
     pub fn subscribe(&self) -> broadcast::Receiver<Event> {
         self.tx.subscribe()
     }
 
+    /// Send an event to every subscriber (none listening is fine).
     pub fn publish(&self, topic: Topic, name: &'static str, fields: Map<String, Value>) {
         let _ = self.tx.send(Event {
             topic,
@@ -72,6 +84,7 @@ impl Events {
         }
     }
 
+    /// A worker life event: published, and recorded in the audit log.
     pub fn worker(&self, what: WorkerEvent, w: &WorkerShared, pid: Option<u32>) {
         let fields = obj(json!({"group": w.group, "index": w.index, "pid": pid}));
         let name = match what {
@@ -104,6 +117,7 @@ impl Events {
     }
 }
 
+/// The map inside a JSON object (empty for anything else), for building event fields.
 pub fn obj(v: Value) -> Map<String, Value> {
     match v {
         Value::Object(m) => m,

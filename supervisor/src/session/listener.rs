@@ -11,15 +11,21 @@ use tokio::net::UnixListener;
 use crate::service::Service;
 use crate::session::actor::{SessionActor, SessionArgs};
 
+/// The listener takes no messages: it only accepts connections until it is stopped.
 pub enum ListenerMsg {}
 
+/// What the listener starts with.
 pub struct ListenerArgs {
+    /// The service every session serves.
     pub service: Arc<Service>,
+    /// The bound socket.
     pub listener: UnixListener,
 }
 
+/// The actor accepting connections: one session actor per client, supervised by it.
 pub struct Listener;
 
+/// The accept loop, ended with the actor.
 pub struct ListenerState {
     accept: tokio::task::JoinHandle<()>,
 }
@@ -80,7 +86,7 @@ async fn accept_loop(listener: UnixListener, service: Arc<Service>, me: ActorRef
             &stream,
             cred.pid(),
             &service.exec_worker_pids(),
-            &service.instance,
+            service.instance(),
         );
         let args = SessionArgs {
             service: service.clone(),

@@ -23,7 +23,9 @@ pub const STREAM_BYTES: usize = 1 << 20;
 /// once the writer has written it.
 #[derive(Debug)]
 pub struct Frame {
+    /// The encoded frame (empty: close after writing what is queued).
     pub bytes: Vec<u8>,
+    /// Streamed output's share of the budget, freed once written.
     pub budget: Option<OwnedSemaphorePermit>,
 }
 
@@ -40,6 +42,8 @@ impl Frame {
 /// room even while a subscriber is behind, so events alone never close a connection.
 pub const EVENT_RESERVE: usize = OUTBOX_FRAMES / 2;
 
+/// A session's outgoing queue: bounded, so a client that stops reading is disconnected
+/// instead of growing the server's memory; results keep room ahead of events.
 #[derive(Clone, Debug)]
 pub struct Outbox {
     tx: mpsc::Sender<Frame>,
@@ -50,6 +54,7 @@ pub struct Outbox {
 }
 
 impl Outbox {
+    /// An outbox and the receiver its writer task drains.
     pub fn new() -> (Outbox, mpsc::Receiver<Frame>) {
         let (tx, rx) = mpsc::channel(OUTBOX_FRAMES);
         (

@@ -28,12 +28,14 @@ const MAX_DEPTH: usize = 256;
 /// What the peer is, with the reason when it is not trusted.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Peer {
+    /// Someone outside toolvisor's commands (a person, an agent host).
     Person,
     /// A command toolvisor runs, or a process that could not be told apart from one.
     Command(String),
 }
 
 impl Peer {
+    /// Whether privileged messages (`grant`, `confirm`, `restart`) are refused.
     pub fn is_command(&self) -> bool {
         matches!(self, Peer::Command(_))
     }
@@ -143,16 +145,9 @@ fn peer_pidfd(stream: &impl AsRawFd) -> Option<OwnedFd> {
     (r == 0 && fd >= 0).then(|| unsafe { OwnedFd::from_raw_fd(fd) })
 }
 
-/// The pid a pidfd names now (`Pid:` of its fdinfo); None once the process has exited.
+/// The pid a pidfd names now; None once the process has exited.
 fn pidfd_pid(fd: &OwnedFd) -> Option<i32> {
-    let info = std::fs::read_to_string(format!("/proc/self/fdinfo/{}", fd.as_raw_fd())).ok()?;
-    let pid: i32 = info
-        .lines()
-        .find_map(|l| l.strip_prefix("Pid:"))?
-        .trim()
-        .parse()
-        .ok()?;
-    (pid > 0).then_some(pid)
+    procfs::pidfd_pid(fd.as_raw_fd())
 }
 
 #[cfg(test)]
@@ -211,11 +206,14 @@ mod tests {
             .unwrap();
         let pid = child.id() as i32;
         // Until it has exec'd, the child still has this process's environment: wait for
-        // the exec (no event to wait on but /proc; bounded).
+        // the exec to finish (no event to wait on but /proc; bounded). The name changes
+        // before the kernel records where the new environment is, so wait for both.
         let end = std::time::Instant::now() + std::time::Duration::from_secs(10);
-        while std::fs::read_to_string(format!("/proc/{pid}/comm"))
-            .map_or(true, |c| c.trim() != "sleep")
-        {
+        let execd = || {
+            std::fs::read_to_string(format!("/proc/{pid}/comm")).is_ok_and(|c| c.trim() == "sleep")
+                && !procfs::environ(pid).is_empty()
+        };
+        while !execd() {
             assert!(std::time::Instant::now() < end, "sleep never started");
             std::thread::sleep(std::time::Duration::from_millis(5));
         }

@@ -14,20 +14,19 @@ use toolvisor_protocol::message::{ServerMessage, Topic};
 use crate::service::Service;
 use crate::session::outbox::Outbox;
 
+/// Answer `subscribed`, then forward the topics' events to the session until it closes
+/// (replaying pending confirmations first).
 pub fn start(svc: &Arc<Service>, out: &Outbox, id: Id, topics: Vec<Topic>) {
-    let mut rx = svc.events.subscribe();
+    let mut rx = svc.events().subscribe();
     out.send(&ServerMessage::Subscribed { id });
     if topics.contains(&Topic::Confirmations) {
-        for msg in svc.pending_confirmations() {
-            if let Ok(serde_json::Value::Object(mut fields)) = serde_json::to_value(&msg) {
-                fields.remove("type");
-                out.send(&ServerMessage::Event {
-                    topic: Topic::Confirmations,
-                    event: "confirm_required".into(),
-                    dropped: None,
-                    fields,
-                });
-            }
+        for fields in svc.pending_confirmations() {
+            out.send(&ServerMessage::Event {
+                topic: Topic::Confirmations,
+                event: "confirm_required".into(),
+                dropped: None,
+                fields,
+            });
         }
     }
     let out = out.clone();

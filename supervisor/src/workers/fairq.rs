@@ -23,6 +23,8 @@ struct State {
     len: usize,
 }
 
+/// The calls waiting for a worker of one group, served round-robin by session so one busy
+/// session cannot starve the others.
 #[derive(Default)]
 pub struct FairQueue {
     state: Mutex<State>,
@@ -31,7 +33,9 @@ pub struct FairQueue {
 /// A place in the queue; leaving it (drop) passes the turn on if it was ours.
 pub struct Ticket<'a> {
     queue: &'a FairQueue,
+    /// Its number; the turn is given by it.
     pub id: u64,
+    /// Woken when it may be this ticket's turn.
     pub wake: Arc<Notify>,
 }
 
@@ -40,10 +44,12 @@ impl FairQueue {
         self.state.lock().unwrap_or_else(|p| p.into_inner())
     }
 
+    /// Calls waiting.
     pub fn len(&self) -> usize {
         self.lock().len
     }
 
+    /// Whether no call waits (a newcomer may then take a free worker at once).
     pub fn is_empty(&self) -> bool {
         self.len() == 0
     }

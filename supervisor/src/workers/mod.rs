@@ -4,6 +4,8 @@
 //! front of each group.
 
 pub mod fairq;
+pub mod groups;
+pub mod init;
 pub mod pool;
 pub mod restart;
 pub mod spawn;

@@ -23,9 +23,13 @@ pub enum Next {
     /// Start it again after this delay.
     RestartAfter(Duration),
     /// Give up for now; `retry_after` is `None` when only an operator can bring it back.
-    Fail { retry_after: Option<Duration> },
+    Fail {
+        /// When it tries again on its own.
+        retry_after: Option<Duration>,
+    },
 }
 
+/// The restart policy of one worker: the restarts in the window and the current backoff.
 #[derive(Clone, Debug)]
 pub struct RestartPolicy {
     cfg: SupervisorConfig,
@@ -35,6 +39,7 @@ pub struct RestartPolicy {
 }
 
 impl RestartPolicy {
+    /// A policy that has seen no restart.
     pub fn new(cfg: SupervisorConfig) -> Self {
         RestartPolicy {
             backoff: Duration::from_millis(cfg.backoff_initial_ms),

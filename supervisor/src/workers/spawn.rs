@@ -34,12 +34,16 @@ const BASE_ENV: &[&str] = &[
     "TOOLVISOR_EDIT_NAMED_TEMPS",
     // Makes command sandboxes fail to set up, for tests (docs/SANDBOX.md).
     toolvisor_protocol::worker::SANDBOX_TEST_FAIL_VAR,
+    // Addresses web_fetch treats as public, for tests (docs/PROTOCOL.md §12).
+    toolvisor_protocol::worker::WEB_TEST_ALLOW_VAR,
 ];
 
 /// A freshly started worker process.
 #[derive(Debug)]
 pub struct Spawned {
+    /// The process, for its exit status.
     pub child: tokio::process::Child,
+    /// Its pid: it leads its own process group, killed as a whole.
     pub pid: u32,
     /// The supervisor's end of the control socket.
     pub control: std::os::unix::net::UnixStream,
@@ -48,17 +52,21 @@ pub struct Spawned {
 /// What to start.
 #[derive(Clone, Debug)]
 pub struct SpawnSpec {
+    /// This binary: a built-in group's worker is `exe worker --group GROUP`.
     pub exe: PathBuf,
+    /// The group (`--group` of a built-in worker).
     pub group: String,
+    /// An external group's worker: its own command line (program first) instead.
+    pub command: Option<Vec<String>>,
+    /// Its working directory (the workspace).
     pub cwd: PathBuf,
     /// Extra variables to pass through (the group's `env_passthrough`).
     pub passthrough: Vec<String>,
+    /// Variables set for the worker process itself (an external group's `env`).
+    pub env: std::collections::BTreeMap<String, String>,
     /// Scheduling niceness: search walks are CPU-bound and must not starve the
     /// supervisor (a `ping` waits behind them on a 2-core machine otherwise).
     pub nice: i32,
-    /// How long a started worker has to say `ready` (an MCP worker first starts its
-    /// server and lists its tools).
-    pub ready_timeout: std::time::Duration,
 }
 
 struct Request {
@@ -87,6 +95,7 @@ impl Spawner {
         Ok(Spawner { tx })
     }
 
+    /// Start a worker process on the spawner thread.
     pub async fn spawn(&self, spec: SpawnSpec) -> std::io::Result<Spawned> {
         let (reply, rx) = oneshot::channel();
         self.tx
@@ -104,11 +113,19 @@ fn spawn(spec: &SpawnSpec) -> std::io::Result<Spawned> {
         None,
         SockFlag::SOCK_CLOEXEC,
     )?;
-    let mut cmd = tokio::process::Command::new(&spec.exe);
-    cmd.arg("worker")
-        .arg("--group")
-        .arg(&spec.group)
-        .current_dir(&spec.cwd)
+    let mut cmd = match spec.command.as_deref() {
+        Some([program, args @ ..]) => {
+            let mut c = tokio::process::Command::new(program);
+            c.args(args);
+            c
+        }
+        _ => {
+            let mut c = tokio::process::Command::new(&spec.exe);
+            c.arg("worker").arg("--group").arg(&spec.group);
+            c
+        }
+    };
+    cmd.current_dir(&spec.cwd)
         .env_clear()
         .stdin(Stdio::null())
         .stdout(Stdio::null())
@@ -124,6 +141,7 @@ fn spawn(spec: &SpawnSpec) -> std::io::Result<Spawned> {
             cmd.env(key, v);
         }
     }
+    cmd.envs(&spec.env);
     let child_fd = theirs.as_raw_fd();
     let parent = std::process::id() as libc::pid_t;
     let nice = spec.nice;

@@ -1,5 +1,5 @@
 //! The memory watchdog: every [`INTERVAL`] it samples the RSS of each ready worker
-//! (with the same `sysinfo` sampler as `status`) and has any worker above its group's
+//! process itself (not its commands: `status` counts those) and has any worker above its group's
 //! `workers.G.max_rss_mb` replaced once its calls are done. A leaking tool then costs
 //! one planned restart (recorded as `worker_exited` with reason `memory`, counted in the
 //! worker's `restarts`), never the machine's memory.
@@ -19,10 +19,15 @@ pub const INTERVAL: Duration = Duration::from_secs(5);
 /// One worker's sample.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Sample {
+    /// Its group.
     pub group: String,
+    /// Its slot.
     pub index: u32,
+    /// The process sampled.
     pub pid: u32,
+    /// Only a ready worker is replaced (one being replaced already is left alone).
     pub ready: bool,
+    /// Its resident memory (0: the sample failed).
     pub rss_bytes: u64,
 }
 
@@ -56,23 +61,27 @@ pub async fn run(service: Arc<Service>) {
 /// Sample every worker once and ask for the restarts [`over_limit`] picks.
 pub async fn check(service: &Arc<Service>) {
     let workers: Vec<Arc<WorkerShared>> = service
-        .pools
+        .pools()
         .values()
         .flat_map(|p| p.workers().iter().cloned().collect::<Vec<_>>())
         .collect();
     let pids: Vec<u32> = workers.iter().map(|w| w.pid().unwrap_or(0)).collect();
     let rss = {
         let pids = pids.clone();
-        tokio::task::spawn_blocking(move || crate::serve::status::sample(&pids))
-            .await
-            .unwrap_or_default()
+        tokio::task::spawn_blocking(move || {
+            pids.iter()
+                .map(|p| crate::serve::usage::own_rss(*p))
+                .collect::<Vec<_>>()
+        })
+        .await
+        .unwrap_or_default()
     };
     let samples: Vec<Sample> = workers
         .iter()
         .zip(pids)
         .zip(rss)
         .filter(|((_, pid), _)| *pid != 0)
-        .map(|((w, pid), (rss_bytes, _))| Sample {
+        .map(|((w, pid), rss_bytes)| Sample {
             group: w.group.clone(),
             index: w.index,
             pid,

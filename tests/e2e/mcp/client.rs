@@ -19,26 +19,6 @@ fn kind(r: &toolvisor_protocol::ToolResult) -> Option<ErrorType> {
     r.error.as_ref().map(|e| e.kind)
 }
 
-/// The native listing of the daemon now.
-async fn listing(s: &Server) -> Vec<Value> {
-    let mut c = s.client().await;
-    match c
-        .request(
-            &ClientMessage::ListTools {
-                id: "l".into(),
-                format: None,
-                groups: None,
-            },
-            &"l".into(),
-        )
-        .await
-        .unwrap()
-    {
-        ServerMessage::Tools { tools, .. } => tools,
-        other => panic!("{other:?}"),
-    }
-}
-
 /// The next event named `name` whose fields satisfy `pick`.
 async fn event(
     c: &mut toolvisor_protocol::client::Client,
@@ -79,7 +59,7 @@ async fn wait_file_count(path: &std::path::Path, needle: &str, n: usize) {
 fn mcp_tools_join_the_catalog_validated_and_checked() {
     let config = with_server("test", &[], "risk = \"low\"");
     let mut s = Server::start(&config);
-    s.wait_log("tool `bad.schema` is left out", START_DEADLINE);
+    s.wait_log("`test__bad_schema` does not compile", START_DEADLINE);
     block(T, async {
         let tools = listing(&s).await;
         let names: Vec<&str> = tools.iter().filter_map(|t| t["name"].as_str()).collect();
@@ -150,7 +130,7 @@ fn env_goes_to_its_server_only_and_is_masked_in_the_audit() {
         ),
         with_server("b", &[], ""),
     );
-    let s = Server::start(&config);
+    let s = start_with_tools(&config, &["a__env", "b__env"]);
     block(T, async {
         let r = s.call("a__env", json!({"name": "E2E_MCP_VALUE"})).await;
         assert_eq!(r.content, secret);
@@ -180,7 +160,7 @@ fn rules_name_mcp_tools_by_name_and_pattern() {
          [[policy.rules]]\ntool = \"test__f*\"\naction = \"deny\"\n",
         with_server("test", &[], "")
     );
-    let s = Server::start(&config);
+    let s = start_with_tools(&config, &["test__echo"]);
     block(T, async {
         assert_eq!(
             s.call("test__echo", json!({"text": "x"})).await.status,
@@ -232,7 +212,43 @@ fn rules_name_mcp_tools_by_name_and_pattern() {
         req.confirm_token = Some(token);
         let r = c.call(req, |_, _| {}).await.unwrap().result.unwrap();
         assert_eq!(r.content, "2");
+        // A person asked about an MCP tool's call sees its arguments.
+        let mut person = toolvisor_protocol::client::Client::connect(&s.socket(), "agent", true)
+            .await
+            .unwrap();
+        let req = CallRequest::new("asked", "test__add", json!({"a": 40, "b": 2}));
+        person.send(&ClientMessage::Call(req)).await.unwrap();
+        let ((preview, _), _) = person
+            .recv_matching(|m| match m {
+                ServerMessage::ConfirmRequired {
+                    interaction,
+                    preview,
+                    ..
+                } => Some((preview.clone(), interaction.clone())),
+                _ => None,
+            })
+            .await
+            .unwrap();
+        let preview = preview.expect("a preview");
+        assert!(preview.contains("\"a\": 40"), "{preview}");
     });
+}
+
+#[test]
+fn rules_may_name_only_configured_servers() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = format!(
+        "{}[[policy.rules]]\ntool = \"other__*\"\naction = \"allow\"\n",
+        with_server("test", &[], "")
+    );
+    let err = serve_refuses_with(dir.path(), &config, &[], &[]);
+    assert!(err.contains("other__*"), "{err}");
+    let config = format!(
+        "{}[[policy.rules]]\ntool = \"test__anything\"\naction = \"deny\"\n",
+        with_server("test", &[], "")
+    );
+    // A tool the server does not (yet) have may be named: serve starts.
+    let _s = start_with_tools(&config, &["test__echo"]);
 }
 
 #[test]
@@ -250,7 +266,7 @@ fn mcp_calls_time_out_and_cancel_on_the_server_too() {
             )
         )
     );
-    let s = Server::start(&config);
+    let s = start_with_tools(&config, &["test__sleep"]);
     block(T, async {
         let started = Instant::now();
         let r = s.call("test__sleep", json!({"ms": 30_000})).await;
@@ -291,7 +307,7 @@ fn a_crashing_server_is_restarted_and_an_operator_can_restart_it() {
         "{}[[policy.rules]]\ntool = \"test__*\"\naction = \"allow\"\n",
         with_server("test", &[], "")
     );
-    let s = Server::start(&config);
+    let s = start_with_tools(&config, &["test__crash"]);
     block(T, async {
         let mut events = crate::batch::subscriber(&s, vec![Topic::Workers]).await;
         let before = s.worker_pids("mcp:test").await;
@@ -361,6 +377,7 @@ fn servers_that_hang_spew_garbage_or_flood_never_take_the_daemon_down() {
         let r = s.call("hang__anything", json!({})).await;
         assert_eq!(kind(&r), Some(ErrorType::ToolNotFound));
         // Garbage before the first message is skipped; the server works.
+        wait_listed(&s, &["noisy__echo"]).await;
         assert_eq!(
             s.call("noisy__echo", json!({"text": "hi"})).await.content,
             "hi"
@@ -393,7 +410,7 @@ fn list_changed_refreshes_the_catalog_and_tells_subscribers() {
         "{}[[policy.rules]]\ntool = \"test__*\"\naction = \"allow\"\n",
         with_server("test", &[], "")
     );
-    let s = Server::start(&config);
+    let s = start_with_tools(&config, &["test__add_tool"]);
     block(T, async {
         let mut events = crate::batch::subscriber(&s, vec![Topic::Workers]).await;
         assert_eq!(
@@ -460,7 +477,7 @@ fn a_streamable_http_server_is_a_worker_too() {
     let port = serve_http();
     let config =
         format!("[mcp.servers.web]\nurl = \"http://127.0.0.1:{port}/mcp\"\nrisk = \"low\"\n");
-    let s = Server::start(&config);
+    let s = start_with_tools(&config, &["web__add"]);
     block(T, async {
         let r = s.call("web__add", json!({"a": 20, "b": 22})).await;
         assert_eq!((r.status, r.content.as_str()), (Status::Ok, "42"), "{r:?}");
@@ -481,7 +498,7 @@ fn sighup_restarts_mcp_servers_with_their_new_settings() {
             )
         )
     };
-    let s = Server::start(&config("first"));
+    let s = start_with_tools(&config("first"), &["test__env"]);
     block(T, async {
         let r = s.call("test__env", json!({"name": "E2E_MCP_VALUE"})).await;
         assert_eq!(r.content, "first");

@@ -38,7 +38,7 @@ fn the_bridge_lists_calls_truncates_and_serves_artifacts() {
         let mut sorted = names.clone();
         sorted.sort();
         assert_eq!(names, sorted);
-        assert_eq!(names.len(), toolvisor_protocol::tools::catalog().len());
+        assert_eq!(names.len(), toolvisor_protocol::tools::builtin().len());
         for t in &tools {
             assert!(t.title.is_some(), "{}", t.name);
             assert!(t.output_schema.is_some(), "{}", t.name);
@@ -447,7 +447,7 @@ fn the_bridge_starts_a_daemon_and_stops_it_on_exit() {
         // --no-spawn: no daemon, calls say how to start one, the built-in tools are listed.
         let lonely = start(dir.path(), &["--no-spawn"], TestClient::new(None)).await;
         let tools = lonely.service.list_all_tools().await.unwrap();
-        assert_eq!(tools.len(), toolvisor_protocol::tools::catalog().len());
+        assert_eq!(tools.len(), toolvisor_protocol::tools::builtin().len());
         let r = lonely.call("read_file", json!({"path": "x.txt"})).await;
         assert_eq!(r.is_error, Some(true));
         assert!(
@@ -475,7 +475,7 @@ fn the_bridge_starts_a_daemon_and_stops_it_on_exit() {
 
 #[test]
 fn a_changed_mcp_server_list_reaches_the_client() {
-    let s = Server::start(&with_server("test", &[], "risk = \"low\""));
+    let s = start_with_tools(&with_server("test", &[], "risk = \"low\""), &["test__add"]);
     block(T, async {
         let mcp = start(s.ws(), &["--no-spawn"], TestClient::new(None)).await;
         let before = mcp.service.list_all_tools().await.unwrap();

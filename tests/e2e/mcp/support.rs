@@ -25,7 +25,7 @@ use rmcp::service::{
 use rmcp::{ClientHandler, ErrorData, RoleClient, ServiceExt};
 use serde_json::{Map, Value, json};
 
-use crate::harness::BIN;
+use crate::harness::{BIN, Server, block};
 
 /// The test MCP server binary (tests/mcp_server).
 pub const TEST_SERVER: &str = env!("CARGO_BIN_EXE_toolvisor-test-mcp-server");
@@ -266,4 +266,42 @@ pub fn with_server(name: &str, args: &[&str], extra: &str) -> String {
         "[mcp.servers.{name}]\ncommand = [{}]\n{extra}\n",
         argv.join(", ")
     )
+}
+
+/// The native listing of the daemon now.
+pub async fn listing(s: &Server) -> Vec<Value> {
+    let mut c = s.client().await;
+    let ask = toolvisor_protocol::ClientMessage::ListTools {
+        id: "l".into(),
+        format: None,
+        groups: None,
+    };
+    match c.request(&ask, &"l".into()).await.unwrap() {
+        toolvisor_protocol::ServerMessage::Tools { tools, .. } => tools,
+        other => panic!("{other:?}"),
+    }
+}
+
+/// [`Server::start`], then wait until every one of `tools` is listed: an MCP server's
+/// worker says `ready` with its tools, and the registry takes them a moment later.
+pub fn start_with_tools(config: &str, tools: &[&str]) -> Server {
+    let s = Server::start(config);
+    block(Duration::from_secs(60), wait_listed(&s, tools));
+    s
+}
+
+/// Wait until every one of `tools` is listed.
+pub async fn wait_listed(s: &Server, tools: &[&str]) {
+    let end = Instant::now() + Duration::from_secs(60);
+    loop {
+        let listed = listing(s).await;
+        let has = |n: &&str| listed.iter().any(|t| t["name"] == **n);
+        if tools.iter().all(has) {
+            return;
+        }
+        assert!(Instant::now() < end, "{tools:?} not all listed in time");
+        // Joining the registry has no event a test can wait on without racing it (the
+        // worker may have announced before the test subscribed): look again.
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
 }

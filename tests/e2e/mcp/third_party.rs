@@ -78,6 +78,7 @@ fn the_reference_filesystem_server_runs_as_a_worker() {
     std::fs::write(ws.join("toolvisor.toml"), config).unwrap();
     let s = Server::start_in(dir);
     block(T, async {
+        super::support::wait_listed(&s, &["fs__read_text_file"]).await;
         let path = ws.join("hello.txt").display().to_string();
         let r = s.call("fs__read_text_file", json!({"path": path})).await;
         assert_eq!(

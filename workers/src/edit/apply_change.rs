@@ -13,7 +13,7 @@ use crate::ToolError;
 use crate::paths::Resolver;
 
 /// The tool's name; never listed to clients (the supervisor sends it).
-pub const NAME: &str = "apply_change";
+pub use toolvisor_protocol::tools::apply_file_change::WORKER_OP as NAME;
 
 /// `{path, before_sha256, content}` as stored from a preview's `meta`.
 #[derive(Clone, Debug, Deserialize)]

@@ -16,7 +16,9 @@ use crate::paths::Resolver;
 #[derive(Clone, Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct EditArgs {
+    /// The file to change.
     pub path: String,
+    /// The replacements, applied in order.
     pub edits: Vec<Edit>,
 }
 

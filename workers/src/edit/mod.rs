@@ -23,6 +23,7 @@ mod tests;
 use serde::de::DeserializeOwned;
 use serde_json::Value;
 use toolvisor_protocol::ErrorType;
+use toolvisor_protocol::tools;
 use toolvisor_protocol::worker::Outcome;
 
 use crate::context::outcome;
@@ -41,10 +42,10 @@ pub fn run(tool: &str, args: &Value, ctx: &ToolContext) -> Outcome {
 /// are parsed strictly again here because `apply_change` has no client schema.
 fn dispatch(tool: &str, args: &Value, resolver: &Resolver) -> Result<Outcome, ToolError> {
     match tool {
-        "write_file" => write_file::write_file(&parse(args)?, resolver),
-        "preview_write_file" => write_file::preview_write_file(&parse(args)?, resolver),
-        "edit_file" => edit_file::edit_file(&parse(args)?, resolver),
-        "preview_edit_file" => edit_file::preview_edit_file(&parse(args)?, resolver),
+        tools::write_file::NAME => write_file::write_file(&parse(args)?, resolver),
+        tools::preview_write_file::NAME => write_file::preview_write_file(&parse(args)?, resolver),
+        tools::edit_file::NAME => edit_file::edit_file(&parse(args)?, resolver),
+        tools::preview_edit_file::NAME => edit_file::preview_edit_file(&parse(args)?, resolver),
         APPLY_CHANGE => apply_change::apply_change(&parse(args)?, resolver),
         other => Err(ToolError::new(
             ErrorType::ToolNotFound,

@@ -15,6 +15,7 @@ const CONTEXT: usize = 3;
 /// truncation marker: a whole-file rewrite of a large file must not blow the frame limit
 /// or the model's context. The change itself is never cut (it travels in `content`).
 pub const DIFF_MAX: usize = 256 * 1024;
+/// What a cut diff keeps.
 pub const DIFF_KEEP: usize = 128 * 1024;
 
 /// Lowercase hex SHA-256 (sha2 0.11's digest has no `LowerHex`, so we encode by hand).

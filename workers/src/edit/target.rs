@@ -27,6 +27,7 @@ pub const MAX_FILE_BYTES: u64 = 4 << 20;
 /// A file's current state, as read before a change.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Existing {
+    /// Its content.
     pub bytes: Vec<u8>,
     /// Permission bits, kept by the rewrite.
     pub mode: u32,
@@ -223,6 +224,7 @@ pub fn refused_error(display: &str) -> ToolError {
     )
 }
 
+/// The error for a write into toolvisor's own state or config.
 pub fn protected_error(display: &str) -> ToolError {
     ToolError::new(
         ErrorType::PermissionError,

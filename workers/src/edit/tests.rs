@@ -44,6 +44,8 @@ impl Ws {
         let resolver = Arc::new(Resolver::new(&roots, &protected).unwrap());
         let init = WorkerInit {
             generation: 0,
+            web: Default::default(),
+            skills: Default::default(),
             mcp: None,
             group: "edit".into(),
             index: 0,
@@ -62,6 +64,8 @@ impl Ws {
             output: None,
             deadline: None,
             network: false,
+            session: "s1".into(),
+            takeover: false,
         };
         Ws {
             _tmp: tmp,

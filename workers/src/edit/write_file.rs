@@ -14,7 +14,9 @@ use crate::paths::Resolver;
 #[derive(Clone, Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct WriteArgs {
+    /// The file to write.
     pub path: String,
+    /// Its whole new content.
     pub content: String,
     /// Replace an existing file; without it an existing file is `FileExistsError`.
     #[serde(default)]

@@ -1,4 +1,4 @@
-//! The scrubbed environment commands run with (DESIGN §4 `run_command`).
+//! The scrubbed environment commands run with (docs/PROTOCOL.md `run_command`).
 //!
 //! Layers, each overriding the previous: an allowlist of the worker's own variables,
 //! the fixed non-interactive settings, the config's `env_passthrough` (copied from the
@@ -27,15 +27,20 @@ const FIXED: &[(&str, &str)] = &[
     ("CI", "1"),
 ];
 
+/// `TERM` for a command that runs in a terminal (`tty`).
+pub(crate) const TTY_TERM: &str = "xterm-256color";
+
 /// Used when the worker has no PATH at all.
 const DEFAULT_PATH: &str = "/usr/local/bin:/usr/bin:/bin";
 
 /// Build the command's environment from the worker's (`inherited`), the settings and
-/// the call's `env` argument (an object of strings; schema-validated upstream).
+/// the call's `env` argument (an object of strings; schema-validated upstream). A
+/// command in a terminal (`tty`) gets [`TTY_TERM`] instead of `TERM=dumb`.
 pub(crate) fn build(
     inherited: impl IntoIterator<Item = (String, String)>,
     settings: &ExecSettings,
     call_env: Option<&Value>,
+    tty: bool,
 ) -> Result<BTreeMap<String, String>, ToolError> {
     let inherited: BTreeMap<String, String> = inherited.into_iter().collect();
     let mut env: BTreeMap<String, String> = inherited
@@ -47,6 +52,9 @@ pub(crate) fn build(
         .or_insert_with(|| DEFAULT_PATH.into());
     for (k, v) in FIXED {
         env.insert((*k).into(), (*v).into());
+    }
+    if tty {
+        env.insert("TERM".into(), TTY_TERM.into());
     }
     for name in &settings.env_passthrough {
         if let Some(v) = inherited.get(name) {
@@ -116,7 +124,7 @@ mod tests {
             ..ExecSettings::default()
         };
         let call = json!({"B": "call", "TOOLVISOR_INSTANCE": "evil", "PAGER": "less"});
-        let env = build(worker_env(), &s, Some(&call)).unwrap();
+        let env = build(worker_env(), &s, Some(&call), false).unwrap();
         assert_eq!(env["PATH"], "/bin");
         assert_eq!(env["LC_ALL"], "C");
         assert!(!env.contains_key("SECRET_TOKEN"), "scrubbed");
@@ -138,8 +146,11 @@ mod tests {
             json!({"": "x"}),
             json!({"A": "x\u{0}y"}),
         ] {
-            assert!(build(vec![], &s, Some(&bad)).is_err(), "{bad}");
+            assert!(build(vec![], &s, Some(&bad), false).is_err(), "{bad}");
         }
-        assert_eq!(build(vec![], &s, None).unwrap()["PATH"], DEFAULT_PATH);
+        assert_eq!(
+            build(vec![], &s, None, false).unwrap()["PATH"],
+            DEFAULT_PATH
+        );
     }
 }

@@ -104,6 +104,7 @@ mod tests {
         Ended {
             status: Some(ExitStatus::from_raw(raw)),
             stop,
+            yielded: false,
         }
     }
 

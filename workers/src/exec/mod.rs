@@ -1,20 +1,27 @@
 //! The `exec` group's tools. OWNER: exec helper.
 //!
 //! - [`run_command`]: `bash --noprofile --norc -c` under the `toolvisor reap` shim, bounded output capture,
-//!   streaming, deadline and cancel;
-//! - [`jobs`]: background processes (`background: true`, `list_processes`,
-//!   `read_output`, `kill_process`);
+//!   streaming, deadline and cancel, `stdin`, `tty`, `yield_ms`;
+//! - [`jobs`]: background processes (`background: true` and `ready`, `list_processes`,
+//!   `read_output`, `write_input`, `kill_process`);
 //! - [`output`]: head/tail capture, artifact files, stream coalescing, the pipe pump;
 //! - [`launch`]: starting a command and the kill path (SIGTERM, SIGKILL after 2 s);
+//! - [`input`], [`control`], [`ansi`], [`ports`]: a command's input (pipe or terminal),
+//!   its control channel (signals, its terminal), a terminal's output as text, and the
+//!   ports a job listens on;
 //! - [`env`]: the scrubbed environment;
 //! - [`cgroup`], [`limits`]: `[workers.exec.limits]` per command.
 
+mod ansi;
 pub mod cgroup;
+mod control;
 mod env;
+mod input;
 mod jobs;
 mod launch;
 mod limits;
 mod output;
+mod ports;
 mod run_command;
 
 use std::os::fd::OwnedFd;
@@ -23,6 +30,7 @@ use std::sync::Arc;
 
 use serde_json::Value;
 use toolvisor_protocol::ErrorType;
+use toolvisor_protocol::tools;
 use toolvisor_protocol::worker::{Outcome, WorkerInit};
 
 use crate::sandbox::spec::SandboxSpec;
@@ -83,7 +91,7 @@ impl ExecState {
             cpu_s: 0,
             file_mb: 0,
         };
-        if init.group == "exec" && *limits != off && launcher_exists(init) {
+        if init.group == tools::EXEC && *limits != off && launcher_exists(init) {
             Cgroups::detect(limits)
         } else {
             Cgroups::none(limits)
@@ -135,10 +143,11 @@ fn launcher_exists(init: &WorkerInit) -> bool {
 /// `ctx.cancel` and `ctx.deadline`.
 pub async fn run(state: &ExecState, tool: &str, args: &Value, ctx: &ToolContext) -> Outcome {
     outcome(match tool {
-        "run_command" | "shell" => run_command::run(state, args, ctx).await,
-        "list_processes" => Ok(state.jobs.list()),
-        "read_output" => state.jobs.read_output(args),
-        "kill_process" => state.jobs.kill(args).await,
+        tools::run_command::NAME => run_command::run(state, args, ctx).await,
+        tools::list_processes::NAME => Ok(state.jobs.list()),
+        tools::read_output::NAME => state.jobs.read_output(args, ctx).await,
+        tools::write_input::NAME => state.jobs.write_input(args, ctx).await,
+        tools::kill_process::NAME => state.jobs.kill(args, ctx).await,
         _ => Err(ToolError::new(
             ErrorType::ToolNotFound,
             format!("the exec group has no tool {tool}"),

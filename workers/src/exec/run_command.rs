@@ -11,7 +11,9 @@ use toolvisor_protocol::{ErrorBody, ErrorType, Status};
 
 use super::ExecState;
 use super::cgroup::CommandCgroup;
-use super::launch::{CpuWatch, Ended, Spec, Stop, supervise};
+use super::input::Prepared;
+use super::jobs::{NewJob, ReadySpec, Yielded};
+use super::launch::{Bounds, CpuWatch, Ended, Running, Spec, Stop, supervise};
 use super::output::{Capture, Coalescer, sanitize_name};
 use crate::reap::report::Report;
 use crate::{ToolContext, ToolError};
@@ -27,7 +29,18 @@ pub(crate) struct RunArgs<'a> {
     pub timeout: Option<Duration>,
     pub background: bool,
     pub env: Option<&'a Value>,
+    /// Written to the command's standard input, which is then closed.
+    pub stdin: Option<&'a str>,
+    /// Run it in a terminal of (rows, columns).
+    pub tty: Option<(u16, u16)>,
+    /// Let a foreground command go on in the background after this long.
+    pub yield_after: Option<Duration>,
+    /// With `background`: wait until the job is up.
+    pub ready: Option<ReadySpec>,
 }
+
+/// A terminal's size when the call gives none.
+pub(crate) const DEFAULT_SIZE: (u16, u16) = (24, 80);
 
 impl<'a> RunArgs<'a> {
     pub(crate) fn parse(args: &'a Value) -> Result<Self, ToolError> {
@@ -36,72 +49,142 @@ impl<'a> RunArgs<'a> {
             .and_then(Value::as_str)
             .filter(|c| !c.is_empty())
             .ok_or_else(|| ToolError::invalid("command is required"))?;
+        let flag = |k: &str| args.get(k).and_then(Value::as_bool) == Some(true);
+        let ms = |k: &str| {
+            args.get(k)
+                .and_then(Value::as_u64)
+                .map(Duration::from_millis)
+        };
+        let background = flag("background");
+        let ready = match args.get("ready") {
+            Some(_) if !background => {
+                return Err(ToolError::invalid(
+                    "ready waits for a background process: add background: true",
+                ));
+            }
+            Some(r) => Some(ReadySpec::parse(r)?),
+            None => None,
+        };
+        if background && args.get("yield_ms").is_some() {
+            return Err(ToolError::invalid(
+                "yield_ms lets a foreground command go on in the background; a background \
+                 process returns at once already",
+            ));
+        }
+        let stdin = args.get("stdin").and_then(Value::as_str);
+        if let Some(s) = stdin {
+            super::jobs::check_input_size(s.len(), "stdin")?;
+        }
         Ok(RunArgs {
             command,
             cwd: args.get("cwd").and_then(Value::as_str),
-            timeout: args
-                .get("timeout")
-                .and_then(Value::as_u64)
-                .map(Duration::from_millis),
-            background: args.get("background").and_then(Value::as_bool) == Some(true),
+            timeout: ms("timeout"),
+            background,
             env: args.get("env"),
+            stdin,
+            tty: terminal_size(args)?,
+            yield_after: ms("yield_ms"),
+            ready,
         })
     }
 }
 
-/// Run the command to its end (or its deadline) and report its output and status.
+/// `(rows, cols)` with `tty: true` (defaults 24×80); sizes without it are an error.
+fn terminal_size(args: &Value) -> Result<Option<(u16, u16)>, ToolError> {
+    let dim = |k: &str, d: u16| {
+        args.get(k)
+            .and_then(Value::as_u64)
+            .map_or(d, |v| u16::try_from(v).unwrap_or(u16::MAX).max(1))
+    };
+    let sized = args.get("rows").is_some() || args.get("cols").is_some();
+    match args.get("tty").and_then(Value::as_bool) {
+        Some(true) => Ok(Some((
+            dim("rows", DEFAULT_SIZE.0),
+            dim("cols", DEFAULT_SIZE.1),
+        ))),
+        _ if sized => Err(ToolError::invalid(
+            "rows and cols are the size of a terminal: add tty: true",
+        )),
+        _ => Ok(None),
+    }
+}
+
+/// Run the command to its end (or its deadline) and report its output and status; or,
+/// once it has run `yield_ms`, let it go on as a background process.
 pub(crate) async fn run(
     state: &ExecState,
     args: &Value,
     ctx: &ToolContext,
 ) -> Result<Outcome, ToolError> {
-    let a = RunArgs::parse(args)?;
+    let mut a = RunArgs::parse(args)?;
     if a.background {
-        return state.jobs.start(state, &a, ctx);
+        return state.jobs.start(state, &a, ctx).await;
     }
-    let (cwd, cwd_path) = super::open_cwd(ctx, a.cwd)?;
-    let env = super::env::build(std::env::vars(), &ctx.init.exec, a.env)?;
+    if a.yield_after.is_none() {
+        a.yield_after = ctx.init.exec.yield_ms.map(Duration::from_millis);
+    }
     let timeout = a.timeout.unwrap_or(DEFAULT_TIMEOUT);
     let own = std::time::Instant::now() + timeout;
     let deadline = ctx.deadline.map_or(own, |d| d.min(own));
-    let cgroup = state
-        .cgroups
-        .create()
-        .map_err(|e| ToolError::internal(format!("cannot make the command's cgroup: {e}")))?;
-    let spec = Spec {
-        command: a.command,
-        env: &env,
-        cwd: &cwd,
-        cwd_path: &cwd_path,
-        instance: &ctx.init.exec.instance,
-        merged: ctx.output.is_none(),
-        network: ctx.network,
-        cgroup: cgroup.as_ref(),
-    };
-    let mut running = state.launcher.spawn(&spec)?;
-    drop(cwd);
+    let (mut running, cgroup) = launch(state, &a, ctx, ctx.output.is_none(), a.stdin.is_some())?;
+    let terminal = running.attach_terminal(deadline.into()).await?;
+    let input = terminal.or_else(|| running.stdin.take());
+    // The feeder outlives the call when the command yields: the job reads `stdin` at
+    // its own pace. It stops with the command (a closed pipe, a closed terminal).
+    let Prepared {
+        input,
+        open,
+        feeder,
+    } = super::input::prepare(input, a.stdin, &crate::CancelFlag::new());
     let arts = Arc::clone(&state.artifacts);
     let stem = sanitize_name(&ctx.name, ctx.call);
-    let open = Box::new(move || match arts.create(&stem) {
+    let open_artifact = Box::new(move || match arts.create(&stem) {
         Ok(f) => Some(f),
         Err(e) => {
             tracing::warn!("cannot create the artifact for call {stem}: {e}");
             None
         }
     });
-    let mut capture = Capture::new(&ctx.init.limits, open);
-    let mut stream = ctx.output.clone().map(Coalescer::new);
+    let mut capture = Capture::new(&ctx.init.limits, open_artifact).terminal(a.tty.is_some());
+    let mut stream = ctx
+        .output
+        .clone()
+        .map(|s| Coalescer::new(s).terminal(a.tty.is_some()));
     let limits = &ctx.init.exec.sandbox.limits;
-    let cpu = cpu_watch(cgroup.as_ref(), limits.cpu_s);
-    let ended = supervise(
-        &mut running,
-        &mut capture,
-        stream.as_mut(),
-        Some(deadline.into()),
-        &ctx.cancel,
-        cpu,
-    )
-    .await;
+    let mut yield_at = a
+        .yield_after
+        .map(|d| tokio::time::Instant::now() + d)
+        .filter(|&t| t < tokio::time::Instant::from_std(deadline));
+    let ended = loop {
+        let bounds = Bounds {
+            deadline: Some(deadline.into()),
+            cancel: &ctx.cancel,
+            cpu: cpu_watch(cgroup.as_ref(), limits.cpu_s),
+            yield_at,
+        };
+        let ended = supervise(&mut running, &mut capture, stream.as_mut(), bounds).await;
+        if !ended.yielded {
+            break ended;
+        }
+        // No room for one more job: it stays in the foreground.
+        let Ok(handle) = state.jobs.reserve_for_yield() else {
+            yield_at = None;
+            continue;
+        };
+        let job = NewJob {
+            command: a.command.to_owned(),
+            proc: running,
+            input,
+            stdin_open: open,
+            deadline: Some(deadline.into()),
+            cgroup,
+            limits: limits.clone(),
+        };
+        return Ok(yield_to_background(state, ctx, (handle, job), capture));
+    };
+    if let Some(f) = feeder {
+        f.abort();
+    }
     let report = running.report();
     if let Some(why) = report.as_ref().and_then(|r| r.setup_error.clone()) {
         return Err(ToolError::internal(format!(
@@ -124,6 +207,84 @@ pub(crate) async fn run(
     );
     out.truncated = truncated;
     Ok(out)
+}
+
+/// Start the command of `a` (in its working directory, with its environment and a
+/// cgroup of its own): its process and cgroup. `merged`: one pipe for stdout and
+/// stderr; `stdin_pipe`: a pipe for its input (else `/dev/null`, or its terminal).
+pub(crate) fn launch(
+    state: &ExecState,
+    a: &RunArgs<'_>,
+    ctx: &ToolContext,
+    merged: bool,
+    stdin_pipe: bool,
+) -> Result<(Running, Option<CommandCgroup>), ToolError> {
+    let (cwd, cwd_path) = super::open_cwd(ctx, a.cwd)?;
+    let env = super::env::build(std::env::vars(), &ctx.init.exec, a.env, a.tty.is_some())?;
+    let cgroup = state
+        .cgroups
+        .create()
+        .map_err(|e| ToolError::internal(format!("cannot make the command's cgroup: {e}")))?;
+    let spec = Spec {
+        command: a.command,
+        env: &env,
+        cwd: &cwd,
+        cwd_path: &cwd_path,
+        instance: &ctx.init.exec.instance,
+        merged,
+        network: ctx.network,
+        cgroup: cgroup.as_ref(),
+        stdin_pipe,
+        tty: a.tty,
+    };
+    let running = state.launcher.spawn(&spec)?;
+    Ok((running, cgroup))
+}
+
+/// Turn a yielded command into the job `handle` of the calling session; the call's
+/// result is its output so far (which counts as read), `meta.process` and
+/// `meta.running: true`.
+fn yield_to_background(
+    state: &ExecState,
+    ctx: &ToolContext,
+    (handle, job): (String, NewJob),
+    capture: Capture,
+) -> Outcome {
+    let bytes = capture.total();
+    let (content, truncated, log) = capture.yield_now(super::workspace(ctx));
+    let meta = match state
+        .jobs
+        .adopt(state, handle, Yielded { job, log, bytes }, &ctx.session)
+    {
+        Ok(meta) => meta,
+        Err(e) => {
+            tracing::warn!("a command could not go on in the background: {e}");
+            let mut out = Outcome::err(ErrorBody::new(
+                ErrorType::InternalError,
+                format!("the command could not go on in the background, so it was stopped: {e}"),
+            ));
+            out.content = content;
+            return out;
+        }
+    };
+    let handle = meta
+        .get("process")
+        .and_then(Value::as_str)
+        .unwrap_or_default()
+        .to_owned();
+    let mut out = Outcome::ok(content);
+    let sep = if out.content.is_empty() || out.content.ends_with('\n') {
+        ""
+    } else {
+        "\n"
+    };
+    out.display = format!(
+        "{}{sep}[still running: it goes on in the background as {handle}]",
+        out.content
+    );
+    out.truncated = truncated;
+    out.meta = meta;
+    out
 }
 
 /// The CPU budget to watch on the command's cgroup, when both exist.

@@ -44,6 +44,8 @@ fn fixture_with(limits: Limits, max_jobs: usize, shim: bool) -> Fixture {
     let marker = unique_marker();
     let init = WorkerInit {
         generation: 0,
+        web: Default::default(),
+        skills: Default::default(),
         mcp: None,
         group: "exec".into(),
         index: 0,
@@ -110,6 +112,8 @@ impl Fixture {
             output: None,
             deadline: Some(Instant::now() + Duration::from_secs(60)),
             network: false,
+            session: "s1".into(),
+            takeover: false,
         }
     }
 
@@ -638,4 +642,123 @@ fn unknown_tools_are_tool_not_found() {
     let f = fixture();
     let o = rt.block_on(f.call("nope", json!({})));
     assert_eq!(o.error.unwrap().kind, ErrorType::ToolNotFound);
+}
+
+/// Read `handle`'s output (long polls) until it contains `needle`.
+async fn read_until(f: &Fixture, handle: &str, needle: &str) -> String {
+    let end = Instant::now() + Duration::from_secs(30);
+    let mut got = String::new();
+    while !got.contains(needle) {
+        assert!(Instant::now() < end, "{needle:?} never came: {got:?}");
+        let r = f
+            .call("read_output", json!({"process": handle, "wait_ms": 2000}))
+            .await;
+        assert_eq!(r.status, Status::Ok, "{r:?}");
+        got.push_str(&r.content);
+    }
+    got
+}
+
+/// Without namespaces (the shim alone, and no shim at all) a command still gets a
+/// terminal that is its controlling one, Ctrl-C and signals reach it, and its size
+/// can change.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn terminals_and_signals_without_namespaces() {
+    for shim in [true, false] {
+        let f = fixture_with(Limits::default(), 0, shim);
+        let o = f
+            .call(
+                "run_command",
+                json!({"command": "tty >/dev/null && echo tty; stty size; echo x > /dev/tty; printf '\\033[1mb\\033[0m\\n'", "tty": true, "rows": 7, "cols": 9}),
+            )
+            .await;
+        assert_eq!(o.status, Status::Ok, "shim {shim}: {o:?}");
+        assert_eq!(o.content, "tty\n7 9\nx\nb\n", "shim {shim}");
+        let script = "trap 'echo caught-INT' INT; trap 'echo size $(stty size)' WINCH; echo armed; while :; do sleep 0.05; done";
+        let o = f
+            .call(
+                "run_command",
+                json!({"command": script, "tty": true, "background": true}),
+            )
+            .await;
+        let h = o.meta["process"].as_str().unwrap().to_owned();
+        read_until(&f, &h, "armed").await;
+        let w = f
+            .call("write_input", json!({"process": h, "data": "\u{3}"}))
+            .await;
+        assert_eq!(w.status, Status::Ok, "{w:?}");
+        read_until(&f, &h, "caught-INT").await;
+        let w = f
+            .call(
+                "write_input",
+                json!({"process": h, "data": "", "rows": 11, "cols": 33}),
+            )
+            .await;
+        assert_eq!(w.status, Status::Ok, "{w:?}");
+        read_until(&f, &h, "size 11 33").await;
+        let k = f
+            .call("kill_process", json!({"process": h, "signal": "INT"}))
+            .await;
+        assert_eq!(k.status, Status::Ok, "{k:?}");
+        read_until(&f, &h, "caught-INT").await;
+        let k = f.call("kill_process", json!({"process": h})).await;
+        assert_eq!(k.meta["running"], json!(false), "{k:?}");
+        assert!(f.marked().is_empty(), "shim {shim}: {:?}", f.marked());
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stdin_yield_and_input_to_a_job() {
+    let f = fixture();
+    let o = f
+        .call(
+            "run_command",
+            json!({"command": "tr a-z A-Z", "stdin": "shout\n"}),
+        )
+        .await;
+    assert_eq!(o.content, "SHOUT\n", "{o:?}");
+    // A yielded command: output so far, then the rest from read_output.
+    let o = f
+        .call(
+            "run_command",
+            json!({"command": "echo first; sleep 0.6; echo second", "yield_ms": 300}),
+        )
+        .await;
+    assert_eq!(o.status, Status::Ok, "{o:?}");
+    assert_eq!(
+        (o.content.as_str(), &o.meta["running"]),
+        ("first\n", &json!(true))
+    );
+    let h = o.meta["process"].as_str().unwrap().to_owned();
+    assert!(f.state.jobs.wait(&h).await);
+    let r = f.call("read_output", json!({"process": h})).await;
+    assert_eq!(r.content, "second\n", "returned output counted as read");
+    // Input to a background job, and the owner rule.
+    let o = f
+        .call(
+            "run_command",
+            json!({"command": "read a; echo got:$a", "background": true}),
+        )
+        .await;
+    let h = o.meta["process"].as_str().unwrap().to_owned();
+    let mut stranger = f.ctx("c2");
+    stranger.session = "someone-else".into();
+    let w = run(
+        &f.state,
+        "write_input",
+        &json!({"process": h, "data": "x\n"}),
+        &stranger,
+    )
+    .await;
+    assert_eq!(w.error.map(|e| e.kind), Some(ErrorType::InvalidParams));
+    stranger.takeover = true;
+    let w = run(
+        &f.state,
+        "write_input",
+        &json!({"process": h, "data": "x\n", "close": true}),
+        &stranger,
+    )
+    .await;
+    assert_eq!(w.status, Status::Ok, "{w:?}");
+    assert_eq!(read_until(&f, &h, "got:x").await, "got:x\n");
 }

@@ -15,12 +15,16 @@
 //!    grace), and exits with the command's status: the same exit code, or death by the
 //!    same signal, so the worker sees exactly what the command did;
 //! 4. writes a [`report::Report`] (resources used, or why the sandbox could not be set
-//!    up) to `--report-fd`.
+//!    up) to `--report-fd`;
+//! 5. serves the command's [`control`] channel (`--control-fd`): signals for its process
+//!    group, and with `--tty ROWSxCOLS` the terminal it runs in, opened where the command
+//!    runs (in the sandbox: its own `devpts` instance) and made its controlling terminal.
 //!
 //! With `--sandbox SPEC` ([`pidns`]) the command runs in new namespaces and its tree is
 //! the PID namespace; without ([`tree`]), under Landlock (`--confine --write P...`)
 //! with the tree found through `/proc`.
 
+pub mod control;
 mod pidns;
 pub mod report;
 mod signals;
@@ -34,9 +38,10 @@ use nix::sys::signal::{SaFlags, SigAction, SigHandler, SigSet, Signal, kill, sig
 use nix::sys::wait::WaitStatus;
 use nix::unistd::{Pid, getpid, getppid};
 
+use crate::sandbox::SandboxError;
 use crate::sandbox::spec::{Rlimits, SandboxSpec};
 pub use signals::{SelfPipe, Woken};
-pub use tree::{descendants, kill_tree};
+pub use tree::{descendants, descendants_of_each, kill_tree};
 
 /// Exit code when the shim's own arguments are wrong (EX_USAGE).
 const EX_USAGE: i32 = 64;
@@ -57,22 +62,59 @@ pub struct ShimArgs {
     pub ppid: Option<i32>,
     /// Value of `TOOLVISOR_INSTANCE` for the command.
     pub instance: Option<String>,
+    /// How long the command has between SIGTERM and SIGKILL.
     pub grace: Duration,
     /// Apply a Landlock write allow-list (`paths`) before starting the command.
     pub confine: bool,
+    /// The paths Landlock lets the command write.
     pub write: Vec<PathBuf>,
     /// Run the command in new namespaces, with this view of the file system.
     pub sandbox: Option<SandboxSpec>,
+    /// Resource limits applied before the command starts.
     pub rlimits: Rlimits,
     /// Where to write the [`report::Report`] (an inherited pipe).
     pub report_fd: Option<i32>,
+    /// The [`control`] channel (an inherited `SOCK_SEQPACKET` socket).
+    pub control_fd: Option<i32>,
+    /// Run the command in a new terminal of (rows, columns).
+    pub tty: Option<(u16, u16)>,
     /// The command and its arguments.
     pub argv: Vec<String>,
 }
 
+/// Why the shim's command line could not be read (or written: an argument that does
+/// not serialise). The shim prints it and exits with `EX_USAGE`.
+#[derive(Debug, thiserror::Error)]
+pub enum ShimArgsError {
+    /// An option given without its value.
+    #[error("{0} needs a value")]
+    MissingValue(&'static str),
+    /// A number that does not parse.
+    #[error("bad {0}")]
+    BadNumber(&'static str),
+    /// JSON that does not parse as the option's type.
+    #[error("bad {option}: {source}")]
+    BadJson {
+        /// The option.
+        option: &'static str,
+        /// What the parser said.
+        #[source]
+        source: serde_json::Error,
+    },
+    /// An option the shim does not have.
+    #[error("unknown option {0:?}")]
+    UnknownOption(String),
+    /// No command after `--`.
+    #[error("usage: toolvisor reap [OPTIONS] -- COMMAND [ARGS...]")]
+    NoCommand,
+    /// A part of the arguments that does not serialise.
+    #[error(transparent)]
+    Encode(#[from] serde_json::Error),
+}
+
 impl ShimArgs {
     /// The command line [`parse`] reads back (without the program name).
-    pub fn to_args(&self) -> Result<Vec<String>, String> {
+    pub fn to_args(&self) -> Result<Vec<String>, ShimArgsError> {
         let mut out = Vec::new();
         if let Some(p) = self.ppid {
             out.extend(["--ppid".to_owned(), p.to_string()]);
@@ -96,35 +138,50 @@ impl ShimArgs {
         if let Some(fd) = self.report_fd {
             out.extend(["--report-fd".to_owned(), fd.to_string()]);
         }
+        if let Some(fd) = self.control_fd {
+            out.extend(["--control-fd".to_owned(), fd.to_string()]);
+        }
+        if let Some((rows, cols)) = self.tty {
+            out.extend(["--tty".to_owned(), format!("{rows}x{cols}")]);
+        }
         out.push("--".to_owned());
         out.extend(self.argv.iter().cloned());
         Ok(out)
     }
 }
 
-fn to_json<T: serde::Serialize>(v: &T) -> Result<String, String> {
-    serde_json::to_string(v).map_err(|e| e.to_string())
+fn to_json<T: serde::Serialize>(v: &T) -> Result<String, ShimArgsError> {
+    Ok(serde_json::to_string(v)?)
 }
 
 /// Parse `[--ppid N] [--instance ID] [--grace-ms N] [--confine] [--write P]...
-/// [--sandbox JSON] [--rlimits JSON] [--report-fd N] -- CMD...`.
-pub fn parse(args: Vec<String>) -> Result<ShimArgs, String> {
+/// [--sandbox JSON] [--rlimits JSON] [--report-fd N] [--control-fd N] [--tty RxC] --
+/// CMD...`.
+pub fn parse(args: Vec<String>) -> Result<ShimArgs, ShimArgsError> {
     let mut out = ShimArgs {
         grace: DEFAULT_GRACE,
         ..ShimArgs::default()
     };
     let mut it = args.into_iter();
     while let Some(a) = it.next() {
-        let mut value = |name: &str| it.next().ok_or_else(|| format!("{name} needs a value"));
+        let mut value = |name: &'static str| it.next().ok_or(ShimArgsError::MissingValue(name));
         match a.as_str() {
             "--" => {
                 out.argv = it.collect();
                 break;
             }
-            "--ppid" => out.ppid = Some(value("--ppid")?.parse().map_err(|_| "bad --ppid")?),
+            "--ppid" => {
+                out.ppid = Some(
+                    value("--ppid")?
+                        .parse()
+                        .map_err(|_| ShimArgsError::BadNumber("--ppid"))?,
+                )
+            }
             "--instance" => out.instance = Some(value("--instance")?),
             "--grace-ms" => {
-                let ms: u64 = value("--grace-ms")?.parse().map_err(|_| "bad --grace-ms")?;
+                let ms: u64 = value("--grace-ms")?
+                    .parse()
+                    .map_err(|_| ShimArgsError::BadNumber("--grace-ms"))?;
                 out.grace = Duration::from_millis(ms);
             }
             "--confine" => out.confine = true,
@@ -132,24 +189,54 @@ pub fn parse(args: Vec<String>) -> Result<ShimArgs, String> {
             "--sandbox" => {
                 let v = value("--sandbox")?;
                 out.sandbox =
-                    Some(serde_json::from_str(&v).map_err(|e| format!("bad --sandbox: {e}"))?);
+                    Some(
+                        serde_json::from_str(&v).map_err(|source| ShimArgsError::BadJson {
+                            option: "--sandbox",
+                            source,
+                        })?,
+                    );
             }
             "--rlimits" => {
                 let v = value("--rlimits")?;
                 out.rlimits =
-                    serde_json::from_str(&v).map_err(|e| format!("bad --rlimits: {e}"))?;
+                    serde_json::from_str(&v).map_err(|source| ShimArgsError::BadJson {
+                        option: "--rlimits",
+                        source,
+                    })?;
             }
             "--report-fd" => {
                 let v = value("--report-fd")?;
-                out.report_fd = Some(v.parse().map_err(|_| "bad --report-fd")?);
+                out.report_fd = Some(
+                    v.parse()
+                        .map_err(|_| ShimArgsError::BadNumber("--report-fd"))?,
+                );
             }
-            other => return Err(format!("unknown option {other:?}")),
+            "--control-fd" => {
+                let v = value("--control-fd")?;
+                out.control_fd = Some(
+                    v.parse()
+                        .map_err(|_| ShimArgsError::BadNumber("--control-fd"))?,
+                );
+            }
+            "--tty" => {
+                let v = value("--tty")?;
+                out.tty =
+                    Some(parse_size(&v).ok_or(ShimArgsError::BadNumber("--tty (ROWSxCOLS)"))?);
+            }
+            other => return Err(ShimArgsError::UnknownOption(other.to_owned())),
         }
     }
     if out.argv.is_empty() {
-        return Err("usage: toolvisor reap [OPTIONS] -- COMMAND [ARGS...]".into());
+        return Err(ShimArgsError::NoCommand);
     }
     Ok(out)
+}
+
+/// `24x80` → (24, 80); both at least 1.
+fn parse_size(v: &str) -> Option<(u16, u16)> {
+    let (r, c) = v.split_once('x')?;
+    let (r, c) = (r.parse().ok()?, c.parse().ok()?);
+    (r > 0 && c > 0).then_some((r, c))
 }
 
 /// Entry point of `toolvisor reap`; returns the exit code (or does not return when
@@ -178,21 +265,32 @@ pub fn run(a: &ShimArgs) -> i32 {
         Ok(p) => p,
         Err(e) => return report.setup_failed(&format!("cannot install signal handlers: {e}")),
     };
+    let channel = a.control_fd.and_then(control::Channel::from_raw);
     match &a.sandbox {
-        Some(spec) => pidns::run(a, spec, pipe, &report),
-        None => run_plain(a, &pipe, &report),
+        Some(spec) => pidns::run(a, spec, pipe, &report, channel),
+        None => run_plain(a, &pipe, &report, channel),
     }
 }
 
 /// The fallback: Landlock and the subreaper, no namespaces.
-fn run_plain(a: &ShimArgs, pipe: &SelfPipe, report: &report::Writer) -> i32 {
+fn run_plain(
+    a: &ShimArgs,
+    pipe: &SelfPipe,
+    report: &report::Writer,
+    mut channel: Option<control::Channel>,
+) -> i32 {
+    // The terminal first: the command's Landlock domain need not allow opening one.
+    let terminal = match open_terminal(a, channel.as_ref()) {
+        Ok(t) => t,
+        Err(e) => return report.setup_failed(&e.to_string()),
+    };
     if a.confine {
         crate::sandbox::restrict_writes(&a.write);
     }
     if let Err(e) = a.rlimits.apply() {
-        return report.setup_failed(&e);
+        return report.setup_failed(&e.to_string());
     }
-    let child = match spawn(&a.argv, a.instance.as_deref()) {
+    let child = match spawn(&a.argv, a.instance.as_deref(), terminal.as_ref()) {
         Ok(pid) => pid,
         Err(e) => {
             eprintln!("toolvisor reap: cannot run {:?}: {e}", a.argv[0]);
@@ -200,23 +298,80 @@ fn run_plain(a: &ShimArgs, pipe: &SelfPipe, report: &report::Writer) -> i32 {
             return EX_NOEXEC;
         }
     };
+    drop(terminal);
+    detach_stdin();
     let mut status = None;
     while status.is_none() {
         tree::reap_all(child, &mut status);
-        if status.is_some() || pipe.wait(None).terminate {
+        if status.is_some() {
             break;
         }
+        let woken = pipe.wait_with(None, [channel.as_ref().map(|c| c.as_fd()), None]);
+        if woken.terminate {
+            break;
+        }
+        serve_control(&mut channel, woken.extra[0], child);
     }
     kill_tree(getpid(), child, a.grace, pipe, &mut status);
     report.resources();
     finish(status)
 }
 
-/// Start the command in its own process group; the handlers we installed are reset
-/// to the default by `execve`, and std resets the signal mask.
-fn spawn(argv: &[String], instance: Option<&str>) -> std::io::Result<Pid> {
+/// The command's terminal when it asked for one (`--tty`): opened here, its master
+/// side handed to the worker over the control channel; returns the slave side.
+fn open_terminal(
+    a: &ShimArgs,
+    channel: Option<&control::Channel>,
+) -> Result<Option<std::os::fd::OwnedFd>, SandboxError> {
+    let Some((rows, cols)) = a.tty else {
+        return Ok(None);
+    };
+    let channel = channel.ok_or_else(|| {
+        SandboxError::Refused("a terminal needs the control channel (--control-fd)".into())
+    })?;
+    let (master, slave) = control::open_terminal(rows, cols)?;
+    channel.send_terminal(&master)?;
+    Ok(Some(slave))
+}
+
+/// Serve the control channel when `ready`; forget it once the worker's end is gone.
+fn serve_control(channel: &mut Option<control::Channel>, ready: bool, command: Pid) {
+    if ready && channel.as_ref().is_some_and(|c| !c.serve(command)) {
+        *channel = None;
+    }
+}
+
+/// Point our own standard input at `/dev/null` once the command has it: a pipe the
+/// worker writes to then has the command as its only reader.
+fn detach_stdin() {
+    if let Ok(null) = std::fs::File::open("/dev/null") {
+        let _ = nix::unistd::dup2_stdin(null);
+    }
+}
+
+/// Start the command in its own process group — or, with a `terminal`, as the leader
+/// of a new session whose controlling terminal it is, on all three standard streams.
+/// The handlers we installed are reset to the default by `execve`, and std resets the
+/// signal mask.
+fn spawn(
+    argv: &[String],
+    instance: Option<&str>,
+    terminal: Option<&std::os::fd::OwnedFd>,
+) -> std::io::Result<Pid> {
     let mut cmd = std::process::Command::new(&argv[0]);
-    cmd.args(&argv[1..]).process_group(0);
+    cmd.args(&argv[1..]);
+    match terminal {
+        Some(slave) => {
+            cmd.stdin(slave.try_clone()?)
+                .stdout(slave.try_clone()?)
+                .stderr(slave.try_clone()?);
+            // SAFETY: `take_terminal` makes only async-signal-safe calls.
+            unsafe { cmd.pre_exec(control::take_terminal) };
+        }
+        None => {
+            cmd.process_group(0);
+        }
+    }
     if let Some(id) = instance {
         cmd.env(MARKER_VAR, id);
     }
@@ -328,6 +483,8 @@ pub(crate) mod tests {
                 ..Rlimits::default()
             },
             report_fd: Some(5),
+            control_fd: Some(11),
+            tty: Some((24, 80)),
             argv: vec!["sh".into(), "-c".into(), "true".into()],
         };
         assert_eq!(parse(a.to_args().unwrap()).unwrap(), a);

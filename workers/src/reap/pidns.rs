@@ -20,17 +20,25 @@ use nix::sys::signal::{Signal, kill};
 use nix::sys::wait::{WaitPidFlag, WaitStatus, waitpid};
 use nix::unistd::{ForkResult, Pid};
 
+use super::control::Channel;
 use super::report::Writer;
 use super::signals::SelfPipe;
 use super::tree::KILL_CAP;
 use super::{EX_NOEXEC, ShimArgs, finish};
-use crate::sandbox::ns;
 use crate::sandbox::spec::SandboxSpec;
+use crate::sandbox::{SandboxError, ns};
 
-/// Run `a` in new namespaces; returns the shim's exit code.
-pub fn run(a: &ShimArgs, spec: &SandboxSpec, pipe: SelfPipe, report: &Writer) -> i32 {
+/// Run `a` in new namespaces; returns the shim's exit code. Init serves the control
+/// `channel`; the shim keeps no copy of it (nor of the command's standard input).
+pub fn run(
+    a: &ShimArgs,
+    spec: &SandboxSpec,
+    pipe: SelfPipe,
+    report: &Writer,
+    channel: Option<Channel>,
+) -> i32 {
     if let Err(e) = ns::unshare(spec) {
-        return report.setup_failed(&e);
+        return report.setup_failed(&e.to_string());
     }
     let pipes = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC).and_then(|status| {
         nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC).map(|life| (status, life))
@@ -44,10 +52,16 @@ pub fn run(a: &ShimArgs, spec: &SandboxSpec, pipe: SelfPipe, report: &Writer) ->
     match unsafe { nix::unistd::fork() } {
         Ok(ForkResult::Child) => {
             drop((status_r, life_w));
-            std::process::exit(init(a, spec, pipe, status_w, life_r))
+            let pipes = InitPipes {
+                status: status_w,
+                life: life_r,
+                channel,
+            };
+            std::process::exit(init(a, spec, pipe, pipes))
         }
         Ok(ForkResult::Parent { child }) => {
-            drop((status_w, life_r));
+            drop((status_w, life_r, channel));
+            super::detach_stdin();
             let ended = wait_init(child, a.grace, &pipe);
             drop(life_w);
             let from_init = read_all(status_r);
@@ -117,9 +131,23 @@ fn parse_num(b: &[u8]) -> Option<i32> {
     std::str::from_utf8(b).ok()?.trim().parse().ok()
 }
 
+/// What init inherits from the shim besides its arguments.
+struct InitPipes {
+    /// Init → shim: how the command ended, or why the sandbox could not be built.
+    status: OwnedFd,
+    /// Shim → init: hung up when the shim is gone.
+    life: OwnedFd,
+    channel: Option<Channel>,
+}
+
 /// The PID namespace's first process. Returns its exit code (always 0: the command's
 /// status goes through `status`).
-fn init(a: &ShimArgs, spec: &SandboxSpec, shims: SelfPipe, status: OwnedFd, life: OwnedFd) -> i32 {
+fn init(a: &ShimArgs, spec: &SandboxSpec, shims: SelfPipe, pipes: InitPipes) -> i32 {
+    let InitPipes {
+        status,
+        life,
+        mut channel,
+    } = pipes;
     let _ = nix::sys::prctl::set_pdeathsig(Signal::SIGKILL);
     let tell = |msg: &[u8]| {
         let _ = rustix::io::write(&status, msg);
@@ -137,7 +165,15 @@ fn init(a: &ShimArgs, spec: &SandboxSpec, shims: SelfPipe, status: OwnedFd, life
         tell(format!("E{e}").as_bytes());
         return 0;
     }
-    let child = match super::spawn(&a.argv, a.instance.as_deref()) {
+    // Opened inside the new root: the terminal belongs to the command's own `devpts`.
+    let terminal = match super::open_terminal(a, channel.as_ref()) {
+        Ok(t) => t,
+        Err(e) => {
+            tell(format!("E{e}").as_bytes());
+            return 0;
+        }
+    };
+    let child = match super::spawn(&a.argv, a.instance.as_deref(), terminal.as_ref()) {
         Ok(pid) => pid,
         Err(e) => {
             eprintln!("toolvisor reap: cannot run {:?}: {e}", a.argv[0]);
@@ -145,16 +181,20 @@ fn init(a: &ShimArgs, spec: &SandboxSpec, shims: SelfPipe, status: OwnedFd, life
             return 0;
         }
     };
+    drop(terminal);
+    super::detach_stdin();
     let mut ended = None;
     while ended.is_none() {
         super::tree::reap_all(child, &mut ended);
         if ended.is_some() {
             break;
         }
-        let w = pipe.wait_with(None, Some(life.as_fd()));
-        if w.terminate || w.extra {
+        let control = channel.as_ref().map(|c| c.as_fd());
+        let w = pipe.wait_with(None, [Some(life.as_fd()), control]);
+        if w.terminate || w.extra[0] {
             break; // asked to stop, or the shim above us is gone
         }
+        super::serve_control(&mut channel, w.extra[1], child);
     }
     end_namespace(child, a.grace, &pipe, &mut ended);
     match ended {
@@ -169,7 +209,7 @@ fn init(a: &ShimArgs, spec: &SandboxSpec, shims: SelfPipe, status: OwnedFd, life
 /// step needs: mounts first (they need the capabilities), then Landlock, the rlimits,
 /// a new session (no controlling terminal to push keystrokes into), and last the
 /// capabilities themselves.
-fn prepare(a: &ShimArgs, spec: &SandboxSpec) -> Result<(), String> {
+fn prepare(a: &ShimArgs, spec: &SandboxSpec) -> Result<(), SandboxError> {
     ns::setup(spec)?;
     if a.confine {
         let mut write = a.write.clone();
@@ -188,7 +228,8 @@ fn prepare(a: &ShimArgs, spec: &SandboxSpec) -> Result<(), String> {
         crate::sandbox::landlock::restrict_command(&write);
     }
     a.rlimits.apply()?;
-    nix::unistd::setsid().map_err(|e| format!("cannot start a session: {e}"))?;
+    nix::unistd::setsid()
+        .map_err(|e| SandboxError::step("cannot start a session", std::io::Error::other(e)))?;
     // Not dumpable: a command may not read this process's memory or descriptors.
     let _ = nix::sys::prctl::set_dumpable(false);
     ns::drop_privileges()

@@ -29,13 +29,16 @@ extern "C" fn on_signal(sig: libc::c_int) {
     }
 }
 
+/// How many extra descriptors [`SelfPipe::wait_with`] polls at most.
+pub const EXTRA: usize = 2;
+
 /// What [`SelfPipe::wait`] saw.
 #[derive(Clone, Copy, Debug, Default)]
 pub struct Woken {
     /// SIGTERM, SIGINT or SIGHUP arrived: time to kill the tree.
     pub terminate: bool,
-    /// The extra descriptor polled is readable or hung up.
-    pub extra: bool,
+    /// Which extra descriptors polled are readable or hung up (in the order given).
+    pub extra: [bool; EXTRA],
 }
 
 /// Signals turned into readable bytes on a pipe.
@@ -73,35 +76,38 @@ impl SelfPipe {
 
     /// Wait until a signal arrives (or `timeout` passes) and drain the pipe.
     pub fn wait(&self, timeout: Option<Duration>) -> Woken {
-        self.wait_with(timeout, None)
+        self.wait_with(timeout, [None, None])
     }
 
-    /// [`SelfPipe::wait`], also waking when `extra` is readable or hung up.
-    pub fn wait_with(&self, timeout: Option<Duration>, extra: Option<BorrowedFd<'_>>) -> Woken {
+    /// [`SelfPipe::wait`], also waking when one of `extra` is readable or hung up.
+    pub fn wait_with(
+        &self,
+        timeout: Option<Duration>,
+        extra: [Option<BorrowedFd<'_>>; EXTRA],
+    ) -> Woken {
         // Round up so a sub-millisecond remainder does not spin.
         let ms = timeout.map_or(-1, |d| {
             d.as_micros().div_ceil(1000).min(60_000) as libc::c_int
         });
-        let mut fds = [
-            libc::pollfd {
-                fd: self.read.as_raw_fd(),
-                events: libc::POLLIN,
-                revents: 0,
-            },
-            libc::pollfd {
-                fd: extra.map_or(-1, |e| e.as_raw_fd()),
-                events: libc::POLLIN,
-                revents: 0,
-            },
-        ];
-        // SAFETY: two valid pollfds for the duration of the call (a negative fd is
+        let poll_fd = |fd: i32| libc::pollfd {
+            fd,
+            events: libc::POLLIN,
+            revents: 0,
+        };
+        let mut fds = [poll_fd(self.read.as_raw_fd()); 1 + EXTRA];
+        for (slot, e) in fds[1..].iter_mut().zip(extra) {
+            *slot = poll_fd(e.map_or(-1, |e| e.as_raw_fd()));
+        }
+        // SAFETY: valid pollfds for the duration of the call (a negative fd is
         // ignored by poll).
-        let r = unsafe { libc::poll(fds.as_mut_ptr(), 2, ms) };
+        let r = unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, ms) };
         if r < 0 && Errno::last() != Errno::EINTR {
             return Woken::default();
         }
         let mut woken = self.drain();
-        woken.extra = fds[1].revents != 0;
+        for (seen, f) in woken.extra.iter_mut().zip(&fds[1..]) {
+            *seen = f.revents != 0;
+        }
         woken
     }
 

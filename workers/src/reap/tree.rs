@@ -91,21 +91,25 @@ fn signal_all(command: Pid, found: &[i32], sig: Signal, termed: &mut HashSet<i32
 /// Whether `me` has no child at all, per the kernel's own lists (one per thread);
 /// `false` when a list cannot be read (then the caller scans).
 fn has_no_children(me: Pid) -> bool {
-    let Ok(tasks) = std::fs::read_dir(format!("/proc/{}/task", me.as_raw())) else {
-        return false;
-    };
-    tasks.flatten().all(|t| {
-        std::fs::read_to_string(t.path().join("children")).is_ok_and(|l| l.trim().is_empty())
-    })
+    procfs::children(me.as_raw()).is_some_and(|c| c.is_empty())
 }
 
 /// Every process whose parent chain leads to `root` (zombies included), from /proc.
 pub fn descendants(root: i32) -> Vec<i32> {
+    descendants_in(root, &process_parents())
+}
+
+/// [`descendants`] of each of `roots`, from one read of /proc.
+pub fn descendants_of_each(roots: &[i32]) -> Vec<Vec<i32>> {
     let parents = process_parents();
+    roots.iter().map(|&r| descendants_in(r, &parents)).collect()
+}
+
+fn descendants_in(root: i32, parents: &HashMap<i32, i32>) -> Vec<i32> {
     let mut memo: HashMap<i32, bool> = HashMap::new();
     let mut out = Vec::new();
     for &pid in parents.keys() {
-        if pid != root && leads_to(pid, root, &parents, &mut memo) {
+        if pid != root && leads_to(pid, root, parents, &mut memo) {
             out.push(pid);
         }
     }

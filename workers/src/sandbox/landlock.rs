@@ -3,7 +3,8 @@
 //!
 //! Only writes are handled (reads stay allowed everywhere, so `search` can still read
 //! anything the resolver lets it). Per group:
-//! - `search`: no writes at all;
+//! - `search`, `web` and `meta`: no writes at all;
+//! - `state`: its store (`STATE/store`, see [`crate::state::store`]) and nothing else;
 //! - `edit`: the roots, and its temp-name journals (`STATE/edit-temps`, see
 //!   [`crate::edit::temps`]);
 //! - `exec`: the roots, the temp dir, `/dev/null`, `workers.exec.writable`, and the
@@ -18,6 +19,7 @@
 //! `ABI::V5` on purpose: V9 would also block connecting to unix sockets.
 
 use std::path::{Path, PathBuf};
+use toolvisor_protocol::tools;
 
 use landlock::{
     ABI, AccessFs, CompatLevel, Compatible, LandlockStatus, Ruleset, RulesetAttr,
@@ -37,32 +39,37 @@ const TARGET_ABI: ABI = ABI::V5;
 /// domain forbids `mount` and `pivot_root`, which the shims it starts need to build
 /// each command's root (the commands themselves get a domain inside it).
 pub fn confine(init: &WorkerInit, cgroups: &[PathBuf]) -> Option<u32> {
-    if init.group == "exec" && init.exec.sandbox.namespaces {
+    if init.group == tools::EXEC && init.exec.sandbox.namespaces {
         return None;
     }
     let paths = match init.group.as_str() {
-        "edit" => {
+        tools::EDIT => {
             let mut p = roots(init);
             p.push(crate::edit::temps::dir(&init.state_dir));
             p
         }
-        "exec" => {
+        tools::EXEC => {
             let mut p = command_writable(init);
             p.push(init.state_dir.clone());
             p.extend(cgroups.iter().cloned());
             p
         }
-        _ => Vec::new(), // search, and anything unknown: read-only
+        // The state worker writes its store and nothing else.
+        tools::STATE => vec![crate::state::store::dir(&init.state_dir)],
+        _ => Vec::new(), // search, web, meta, and anything unknown: read-only
     };
     restrict_writes(&paths)
 }
 
-/// Where commands may write: the roots, the temp dir, `/dev/null` and the configured
-/// extra paths (a leading `~/` expanded with HOME; missing paths are skipped later).
+/// Where commands may write: the roots, the temp dir, `/dev/null`, `/dev/tty` (whoever
+/// opens it gets their own controlling terminal, if any: a command in a terminal may
+/// talk to it) and the configured extra paths (a leading `~/` expanded with HOME;
+/// missing paths are skipped later).
 pub fn command_writable(init: &WorkerInit) -> Vec<PathBuf> {
     let mut p = roots(init);
     p.push(std::env::temp_dir());
     p.push(PathBuf::from("/dev/null"));
+    p.push(PathBuf::from("/dev/tty"));
     let home = std::env::var_os("HOME").map(PathBuf::from);
     p.extend(
         init.exec
@@ -154,6 +161,8 @@ mod tests {
     fn init(group: &str, root: &Path, state: &Path, writable: Vec<PathBuf>) -> WorkerInit {
         WorkerInit {
             generation: 0,
+            web: Default::default(),
+            skills: Default::default(),
             mcp: None,
             group: group.into(),
             index: 0,
@@ -294,5 +303,36 @@ mod tests {
         let out = cmd.output().unwrap();
         assert!(out.status.success(), "{out:?}");
         assert!(!dir.path().join("f").exists());
+    }
+
+    #[test]
+    fn state_group_writes_only_its_store() {
+        if restrict_probe().is_none() {
+            return;
+        }
+        let ws = tempfile::tempdir().unwrap();
+        let state = tempfile::tempdir().unwrap();
+        let store = crate::state::store::dir(state.path());
+        std::fs::create_dir(&store).unwrap();
+        let i = init("state", ws.path(), state.path(), vec![]);
+        let (w, s, st) = (ws.path().display(), state.path().display(), store.display());
+        let mut cmd = std::process::Command::new("sh");
+        cmd.arg("-c").arg(format!(
+            "echo ok > {st}/memory.json && mv {st}/memory.json {st}/m2 \
+             && ! (echo x > {s}/audit.jsonl) 2>/dev/null && ! (echo x > {w}/f) 2>/dev/null"
+        ));
+        // SAFETY: as in confined_sh.
+        unsafe {
+            cmd.pre_exec(move || {
+                confine(&i, &[])
+                    .map(|_| ())
+                    .ok_or_else(|| std::io::Error::from_raw_os_error(libc::ENOSYS))
+            });
+        }
+        let out = cmd.output().unwrap();
+        assert!(out.status.success(), "{out:?}");
+        assert!(store.join("m2").exists());
+        assert!(!state.path().join("audit.jsonl").exists());
+        assert!(!ws.path().join("f").exists());
     }
 }

@@ -9,6 +9,7 @@
 //! only `lo` unless the network is allowed. [`probe`] tells `serve` whether the host
 //! allows it; where it does not, commands run under [`landlock`] and the shim only.
 
+mod error;
 pub mod landlock;
 pub mod mount;
 pub mod ns;
@@ -17,4 +18,5 @@ pub mod probe;
 pub mod protect;
 pub mod spec;
 
+pub use error::SandboxError;
 pub use landlock::{command_writable, confine, restrict_writes};

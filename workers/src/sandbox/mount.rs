@@ -22,6 +22,7 @@ use rustix::mount::{
     MountFlags, MountPropagationFlags, MoveMountFlags, OpenTreeFlags, UnmountFlags,
 };
 
+use super::SandboxError;
 use super::plan::{DEV, Step};
 
 /// Where the new root is attached while it is built (hidden from the command).
@@ -40,13 +41,13 @@ struct MountAttr {
 }
 
 /// A failed step, with what was being done.
-fn failed(what: &str, path: &Path, e: impl std::fmt::Display) -> String {
-    format!("{what} {}: {e}", path.display())
+fn failed(what: &str, path: &Path, e: impl Into<std::io::Error>) -> SandboxError {
+    SandboxError::at(what, path, e)
 }
 
 /// Build the command's root from `steps` and enter it. Runs in the PID namespace's
 /// first process (a fresh `/proc` must be mounted from inside it).
-pub fn build(steps: &[Step]) -> Result<(), String> {
+pub fn build(steps: &[Step]) -> Result<(), SandboxError> {
     rustix::mount::mount_change(
         "/",
         MountPropagationFlags::PRIVATE | MountPropagationFlags::REC,
@@ -87,7 +88,7 @@ fn run_step(
     step: &Step,
     at: &dyn Fn(&Path) -> PathBuf,
     sources: &mut Vec<(PathBuf, OwnedFd)>,
-) -> Result<(), String> {
+) -> Result<(), SandboxError> {
     match step {
         Step::Tmpfs(p) => {
             let t = at(p);
@@ -99,7 +100,11 @@ fn run_step(
         Step::Writable(p) | Step::Shown(p) => {
             let i = sources.iter().position(|(s, _)| s == p);
             let Some((_, fd)) = i.map(|i| sources.swap_remove(i)) else {
-                return Err(failed("no source opened for", p, "internal error"));
+                return Err(failed(
+                    "no source opened for",
+                    p,
+                    std::io::Error::other("internal error"),
+                ));
             };
             let t = at(p);
             mount_point(&t, is_dir(&fd))?;
@@ -159,7 +164,7 @@ const DEV_LINKS: [(&str, &str); 5] = [
 /// Build the minimal `/dev` at `dev` (see [`Step::Dev`]): a tmpfs with the devices
 /// bound in and the links made, read-only, then a new `pts` instance (best effort: a
 /// kernel may refuse it, and only terminals need it) and a private `shm` on top.
-fn minimal_dev(dev: &Path) -> Result<(), String> {
+fn minimal_dev(dev: &Path) -> Result<(), SandboxError> {
     if !dev.is_dir() {
         return Ok(());
     }
@@ -202,7 +207,7 @@ fn minimal_dev(dev: &Path) -> Result<(), String> {
 }
 
 /// `pivot_root(".", ".")` into `base`, then detach the old root stacked on it.
-fn enter(base: &Path) -> Result<(), String> {
+fn enter(base: &Path) -> Result<(), SandboxError> {
     rustix::process::chdir(base).map_err(|e| failed("cannot enter", base, e))?;
     rustix::process::pivot_root(".", ".").map_err(|e| failed("pivot_root into", base, e))?;
     rustix::mount::unmount(".", UnmountFlags::DETACH)
@@ -211,16 +216,20 @@ fn enter(base: &Path) -> Result<(), String> {
 }
 
 /// The first of [`ATTACH_AT`] that is a directory.
-fn attach_point() -> Result<PathBuf, String> {
+fn attach_point() -> Result<PathBuf, SandboxError> {
     ATTACH_AT
         .iter()
         .map(PathBuf::from)
         .find(|p| p.is_dir())
-        .ok_or_else(|| "no directory to build the new root at (/tmp, /mnt, /var/tmp)".into())
+        .ok_or_else(|| {
+            SandboxError::Refused(
+                "no directory to build the new root at (/tmp, /mnt, /var/tmp)".into(),
+            )
+        })
 }
 
 /// A detached, recursive copy of the mount tree at `p`.
-fn clone_tree(p: &Path) -> Result<OwnedFd, String> {
+fn clone_tree(p: &Path) -> Result<OwnedFd, SandboxError> {
     let flags = OpenTreeFlags::OPEN_TREE_CLONE
         | OpenTreeFlags::AT_RECURSIVE
         | OpenTreeFlags::OPEN_TREE_CLOEXEC;
@@ -232,7 +241,7 @@ fn is_dir(fd: &OwnedFd) -> bool {
 }
 
 /// Make sure a mount point exists at `t` (only our own tmpfs can lack one).
-fn mount_point(t: &Path, dir: bool) -> Result<(), String> {
+fn mount_point(t: &Path, dir: bool) -> Result<(), SandboxError> {
     if t.exists() {
         return Ok(());
     }
@@ -247,24 +256,32 @@ fn mount_point(t: &Path, dir: bool) -> Result<(), String> {
 }
 
 /// Bind `t` onto itself (recursively): a mount point the command cannot rename.
-fn bind_self(t: &Path, shown: &Path) -> Result<(), String> {
+fn bind_self(t: &Path, shown: &Path) -> Result<(), SandboxError> {
     rustix::mount::mount_bind_recursive(t, t).map_err(|e| failed("cannot bind", shown, e))
 }
 
-fn mount_fs(source: &str, t: &Path, fs: &str, flags: MountFlags, data: &str) -> Result<(), String> {
-    let data = CString::new(data).map_err(|e| failed("bad mount options for", t, e))?;
+fn mount_fs(
+    source: &str,
+    t: &Path,
+    fs: &str,
+    flags: MountFlags,
+    data: &str,
+) -> Result<(), SandboxError> {
+    let data = CString::new(data)
+        .map_err(|e| failed("bad mount options for", t, std::io::Error::other(e)))?;
     rustix::mount::mount(source, t, fs, flags, Some(data.as_c_str()))
         .map_err(|e| failed(&format!("cannot mount {fs} at"), t, e))
 }
 
 /// `mount_setattr` on the tree at `t`, recursively: set `attrs`.
-fn set_attr_path(t: &Path, attrs: u64) -> Result<(), String> {
-    let c = CString::new(t.as_os_str().as_bytes()).map_err(|e| failed("bad path", t, e))?;
+fn set_attr_path(t: &Path, attrs: u64) -> Result<(), SandboxError> {
+    let c = CString::new(t.as_os_str().as_bytes())
+        .map_err(|e| failed("bad path", t, std::io::Error::other(e)))?;
     mount_setattr(libc::AT_FDCWD, &c, 0, attrs).map_err(|e| failed("cannot make read-only", t, e))
 }
 
 /// `mount_setattr` on a detached tree (`fd`), recursively.
-fn set_attr_fd(fd: &OwnedFd, attrs: u64) -> Result<(), String> {
+fn set_attr_fd(fd: &OwnedFd, attrs: u64) -> Result<(), SandboxError> {
     mount_setattr(fd.as_raw_fd(), c"", libc::AT_EMPTY_PATH as u32, attrs)
         .map_err(|e| failed("cannot make read-only", Path::new("/"), e))
 }

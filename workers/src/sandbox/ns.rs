@@ -8,6 +8,7 @@ use std::path::Path;
 
 use rustix::thread::{CapabilitySet, CapabilitySets, UnshareFlags};
 
+use super::SandboxError;
 use super::plan::{self, HostView, Inputs};
 use super::spec::SandboxSpec;
 
@@ -27,32 +28,32 @@ fn flags(network: bool) -> UnshareFlags {
 
 /// Enter new namespaces (the PID one applies to the children started next) and map
 /// our own uid and gid into the user namespace, unchanged. Call it single-threaded.
-pub fn unshare(spec: &SandboxSpec) -> Result<(), String> {
+pub fn unshare(spec: &SandboxSpec) -> Result<(), SandboxError> {
     if spec.fail {
-        return Err(format!(
+        return Err(SandboxError::Refused(format!(
             "new user namespaces are refused (test hook {})",
             super::spec::TEST_FAIL_VAR
-        ));
+        )));
     }
     let (uid, gid) = (rustix::process::getuid(), rustix::process::getgid());
     // SAFETY: no `FILES` flag, and the shim has one thread: nothing shares fds with us.
     unsafe { rustix::thread::unshare_unsafe(flags(spec.network)) }
-        .map_err(|e| format!("cannot create namespaces: {e}"))?;
+        .map_err(|e| SandboxError::step("cannot create namespaces", e))?;
     write_proc("setgroups", "deny")?;
     write_proc("uid_map", &format!("{0} {0} 1\n", uid.as_raw()))?;
     write_proc("gid_map", &format!("{0} {0} 1\n", gid.as_raw()))
 }
 
-fn write_proc(name: &str, text: &str) -> Result<(), String> {
+fn write_proc(name: &str, text: &str) -> Result<(), SandboxError> {
     std::fs::write(format!("/proc/self/{name}"), text)
-        .map_err(|e| format!("cannot write /proc/self/{name}: {e}"))
+        .map_err(|e| SandboxError::step(format!("cannot write /proc/self/{name}"), e))
 }
 
 /// In the PID namespace's first process: build and enter the command's root, go to
 /// its working directory (the same directory as before, checked by device and inode),
 /// name the host, and bring up `lo` in a new network namespace.
-pub fn setup(spec: &SandboxSpec) -> Result<(), String> {
-    let before = rustix::fs::stat(".").map_err(|e| format!("cannot stat the cwd: {e}"))?;
+pub fn setup(spec: &SandboxSpec) -> Result<(), SandboxError> {
+    let before = rustix::fs::stat(".").map_err(|e| SandboxError::step("cannot stat the cwd", e))?;
     let inputs = Inputs {
         roots: &spec.roots,
         writable: &spec.writable,
@@ -65,7 +66,7 @@ pub fn setup(spec: &SandboxSpec) -> Result<(), String> {
     super::mount::build(&steps)?;
     enter_cwd(&spec.cwd, (before.st_dev, before.st_ino))?;
     rustix::system::sethostname(b"toolvisor")
-        .map_err(|e| format!("cannot set the host name: {e}"))?;
+        .map_err(|e| SandboxError::step("cannot set the host name", e))?;
     if !spec.network {
         loopback_up()?;
     }
@@ -73,25 +74,26 @@ pub fn setup(spec: &SandboxSpec) -> Result<(), String> {
 }
 
 /// `chdir` to `cwd` inside the new root; it must be the directory we started in.
-fn enter_cwd(cwd: &Path, was: (u64, u64)) -> Result<(), String> {
-    rustix::process::chdir(cwd)
-        .map_err(|e| format!("cannot enter {} in the sandbox: {e}", cwd.display()))?;
-    let now = rustix::fs::stat(".").map_err(|e| format!("cannot stat the cwd: {e}"))?;
+fn enter_cwd(cwd: &Path, was: (u64, u64)) -> Result<(), SandboxError> {
+    rustix::process::chdir(cwd).map_err(|e| {
+        SandboxError::step(format!("cannot enter {} in the sandbox", cwd.display()), e)
+    })?;
+    let now = rustix::fs::stat(".").map_err(|e| SandboxError::step("cannot stat the cwd", e))?;
     if (now.st_dev, now.st_ino) != was {
-        return Err(format!(
+        return Err(SandboxError::Refused(format!(
             "{} changed while the sandbox was set up",
             cwd.display()
-        ));
+        )));
     }
     Ok(())
 }
 
 /// `ip link set lo up`, with the two ioctls it amounts to.
-fn loopback_up() -> Result<(), String> {
+fn loopback_up() -> Result<(), SandboxError> {
     use std::os::fd::FromRawFd;
     let fail = |what: &str| {
         let e = std::io::Error::last_os_error();
-        format!("cannot bring up lo ({what}): {e}")
+        SandboxError::step(format!("cannot bring up lo ({what})"), e)
     };
     // SAFETY: a plain socket call; the result is checked before it is owned.
     let raw = unsafe { libc::socket(libc::AF_INET, libc::SOCK_DGRAM | libc::SOCK_CLOEXEC, 0) };
@@ -123,29 +125,31 @@ fn loopback_up() -> Result<(), String> {
 /// effective, permitted and inheritable sets cleared, root's automatic capabilities
 /// on `execve` disabled and locked, no new privileges. The command, even as uid 0 of
 /// its user namespace, can then mount, unmount and remount nothing.
-pub fn drop_privileges() -> Result<(), String> {
+pub fn drop_privileges() -> Result<(), SandboxError> {
     use rustix::thread::{CapabilitiesSecureBits as B, set_capabilities_secure_bits};
     let bits =
         B::NO_ROOT | B::NO_ROOT_LOCKED | B::NO_CAP_AMBIENT_RAISE | B::NO_CAP_AMBIENT_RAISE_LOCKED;
-    set_capabilities_secure_bits(bits).map_err(|e| format!("cannot set securebits: {e}"))?;
+    set_capabilities_secure_bits(bits)
+        .map_err(|e| SandboxError::step("cannot set securebits", e))?;
     for cap in 0..64u32 {
         // SAFETY: prctl with integer arguments; EINVAL past the last capability.
         let r = unsafe { libc::prctl(libc::PR_CAPBSET_DROP, cap as libc::c_ulong, 0, 0, 0) };
         if r != 0 && std::io::Error::last_os_error().raw_os_error() != Some(libc::EINVAL) {
-            return Err(format!(
-                "cannot drop capability {cap} from the bounding set: {}",
-                std::io::Error::last_os_error()
+            return Err(SandboxError::step(
+                format!("cannot drop capability {cap} from the bounding set"),
+                std::io::Error::last_os_error(),
             ));
         }
     }
     rustix::thread::clear_ambient_capability_set()
-        .map_err(|e| format!("cannot clear the ambient capabilities: {e}"))?;
+        .map_err(|e| SandboxError::step("cannot clear the ambient capabilities", e))?;
     let none = CapabilitySets {
         effective: CapabilitySet::empty(),
         permitted: CapabilitySet::empty(),
         inheritable: CapabilitySet::empty(),
     };
     rustix::thread::set_capabilities(None, none)
-        .map_err(|e| format!("cannot drop capabilities: {e}"))?;
-    rustix::thread::set_no_new_privs(true).map_err(|e| format!("cannot set no_new_privs: {e}"))
+        .map_err(|e| SandboxError::step("cannot drop capabilities", e))?;
+    rustix::thread::set_no_new_privs(true)
+        .map_err(|e| SandboxError::step("cannot set no_new_privs", e))
 }

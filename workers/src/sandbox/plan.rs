@@ -29,14 +29,19 @@ const MODULES_DEPTH: usize = 4;
 /// What is at a path (not following a final symlink).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Kind {
+    /// Nothing there.
     Missing,
+    /// A directory.
     Dir,
+    /// Anything else that is not a symlink.
     File,
+    /// A symlink (never followed).
     Symlink,
 }
 
 /// The file system the plan is made from (the host's, at the command's start).
 pub trait View {
+    /// What is at `p`.
     fn kind(&self, p: &Path) -> Kind;
     /// Subdirectories of `p` (none when unreadable).
     fn subdirs(&self, p: &Path) -> Vec<PathBuf>;
@@ -91,7 +96,12 @@ pub enum Step {
     /// Bind onto itself, read-only (recursively).
     ReadOnly(PathBuf),
     /// Cover with an empty read-only directory (`dir`) or with `/dev/null`.
-    Hide { path: PathBuf, dir: bool },
+    Hide {
+        /// What to cover.
+        path: PathBuf,
+        /// Whether it is a directory.
+        dir: bool,
+    },
     /// A fresh `/proc` for the command's PID namespace.
     Proc,
 }
@@ -114,10 +124,15 @@ impl Step {
 /// The inputs of a plan (from [`super::spec::SandboxSpec`]).
 #[derive(Clone, Copy, Debug)]
 pub struct Inputs<'a> {
+    /// The workspace roots.
     pub roots: &'a [PathBuf],
+    /// More paths the command may write.
     pub writable: &'a [PathBuf],
+    /// Workspace-relative names kept read-only inside the roots.
     pub protected: &'a [PathBuf],
+    /// Absolute paths kept read-only (the config file).
     pub read_only: &'a [PathBuf],
+    /// Absolute paths covered up (the state directory, the socket).
     pub hidden: &'a [PathBuf],
     /// The command has the host's network (then it keeps the host's resolver files).
     pub network: bool,

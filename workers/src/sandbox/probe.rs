@@ -10,6 +10,7 @@ use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::time::Duration;
 
+use super::SandboxError;
 use super::spec::{SandboxSpec, TEST_FAIL_VAR};
 use crate::reap::ShimArgs;
 use crate::reap::report::Report;
@@ -18,10 +19,10 @@ use crate::reap::report::Report;
 const PROBE_DEADLINE: Duration = Duration::from_secs(10);
 
 /// `Ok` when a command could run in its namespaces here, else why not.
-pub fn probe(exe: &Path, workspace: &Path, hidden: &[PathBuf]) -> Result<(), String> {
+pub fn probe(exe: &Path, workspace: &Path, hidden: &[PathBuf]) -> Result<(), SandboxError> {
     let root = workspace
         .canonicalize()
-        .map_err(|e| format!("workspace: {e}"))?;
+        .map_err(|e| SandboxError::step("workspace", e))?;
     let spec = SandboxSpec {
         roots: vec![root.clone()],
         hidden: hidden.to_vec(),
@@ -29,7 +30,7 @@ pub fn probe(exe: &Path, workspace: &Path, hidden: &[PathBuf]) -> Result<(), Str
         fail: std::env::var(TEST_FAIL_VAR).is_ok_and(|v| v == "probe"),
         ..SandboxSpec::default()
     };
-    let (read, write) = std::io::pipe().map_err(|e| format!("cannot make a pipe: {e}"))?;
+    let (read, write) = std::io::pipe().map_err(|e| SandboxError::step("cannot make a pipe", e))?;
     let write = OwnedFd::from(write);
     let args = ShimArgs {
         grace: crate::reap::DEFAULT_GRACE,
@@ -57,20 +58,22 @@ pub fn probe(exe: &Path, workspace: &Path, hidden: &[PathBuf]) -> Result<(), Str
     }
     let mut child = cmd
         .spawn()
-        .map_err(|e| format!("cannot run the reap shim: {e}"))?;
+        .map_err(|e| SandboxError::step("cannot run the reap shim", e))?;
     drop(write);
     let report = read_until_eof(OwnedFd::from(read), PROBE_DEADLINE);
     if report.is_none() {
         let _ = child.kill();
     }
-    let status = child.wait().map_err(|e| e.to_string())?;
+    let status = child.wait()?;
     match report.as_deref().and_then(Report::parse) {
         Some(Report {
             setup_error: Some(why),
             ..
-        }) => Err(why),
+        }) => Err(SandboxError::Refused(why)),
         _ if status.success() => Ok(()),
-        _ => Err(format!("the probe command ended with {status}")),
+        _ => Err(SandboxError::Refused(format!(
+            "the probe command ended with {status}"
+        ))),
     }
 }
 

@@ -8,6 +8,7 @@ use std::path::{Path, PathBuf};
 use serde::{Deserialize, Serialize};
 use toolvisor_protocol::worker::WorkerInit;
 
+use super::SandboxError;
 use super::landlock::expand_home;
 
 /// One command's namespace sandbox.
@@ -95,15 +96,22 @@ pub struct Rlimits {
 }
 
 impl Rlimits {
+    /// Whether no limit is set (the shim then skips `setrlimit`).
     pub fn is_empty(&self) -> bool {
         *self == Rlimits::default()
     }
 
     /// Apply them to this process (inherited by what it starts). Errors name the limit.
-    pub fn apply(&self) -> Result<(), String> {
+    pub fn apply(&self) -> Result<(), SandboxError> {
         use nix::sys::resource::{Resource, setrlimit};
         let set = |r: Resource, name: &str, soft: u64, hard: u64| {
-            setrlimit(r, soft, hard).map_err(|e| format!("cannot set {name} to {soft}: {e}"))
+            // nix's own wording of the errno (`EPERM: Operation not permitted`) is kept.
+            setrlimit(r, soft, hard).map_err(|e| {
+                SandboxError::step(
+                    format!("cannot set {name} to {soft}"),
+                    std::io::Error::other(e),
+                )
+            })
         };
         if let Some(b) = self.as_bytes {
             set(Resource::RLIMIT_AS, "RLIMIT_AS", b, b)?;

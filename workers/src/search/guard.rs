@@ -1,6 +1,6 @@
 //! What the search tools may open, beyond the resolver's confinement and protection:
 //!
-//! - Nothing inside `.git` (DESIGN §2, §4: search never shows or reads it, like the
+//! - Nothing inside `.git` (docs/PROTOCOL.md "Paths": search never shows or reads it, like the
 //!   state directory). Walks from above skip it; a path or directory naming it is
 //!   refused with `PermissionError`, lexically first and then by the real path of what
 //!   was opened, so a symlink to `.git` does not get in either. Only components *below*
@@ -8,7 +8,7 @@
 //! - One exception to the state directory's protection: a file of
 //!   `<state_dir>/artifacts/`, named explicitly to `read_file` or `read_many_files`, is
 //!   readable, because `truncated.full_output` points there for the agent to read more
-//!   (DESIGN §4). Listings and globs never show it.
+//!   (docs/PROTOCOL.md "Truncation"). Listings and globs never show it.
 
 use std::fs::File;
 use std::os::fd::AsRawFd;

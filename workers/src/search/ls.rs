@@ -97,7 +97,7 @@ mod tests {
     fn errors() {
         let w = ws();
         w.write("f", "");
-        let kind = |p: &str| err_kind(&w.run("list_dir", json!({"path": p})));
+        let kind = |p: &str| err_kind(&w.run("ls", json!({"path": p})));
         assert_eq!(kind("f"), Some(ErrorType::InvalidParams));
         assert_eq!(kind("nope"), Some(ErrorType::FileNotFoundError));
         assert_eq!(kind(".."), Some(ErrorType::PathOutsideWorkspace));

@@ -17,6 +17,7 @@ mod read_many_files;
 mod walk;
 
 use serde_json::Value;
+use toolvisor_protocol::tools;
 use toolvisor_protocol::worker::Outcome;
 
 use crate::{ToolContext, ToolError, context::outcome};
@@ -24,11 +25,11 @@ use crate::{ToolContext, ToolError, context::outcome};
 /// Run one `search` tool (blocking; the worker calls it on a blocking thread).
 pub fn run(tool: &str, args: &Value, ctx: &ToolContext) -> Outcome {
     let result = match tool {
-        "read_file" => read_file::run(args, ctx),
-        "read_many_files" => read_many_files::run(args, ctx),
-        "ls" | "list_dir" => ls::run(args, ctx),
-        "glob" => glob::run(args, ctx),
-        "grep" => grep::run(args, ctx),
+        tools::read_file::NAME => read_file::run(args, ctx),
+        tools::read_many_files::NAME => read_many_files::run(args, ctx),
+        tools::ls::NAME => ls::run(args, ctx),
+        tools::glob::NAME => glob::run(args, ctx),
+        tools::grep::NAME => grep::run(args, ctx),
         other => Err(ToolError::new(
             toolvisor_protocol::ErrorType::ToolNotFound,
             format!("the search group has no tool `{other}`"),
@@ -137,6 +138,8 @@ pub(crate) mod testutil {
         };
         let init = WorkerInit {
             generation: 0,
+            web: Default::default(),
+            skills: Default::default(),
             mcp: None,
             group: "search".into(),
             index: 0,
@@ -158,6 +161,8 @@ pub(crate) mod testutil {
             output: None,
             deadline: None,
             network: false,
+            session: "s1".into(),
+            takeover: false,
         };
         Ws { _dir: dir, ctx }
     }

@@ -65,6 +65,9 @@ where
     super::guard::refuse_git_fd(ctx, dir, &fd)?;
     drop(fd);
     let root_path = ctx.resolver.root_path(dir.root).to_path_buf();
+    if opts.max_depth == Some(1) {
+        return walk_one_level(ctx, dir, opts, &root_path, make());
+    }
     let done = Mutex::new(Vec::new());
     builder(ctx, &dir.host, opts).build_parallel().run(|| {
         let mut slot = Slot {
@@ -90,6 +93,27 @@ where
     ctx.cancel.check()?;
     done.into_inner()
         .map_err(|_| ToolError::internal("a walk thread panicked"))
+}
+
+/// One directory's entries, read on this thread: starting walker threads costs more
+/// than reading one directory (a plain `ls` is the common case).
+fn walk_one_level<V: Visitor>(
+    ctx: &ToolContext,
+    dir: &Resolved,
+    opts: &WalkOptions,
+    root_path: &Path,
+    mut visitor: V,
+) -> Result<Vec<V>, ToolError> {
+    for entry in builder(ctx, &dir.host, opts).build() {
+        ctx.cancel.check()?;
+        let Some(found) = entry.ok().and_then(|e| found_of(&e, root_path, &dir.host)) else {
+            continue;
+        };
+        if !visitor.visit(&found) {
+            break;
+        }
+    }
+    Ok(vec![visitor])
 }
 
 /// The configured `WalkBuilder` for `host_dir`.

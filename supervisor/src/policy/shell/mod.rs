@@ -37,12 +37,15 @@ pub struct Part {
     /// Its words after quote removal: the program first. Assignment prefixes are left
     /// out unless they set an environment hazard; redirections are never words.
     pub words: Vec<Word>,
+    /// What it does that its words do not show.
     pub hazards: Vec<Hazard>,
     /// A builtin that runs nothing (`true`, `test`…): needs no rule of its own.
     pub neutral: bool,
     /// The part this one sits in (a substitution's command, a wrapper's).
     pub parent: Option<usize>,
+    /// How it is reached (a plain command, a wrapper, a substitution).
     pub via: Via,
+    /// Its bytes in the command line.
     pub span: Range<usize>,
 }
 
@@ -61,6 +64,7 @@ impl Part {
 /// What the policy knows about a command line.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Analysis {
+    /// Every simple command, in order of appearance.
     pub parts: Vec<Part>,
     /// Hazards outside every simple command (a function definition, `((X))`, `PATH=…`).
     pub hazards: Vec<Hazard>,

@@ -1,0 +1,33 @@
+//! `preview_edit_file`: the diff `edit_file` would make, and a token to apply it.
+
+use serde_json::{Map, Value};
+
+use super::args::{count, first};
+use super::def::{PathParam, Route, ToolDef};
+
+/// The tool's name: what the registry, the rules, the audit log and the worker's
+/// dispatch know it by.
+pub const NAME: &str = "preview_edit_file";
+
+/// The tool's whole definition, registered by [`super::builtin`].
+pub fn def() -> ToolDef {
+    ToolDef {
+        paths: vec![PathParam::new("path")],
+        describe,
+        route: Route::Preview,
+        ..ToolDef::new(
+            NAME,
+            super::EDIT,
+            "Show the unified diff edit_file would make (meta.diff) and a single-use token (meta.token) for apply_file_change.",
+            super::edit_file::parameters(),
+        )
+    }
+}
+
+fn describe(_: &ToolDef, a: &Map<String, Value>, paths: &[String]) -> String {
+    format!(
+        "Preview {} edit(s) to `{}`",
+        count(a, "edits"),
+        first(paths)
+    )
+}

@@ -1,0 +1,124 @@
+//! `run_command` (alias `shell`): a bash command in the workspace's sandbox.
+
+use serde_json::{Map, Value, json};
+
+use super::args::{self, first, flag, text};
+use super::def::{ConfirmPreview, Hints, PathParam, PolicyTraits, Risk, ToolDef, result_schema};
+
+/// The tool's name: what the registry, the rules, the audit log and the worker's
+/// dispatch know it by.
+pub const NAME: &str = "run_command";
+
+/// The tool's whole definition, registered by [`super::builtin`].
+pub fn def() -> ToolDef {
+    ToolDef {
+        risk: Risk::High,
+        hints: Hints {
+            read_only: false,
+            destructive: true,
+            idempotent: false,
+            open_world: true,
+        },
+        aliases: vec!["shell".into()],
+        paths: vec![PathParam::or("cwd", ".")],
+        describe,
+        output: result_schema(&[
+            ("exit_code", json!({"type": "integer"})),
+            ("signal", json!({"type": "integer"})),
+        ]),
+        confirm_preview: ConfirmPreview::Arg("command"),
+        policy: PolicyTraits {
+            shell: true,
+            always_asks: true,
+            ..PolicyTraits::default()
+        },
+        timeout_arg: Some("timeout"),
+        check: Some(check),
+        waits: Some(waits),
+        ..ToolDef::new(
+            NAME,
+            super::EXEC,
+            "Run a shell command (bash -c) in the workspace sandbox. Output is stdout and stderr interleaved; long output keeps its head and tail and the rest goes to a file named in truncated.full_output. stdin is closed unless given; tty runs it in a terminal; background (or yield_ms) turns it into a process to read, write to and signal by its handle (meta.process); ready waits until a background process is up.",
+            args::object(
+                json!({
+                    "command": {"type": "string", "minLength": 1, "description": "The command line, run by bash -c."},
+                    "cwd": {"type": "string", "description": "Working directory inside the workspace (default: its root)."},
+                    "timeout": {"type": "integer", "minimum": 1, "description": "Milliseconds before the command is killed (default 30000)."},
+                    "background": {"type": "boolean", "description": "Start and return at once with meta.process; read its output with read_output, type into it with write_input."},
+                    "env": {"type": "object", "additionalProperties": {"type": "string"}, "description": "Extra environment variables."},
+                    "stdin": {"type": "string", "maxLength": super::MAX_INPUT_BYTES, "description": "Text written to the command's standard input, which is then closed (with tty: typed, then end-of-file)."},
+                    "tty": {"type": "boolean", "description": "Run in a pseudo-terminal (TERM=xterm-256color; one output stream; escape sequences stripped from content)."},
+                    "rows": {"type": "integer", "minimum": 1, "maximum": 1000, "description": "Terminal rows with tty (default 24)."},
+                    "cols": {"type": "integer", "minimum": 1, "maximum": 1000, "description": "Terminal columns with tty (default 80)."},
+                    "yield_ms": {"type": "integer", "minimum": 1, "description": "A command still running after this many ms becomes a background process: the call returns its output so far and meta.process."},
+                    "ready": {
+                        "type": "object",
+                        "description": "With background: return once the output matches regex, or something listens on port, or timeout_ms passes (meta.ready).",
+                        "properties": {
+                            "regex": {"type": "string", "minLength": 1, "description": "Regular expression tested on each line of output."},
+                            "port": {"type": "integer", "minimum": 1, "maximum": 65535, "description": "A TCP port the process listens on when it is up (in its own network namespace)."},
+                            "timeout_ms": {"type": "integer", "minimum": 1, "description": "How long to wait at most (default 30000)."}
+                        },
+                        "additionalProperties": false
+                    }
+                }),
+                &["command"],
+            ),
+        )
+    }
+}
+
+/// How long `ready` waits when it gives no `timeout_ms` (the worker's default).
+pub const READY_WAIT_MS: u64 = 30_000;
+
+/// `ready` only with `background`, and with something to wait for; `yield_ms` only in
+/// the foreground; a terminal size only with `tty`; `stdin` counted in bytes.
+fn check(args: &Value) -> Result<(), String> {
+    let background = args.get("background").and_then(Value::as_bool) == Some(true);
+    if let Some(ready) = args.get("ready") {
+        if !background {
+            return Err("ready waits for a background process: add background: true".into());
+        }
+        if ready.get("regex").is_none() && ready.get("port").is_none() {
+            return Err("ready needs a regex or a port to wait for".into());
+        }
+        args::compiles(ready, "regex", "ready.regex")?;
+    }
+    if background && args.get("yield_ms").is_some() {
+        return Err("yield_ms is for a foreground command (background returns at once)".into());
+    }
+    let sized = args.get("rows").is_some() || args.get("cols").is_some();
+    if sized && args.get("tty").and_then(Value::as_bool) != Some(true) {
+        return Err("rows and cols are the size of a terminal: add tty: true".into());
+    }
+    args::input_size(args, "stdin")
+}
+
+/// A `ready` waits up to its `timeout_ms`.
+fn waits(args: &Value) -> u64 {
+    args.get("ready").map_or(0, |r| {
+        args::millis(r, "timeout_ms").unwrap_or(READY_WAIT_MS)
+    })
+}
+
+fn describe(_: &ToolDef, a: &Map<String, Value>, paths: &[String]) -> String {
+    let mut out = format!("Run `{}` in {}", text(a, "command"), first(paths));
+    if flag(a, "tty") {
+        out.push_str(" in a terminal");
+    }
+    if flag(a, "background") {
+        out.push_str(" in the background");
+    }
+    if a.get("stdin").and_then(Value::as_str).is_some() {
+        out.push_str(" with input");
+    }
+    if let Some(env) = a
+        .get("env")
+        .and_then(Value::as_object)
+        .filter(|e| !e.is_empty())
+    {
+        let keys: Vec<&str> = env.keys().map(String::as_str).collect();
+        out.push_str(&format!(" with env {}", keys.join(", ")));
+    }
+    out
+}

@@ -1,0 +1,376 @@
+//! Starting a command (under the `toolvisor reap` shim, or directly as a fallback)
+//! with its input (nothing, a pipe, or a terminal) and its control channel, and the one
+//! kill path every ending shares: SIGTERM, SIGKILL after the grace. A CPU time limit
+//! measured on the command's cgroup takes the same path. A foreground command may also
+//! be let go while it runs (it yields to the background).
+
+use std::collections::BTreeMap;
+use std::ffi::OsString;
+use std::io::Read;
+use std::os::fd::{AsRawFd, OwnedFd};
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::time::Duration;
+
+use nix::sys::signal::Signal;
+use nix::unistd::Pid;
+use tokio::process::{Child, Command};
+use tokio::time::Instant;
+
+use super::cgroup::{CommandCgroup, Joiner};
+use super::control::Control;
+use super::input::{Input, Terminal, stdin_pipe};
+use super::output::Pipes;
+use crate::ToolError;
+use crate::reap::ShimArgs;
+use crate::reap::report::Report;
+use crate::sandbox::spec::{Rlimits, SandboxSpec};
+
+mod supervise;
+
+pub(crate) use supervise::{Bounds, CpuWatch, Ended, Stop, sleep_until_opt, supervise};
+
+/// SIGTERM → SIGKILL grace (docs/PROTOCOL.md, deadlines and cancel).
+pub(crate) const GRACE: Duration = Duration::from_secs(2);
+/// How long the worker waits past the grace before it SIGKILLs the shim itself (the
+/// shim needs a moment after its own SIGKILL round to reap and exit).
+const SHIM_BACKSTOP: Duration = Duration::from_secs(6);
+/// After the command exits, how long streaming may hold up the drain; then the rest
+/// is drained without streaming, for at most [`LAST_DRAIN`].
+const STREAM_DRAIN: Duration = Duration::from_secs(2);
+const LAST_DRAIN: Duration = Duration::from_secs(1);
+
+/// The shell a command runs in: bash, the language the policy parses, without any
+/// start-up file (non-login, non-interactive, so no aliases and no history expansion).
+pub(crate) const SHELL: [&str; 4] = ["bash", "--noprofile", "--norc", "-c"];
+
+/// How commands are started.
+#[derive(Clone, Debug)]
+pub(crate) enum Launcher {
+    /// `program prefix... [shim args] -- bash … -c CMD`: the subreaper shim.
+    Shim(Box<ShimLauncher>),
+    /// `bash … -c CMD` in its own process group: no subreaper, so `setsid` or double-forked
+    /// processes can escape. Only when no shim binary is known.
+    Direct,
+}
+
+/// The shim and what it is told for every command.
+#[derive(Clone, Debug)]
+pub(crate) struct ShimLauncher {
+    pub program: PathBuf,
+    pub prefix: Vec<OsString>,
+    /// Pass the shim arguments JSON-encoded in this variable instead (tests host
+    /// the shim in the test binary, whose command line libtest owns).
+    pub args_env: Option<&'static str>,
+    /// Landlock allow-list the shim applies to the command (`--confine`).
+    pub writable: Vec<PathBuf>,
+    /// The namespace sandbox (its per-command parts filled in at each start); None:
+    /// the fallback, Landlock and the shim only.
+    pub sandbox: Option<SandboxSpec>,
+    pub rlimits: Rlimits,
+}
+
+/// What to run.
+pub(crate) struct Spec<'a> {
+    pub command: &'a str,
+    pub env: &'a BTreeMap<String, String>,
+    /// The working directory, opened beneath its root (`fchdir` in the child: no race
+    /// between resolving and entering it).
+    pub cwd: &'a OwnedFd,
+    /// Its host path: the sandbox enters it again inside the new root (and checks it
+    /// is the same directory).
+    pub cwd_path: &'a Path,
+    pub instance: &'a str,
+    /// Give stdout and stderr one pipe, so the output keeps the exact order the command
+    /// wrote it in (two pipes can only approximate it). Only streaming, which labels
+    /// each chunk with its stream, needs them apart.
+    pub merged: bool,
+    /// The rule that allowed the call gives the command the host's network.
+    pub network: bool,
+    /// The command's cgroup, joined by the shim before it starts.
+    pub cgroup: Option<&'a CommandCgroup>,
+    /// Give the command a pipe for its standard input (else `/dev/null`; a terminal
+    /// is its input when it has one).
+    pub stdin_pipe: bool,
+    /// Run it in a terminal of (rows, columns).
+    pub tty: Option<(u16, u16)>,
+}
+
+/// A started command.
+pub(crate) struct Running {
+    pub child: Child,
+    pub pid: u32,
+    pub pipes: Pipes,
+    /// Signals for the command's process group (and, first, its terminal); taken by
+    /// the job the command becomes.
+    control: Option<Control>,
+    /// The write end of its standard-input pipe, when it has one.
+    pub stdin: Option<Input>,
+    /// Whether it runs in a terminal.
+    pub tty: bool,
+    /// The terminal's master side when the worker opened it itself (no shim).
+    master: Option<OwnedFd>,
+    /// Where the shim writes its [`Report`].
+    report: Option<std::io::PipeReader>,
+    shim: bool,
+}
+
+impl Running {
+    /// The command's control channel, for the job it becomes (once).
+    pub(crate) fn take_control(&mut self) -> Option<Control> {
+        self.control.take()
+    }
+
+    /// For a command in a terminal: wait (until `deadline`) for the terminal's master
+    /// side, read the command's output from it from now on, and return it as the
+    /// command's input. None without a terminal, or when the command never started
+    /// (its runner ended first: the report says why).
+    pub(crate) async fn attach_terminal(
+        &mut self,
+        deadline: Instant,
+    ) -> Result<Option<Input>, ToolError> {
+        if !self.tty {
+            return Ok(None);
+        }
+        let master = match (self.master.take(), &self.control) {
+            (Some(m), _) => Some(m),
+            (None, Some(c)) => c.terminal(deadline).await,
+            (None, None) => None,
+        };
+        let Some(master) = master else {
+            return Ok(None);
+        };
+        let (term, reader) = Terminal::new(master)
+            .map_err(|e| ToolError::internal(format!("cannot use the terminal: {e}")))?;
+        self.pipes.add_terminal(reader)?;
+        Ok(Some(Input::Terminal(term)))
+    }
+
+    /// The shim's report, once it has exited (None: it wrote none, e.g. it was killed,
+    /// or no shim runs the command).
+    pub(crate) fn report(&mut self) -> Option<Report> {
+        let mut r = self.report.take()?;
+        let fd = std::os::fd::AsFd::as_fd(&r);
+        let _ = rustix::io::ioctl_fionbio(fd, true);
+        let mut bytes = Vec::new();
+        let _ = std::io::Read::read_to_end(&mut (&mut r).take(64 * 1024), &mut bytes);
+        Report::parse(&bytes)
+    }
+}
+
+impl Launcher {
+    pub(crate) fn is_shim(&self) -> bool {
+        matches!(self, Launcher::Shim(_))
+    }
+
+    /// Whether commands get their own namespaces.
+    pub(crate) fn namespaces(&self) -> bool {
+        matches!(self, Launcher::Shim(s) if s.sandbox.is_some())
+    }
+
+    /// Start `spec`. Must be called from a long-lived thread (a runtime worker thread,
+    /// not `spawn_blocking`): the parent-death signal fires when the forking thread exits.
+    pub(crate) fn spawn(&self, spec: &Spec<'_>) -> Result<Running, ToolError> {
+        let pipe_err = |e: std::io::Error| ToolError::internal(format!("cannot make a pipe: {e}"));
+        let (report_read, report_write, control, control_end) = match self {
+            Launcher::Shim(_) => {
+                let (r, w) = std::io::pipe().map_err(pipe_err)?;
+                let (control, end) = Control::pair().map_err(pipe_err)?;
+                (
+                    Some(r),
+                    Some(high_fd(OwnedFd::from(w)).map_err(pipe_err)?),
+                    Some(control),
+                    Some(high_fd(end).map_err(pipe_err)?),
+                )
+            }
+            Launcher::Direct => (None, None, None, None),
+        };
+        let fds = ShimFds {
+            report: report_write.as_ref().map(|w| w.as_raw_fd()),
+            control: control_end.as_ref().map(|c| c.as_raw_fd()),
+        };
+        let mut cmd = self.command(spec, fds)?;
+        // Without a shim the worker opens the terminal itself.
+        let direct_tty = match (self, spec.tty) {
+            (Launcher::Direct, Some((rows, cols))) => {
+                Some(crate::reap::control::open_terminal(rows, cols).map_err(ToolError::internal)?)
+            }
+            _ => None,
+        };
+        let merged_read = if let Some((_, slave)) = &direct_tty {
+            let dup = |s: &OwnedFd| s.try_clone().map_err(pipe_err);
+            cmd.stdout(Stdio::from(dup(slave)?))
+                .stderr(Stdio::from(dup(slave)?));
+            None
+        } else if spec.merged || spec.tty.is_some() {
+            let (read, write) = std::io::pipe().map_err(pipe_err)?;
+            let write2 = write.try_clone().map_err(pipe_err)?;
+            cmd.stdout(Stdio::from(write)).stderr(Stdio::from(write2));
+            Some(read)
+        } else {
+            cmd.stdout(Stdio::piped()).stderr(Stdio::piped());
+            None
+        };
+        let stdin = match (&direct_tty, spec.stdin_pipe && spec.tty.is_none()) {
+            (Some((_, slave)), _) => {
+                cmd.stdin(Stdio::from(slave.try_clone().map_err(pipe_err)?));
+                None
+            }
+            (None, true) => {
+                let (read, tx) = stdin_pipe().map_err(pipe_err)?;
+                cmd.stdin(Stdio::from(read));
+                Some(Input::Pipe(tx))
+            }
+            (None, false) => {
+                cmd.stdin(Stdio::null());
+                None
+            }
+        };
+        if direct_tty.is_none() {
+            cmd.process_group(0);
+        }
+        cmd.kill_on_drop(true);
+        let child_setup = ChildSetup {
+            cwd: spec.cwd.as_raw_fd(),
+            keep: [fds.report, fds.control],
+            cgroup: spec.cgroup.map(CommandCgroup::joiner),
+            terminal: direct_tty.is_some(),
+        };
+        self.pre_exec(&mut cmd, child_setup);
+        let mut child = cmd
+            .spawn()
+            .map_err(|e| ToolError::internal(format!("cannot start the command: {e}")))?;
+        drop((report_write, control_end));
+        // Never 0: killpg(0) would signal the worker's own group.
+        let pid = child
+            .id()
+            .filter(|&p| p > 0)
+            .ok_or_else(|| ToolError::internal("the command exited before it was seen"))?;
+        // `cmd` holds the write ends until it drops: drop it so EOF can come.
+        drop(cmd);
+        let pipes = match merged_read {
+            Some(read) => Pipes::merged(read)?,
+            None => Pipes::new(child.stdout.take(), child.stderr.take()),
+        };
+        let control = control.unwrap_or(Control::Direct(Pid::from_raw(pid as i32)));
+        Ok(Running {
+            child,
+            pid,
+            pipes,
+            control: Some(control),
+            stdin,
+            tty: spec.tty.is_some(),
+            master: direct_tty.map(|(master, _)| master),
+            report: report_read,
+            shim: self.is_shim(),
+        })
+    }
+
+    fn command(&self, spec: &Spec<'_>, fds: ShimFds) -> Result<Command, ToolError> {
+        let sh = SHELL.iter().copied().chain([spec.command]);
+        match self {
+            Launcher::Direct => {
+                let mut c = Command::new(SHELL[0]);
+                c.args(&SHELL[1..])
+                    .arg(spec.command)
+                    .env_clear()
+                    .envs(spec.env);
+                Ok(c)
+            }
+            Launcher::Shim(s) => {
+                let a = ShimArgs {
+                    ppid: Some(std::process::id() as i32),
+                    instance: (!spec.instance.is_empty()).then(|| spec.instance.to_owned()),
+                    grace: GRACE,
+                    confine: true,
+                    write: s.writable.clone(),
+                    sandbox: s
+                        .sandbox
+                        .as_ref()
+                        .map(|t| t.for_command(spec.cwd_path, spec.network)),
+                    rlimits: s.rlimits,
+                    report_fd: fds.report,
+                    control_fd: fds.control,
+                    tty: spec.tty,
+                    argv: sh.map(str::to_owned).collect(),
+                };
+                let args = a.to_args().map_err(ToolError::internal)?;
+                let mut c = Command::new(&s.program);
+                c.args(&s.prefix).env_clear().envs(spec.env);
+                match s.args_env {
+                    Some(var) => {
+                        let json = serde_json::to_string(&args)
+                            .map_err(|e| ToolError::internal(e.to_string()))?;
+                        c.env(var, json);
+                    }
+                    None => {
+                        c.args(&args);
+                    }
+                }
+                Ok(c)
+            }
+        }
+    }
+
+    /// In the child before exec: enter the cwd, join the cgroup, hand the report pipe
+    /// and the control channel over (or, without a shim, take the terminal), arm the
+    /// parent-death signal and check the worker did not die before it was armed.
+    /// Async-signal-safe calls only.
+    fn pre_exec(&self, cmd: &mut Command, setup: ChildSetup) {
+        let parent = nix::unistd::getpid();
+        // The shim turns SIGTERM into an orderly tree kill; a bare `sh` gets SIGKILL.
+        let death = if self.is_shim() {
+            Signal::SIGTERM
+        } else {
+            Signal::SIGKILL
+        };
+        // SAFETY: fchdir, fcntl, open/write (the cgroup join), prctl and getppid are
+        // async-signal-safe; no allocation.
+        unsafe {
+            cmd.pre_exec(move || {
+                if libc::fchdir(setup.cwd) != 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                for fd in setup.keep.into_iter().flatten() {
+                    if libc::fcntl(fd, libc::F_SETFD, 0) < 0 {
+                        return Err(std::io::Error::last_os_error());
+                    }
+                }
+                if setup.terminal {
+                    crate::reap::control::take_terminal()?;
+                }
+                if let Some(j) = &setup.cgroup {
+                    j.join_in_child()?;
+                }
+                nix::sys::prctl::set_pdeathsig(death)?;
+                if nix::unistd::getppid() != parent {
+                    return Err(std::io::Error::from_raw_os_error(libc::ESRCH));
+                }
+                Ok(())
+            });
+        }
+    }
+}
+
+/// `fd` moved to a number of 10 or more, out of the way of anything a shim or a test
+/// wrapper sets up at fixed small numbers (close-on-exec, like the original).
+fn high_fd(fd: OwnedFd) -> std::io::Result<OwnedFd> {
+    rustix::io::fcntl_dupfd_cloexec(&fd, 10).map_err(std::io::Error::from)
+}
+
+/// The descriptors the shim gets (numbers in the child, kept across `exec`).
+#[derive(Clone, Copy, Debug)]
+struct ShimFds {
+    report: Option<i32>,
+    control: Option<i32>,
+}
+
+/// What the forked child does before `exec` (see [`Launcher::pre_exec`]).
+struct ChildSetup {
+    cwd: i32,
+    /// The report pipe's write end and the control channel, to keep across `exec`.
+    keep: [Option<i32>; 2],
+    cgroup: Option<Joiner>,
+    /// Make the terminal on the standard streams the controlling one (no shim).
+    terminal: bool,
+}
