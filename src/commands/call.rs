@@ -133,7 +133,7 @@ impl CallView {
                 self.streamed = true;
                 self.at_line_start =
                     data.ends_with('\n') || (data.is_empty() && self.at_line_start);
-                print!("{data}");
+                print!("{}", for_stdout(&data, self.stdout_tty));
                 let _ = std::io::stdout().flush();
             }
             ServerMessage::ConfirmRequired {
@@ -277,6 +277,17 @@ fn ended_line(r: &ToolResult) -> String {
 }
 
 /// Print the result; returns the exit code (0 for `ok`).
+/// What a tool returned, as stdout shows it: as it is in a pipe; on a terminal with its
+/// control characters shown instead of obeyed, since a fetched page, a file or a
+/// command's output could otherwise set the window title, clear the screen or write
+/// the clipboard (OSC 52). Line ends (`\n`, `\r\n`) and tabs stay.
+fn for_stdout(text: &str, tty: bool) -> std::borrow::Cow<'_, str> {
+    if !tty {
+        return std::borrow::Cow::Borrowed(text);
+    }
+    std::borrow::Cow::Owned(crate::term::sanitize(&text.replace("\r\n", "\n"), true))
+}
+
 fn print_result(result: &ToolResult, json: bool, streamed: bool) -> i32 {
     if json {
         println!(
@@ -289,7 +300,10 @@ fn print_result(result: &ToolResult, json: bool, streamed: bool) -> i32 {
     // else in `content` is output (a failed command's, say) and belongs on stdout.
     let error_text = result.status != Status::Ok && result.content.starts_with("Error: ");
     if (!streamed || result.truncated.is_some()) && !error_text {
-        print!("{}", result.content);
+        print!(
+            "{}",
+            for_stdout(&result.content, std::io::stdout().is_terminal())
+        );
         if !result.content.ends_with('\n') && !result.content.is_empty() {
             println!();
         }
@@ -299,11 +313,14 @@ fn print_result(result: &ToolResult, json: bool, streamed: bool) -> i32 {
         return 0;
     }
     if let Some(e) = &result.error {
+        let message = match crate::term::stderr_is_tty() {
+            true => crate::term::sanitize(&e.message, true),
+            false => e.message.clone(),
+        };
         eprintln!(
-            "toolvisor: {} ({}): {}",
+            "toolvisor: {} ({}): {message}",
             result.status.as_str(),
             e.kind,
-            e.message
         );
     }
     1
@@ -316,6 +333,19 @@ mod tests {
 
     fn fields(v: Value) -> serde_json::Map<String, Value> {
         v.as_object().unwrap().clone()
+    }
+
+    #[test]
+    fn a_terminal_sees_escapes_a_pipe_gets_the_bytes() {
+        let evil = "a\x1b]52;c;ZXZpbA==\x07b\x1b[2J\r\nc\td\re";
+        assert_eq!(for_stdout(evil, false), evil);
+        let shown = for_stdout(evil, true);
+        assert!(
+            !shown.contains('\x1b') && !shown.contains('\x07'),
+            "{shown}"
+        );
+        assert!(shown.contains("\\x1b]52"), "{shown}");
+        assert!(shown.contains("\nc\td\\x0de"), "{shown}");
     }
 
     #[test]

@@ -60,7 +60,10 @@ fn init(r: &Resolved, force: bool) -> Result<Vec<String>, (i32, String)> {
 fn write_config(path: &Path, force: bool) -> Result<(), (i32, String)> {
     let mut opts = std::fs::OpenOptions::new();
     opts.write(true).mode(0o644);
-    if force {
+    // The empty file serve writes where there was none is replaced like no file.
+    let placeholder = std::fs::read_to_string(path)
+        .is_ok_and(|t| toolvisor_supervisor::serve::config_file::is_placeholder(&t));
+    if force || placeholder {
         opts.create(true).truncate(true);
     } else {
         opts.create_new(true);

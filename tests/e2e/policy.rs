@@ -1042,3 +1042,52 @@ fn meta_policy_and_audit_records_of_allowed_and_denied_calls() {
         );
     });
 }
+
+/// A rule that denies (or asks for) a write holds for the preview-and-apply route too:
+/// the apply is decided as the write it stands for.
+#[test]
+fn a_write_denied_by_a_rule_cannot_go_through_preview_and_apply() {
+    let cfg = r#"
+[policy]
+mode = "workspace"
+
+[[policy.rules]]
+tool = "write_file"
+action = "deny"
+conditions = [{ param = "path", operator = "startsWith", value = "src/generated/" }]
+"#;
+    let s = Server::start(cfg);
+    s.write("src/generated/gen.rs", "original\n");
+    block(T, async {
+        let r = s
+            .call(
+                "write_file",
+                json!({"path": "src/generated/gen.rs", "content": "x\n", "overwrite": true}),
+            )
+            .await;
+        assert_denied(&r, ErrorType::PolicyDenied);
+        let r = s
+            .call(
+                "preview_write_file",
+                json!({"path": "src/generated/gen.rs", "content": "pwned\n", "overwrite": true}),
+            )
+            .await;
+        assert_eq!(r.status, Status::Ok, "a preview changes nothing: {r:?}");
+        let token = r.meta["token"].as_str().expect("meta.token").to_owned();
+        let r = s.call("apply_file_change", json!({"token": token})).await;
+        assert_denied(&r, ErrorType::PolicyDenied);
+        assert!(message(&r).contains("write_file"), "{r:?}");
+        // Elsewhere the same route still writes.
+        let r = s
+            .call(
+                "preview_write_file",
+                json!({"path": "src/ok.rs", "content": "fine\n"}),
+            )
+            .await;
+        let token = r.meta["token"].as_str().expect("meta.token").to_owned();
+        let r = s.call("apply_file_change", json!({"token": token})).await;
+        assert_eq!(r.status, Status::Ok, "{r:?}");
+    });
+    let now = std::fs::read_to_string(s.ws().join("src/generated/gen.rs")).unwrap();
+    assert_eq!(now, "original\n");
+}

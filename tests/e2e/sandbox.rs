@@ -617,3 +617,90 @@ fn a_sandbox_that_cannot_be_set_up_fails_the_call_and_runs_nothing() {
     });
     assert!(!s.ws().join("ran").exists() && !s.ws().join("ran-bg").exists());
 }
+
+#[test]
+fn git_commondir_cannot_be_planted_to_send_git_elsewhere() {
+    let s = Server::start(ALLOW_ALL);
+    git_repo(&s);
+    block(T, async {
+        if !namespaces(&s).await {
+            return;
+        }
+        for a in [
+            "mkdir -p evil && printf '[core]\\n\\tfsmonitor = touch pwned\\n' > evil/config && echo ../evil > .git/commondir",
+            "rm -f .git/commondir",
+            "mv .git/commondir c2",
+        ] {
+            let r = s.call("run_command", run(a)).await;
+            assert_ne!(r.status, Status::Ok, "`{a}` succeeded: {r:?}");
+        }
+        // What the sandbox planted means "this repository", as a missing one does.
+        let common = std::fs::read_to_string(s.ws().join(".git/commondir")).unwrap();
+        assert_eq!(common, ".\n");
+    });
+}
+
+/// A bare repository written with the edit tools (no `.git` in any path) does not make
+/// an allowed `git status` in it run the `core.fsmonitor` its config names.
+#[test]
+fn a_bare_repository_planted_with_edit_tools_runs_nothing() {
+    if std::process::Command::new("git")
+        .arg("--version")
+        .output()
+        .is_err()
+    {
+        eprintln!("git is not installed: skipping");
+        return;
+    }
+    let s = Server::start(ALLOW_ALL);
+    block(T, async {
+        let files = [
+            ("vendor/lib/HEAD", "ref: refs/heads/main\n"),
+            (
+                "vendor/lib/config",
+                "[core]\n\trepositoryformatversion = 0\n\tbare = false\n\tworktree = .\n\tfsmonitor = \"touch ../../pwned; false\"\n",
+            ),
+            ("vendor/lib/objects/.keep", ""),
+            ("vendor/lib/refs/heads/.keep", ""),
+        ];
+        for (path, content) in files {
+            let r = s
+                .call("write_file", json!({"path": path, "content": content}))
+                .await;
+            assert_eq!(r.status, Status::Ok, "{r:?}");
+        }
+        for args in [
+            json!({"command": "git status", "cwd": "vendor/lib"}),
+            json!({"command": "git -C vendor/lib status"}),
+        ] {
+            let r = s.call("run_command", args).await;
+            assert!(!s.ws().join("pwned").exists(), "fsmonitor ran: {r:?}");
+        }
+    });
+}
+
+/// Served without a config file, the workspace gets an empty one at once, so it is
+/// protected like any config (a missing file cannot be covered read-only); `init`
+/// replaces that placeholder without `--force`.
+#[test]
+fn a_missing_config_is_written_empty_and_protected() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let s = Server::start_in(dir);
+    let config = s.ws().join("toolvisor.toml");
+    let text = std::fs::read_to_string(&config).expect("serve wrote the config");
+    assert!(text.starts_with('#'), "{text}");
+    block(T, async {
+        let r = s
+            .call(
+                "write_file",
+                json!({"path": "toolvisor.toml", "content": "[policy]\nmode = \"yolo\"\n", "overwrite": true}),
+            )
+            .await;
+        assert_ne!(r.status, Status::Ok, "{r:?}");
+    });
+    assert_eq!(std::fs::read_to_string(&config).unwrap(), text);
+    let out = toolvisor(s.ws(), &["init"]);
+    assert!(out.status.success(), "{out:?}");
+    let starter = std::fs::read_to_string(&config).unwrap();
+    assert_ne!(starter, text, "init replaced the placeholder");
+}

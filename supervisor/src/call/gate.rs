@@ -18,7 +18,7 @@ use crate::call::confirm::{Answer, ConfirmDetails};
 use crate::call::grants::TokenUse;
 use crate::call::router::{Call, SessionInfo};
 use crate::config::Action;
-use crate::policy::{Decision, how_to_allow};
+use crate::policy::{Decision, Policy, how_to_allow};
 use crate::service::Service;
 use crate::session::events::obj;
 
@@ -45,6 +45,7 @@ impl Service {
         let mut decision = policy.decide_at(tool, &req.args, base);
         if let Route::ApplyPreview { .. } = tool.route {
             self.add_change_location(call, &mut decision);
+            self.decide_as_the_write(call, &policy, &mut decision);
         }
         // A path no root contains can never run: say so, rather than ask a person.
         if let Some(outside) = decision
@@ -106,6 +107,40 @@ impl Service {
             decision.locations = vec![change.path.clone()];
             let args = call.req.args.as_object().cloned().unwrap_or_default();
             decision.description = (call.tool.describe)(call.tool, &args, &decision.locations);
+        }
+    }
+
+    /// An apply is the write its preview showed: it is never decided more loosely than
+    /// that write would be (`write_file` for `preview_write_file`'s change, `edit_file`
+    /// for `preview_edit_file`'s), so a rule that denies or asks for the write holds for
+    /// the preview-and-apply route (and for an envelope's staged writes) too.
+    fn decide_as_the_write(&self, call: &Call<'_>, policy: &Policy, decision: &mut Decision) {
+        let token = change_token(&call.req.args);
+        let peeked = self
+            .previews()
+            .peek(token, Instant::now())
+            .map(|c| (c.tool.clone(), c.path.clone(), c.content.clone()));
+        let Ok((preview_tool, path, content)) = peeked else {
+            return;
+        };
+        let registry = self.registry();
+        let Some(write) = registry.entries().find(
+            |e| matches!(e.def.confirm_preview, ConfirmPreview::DiffOf(t) if t == preview_tool),
+        ) else {
+            return;
+        };
+        let args = json!({"path": path, "content": content});
+        let as_write = policy.decide(&write.def, &args);
+        let stricter = matches!(
+            (as_write.action, decision.action),
+            (Action::Deny, Action::Allow | Action::Ask) | (Action::Ask, Action::Allow)
+        );
+        if stricter {
+            decision.action = as_write.action;
+            decision.reason = format!("as `{}`: {}", write.def.name, as_write.reason);
+            decision.rule = as_write.rule;
+            decision.rule_index = as_write.rule_index;
+            decision.risk = decision.risk.max(as_write.risk);
         }
     }
 

@@ -41,11 +41,25 @@ pub fn check(v: &Validator, args: &Value) -> Result<(), String> {
             } else {
                 path
             };
-            format!("{path}: {e}")
+            cut(format!("{path}: {e}"))
         })
+        .take(MAX_VIOLATIONS)
         .collect();
     lines.dedup();
     Err(lines.join("\n"))
+}
+
+/// The longest violation line, in characters: the validator's message quotes the value,
+/// and an argument of megabytes must not come back three times in the result.
+const MAX_LINE: usize = 400;
+/// The most violations listed (a model fixes its call from the first few).
+const MAX_VIOLATIONS: usize = 20;
+
+fn cut(line: String) -> String {
+    match line.char_indices().nth(MAX_LINE) {
+        Some((at, _)) => format!("{}… ({} characters)", &line[..at], line.chars().count()),
+        None => line,
+    }
 }
 
 /// Up to three of `names` closest to `name`: by edit distance (case-insensitive), or
@@ -94,5 +108,18 @@ mod tests {
         assert_eq!(edit_distance("kitten", "sitting"), 3);
         assert_eq!(edit_distance("", "abc"), 3);
         assert_eq!(edit_distance("abc", "abc"), 0);
+    }
+
+    #[test]
+    fn a_huge_wrong_value_is_not_echoed_whole() {
+        let v = compile(
+            "t",
+            &serde_json::json!({"type": "object", "properties": {"n": {"type": "integer"}}}),
+        )
+        .unwrap();
+        let big = "9".repeat(1 << 20);
+        let msg = check(&v, &serde_json::json!({"n": big})).unwrap_err();
+        assert!(msg.len() < 2000, "{} bytes", msg.len());
+        assert!(msg.starts_with("/n: "), "{msg}");
     }
 }

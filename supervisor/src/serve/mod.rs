@@ -8,6 +8,7 @@
 //! status dump; SIGUSR2 rotates the audit log. The memory watchdog runs alongside, and
 //! systemd hears of readiness and the stop ([`notify`]).
 
+pub mod config_file;
 pub mod drain;
 pub mod leftovers;
 pub mod notify;
@@ -65,6 +66,17 @@ pub fn run(args: ServeArgs) -> i32 {
             return 1;
         }
     };
+    match config_file::ensure(&args.config_file) {
+        Ok(true) => tracing::info!(
+            "wrote an empty {} (every default), so that no command can plant one",
+            args.config_file.display()
+        ),
+        Ok(false) => {}
+        Err(e) => tracing::warn!(
+            "cannot write {}: {e}; until it exists, a command could create it",
+            args.config_file.display()
+        ),
+    }
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()

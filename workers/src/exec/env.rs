@@ -25,6 +25,13 @@ const FIXED: &[(&str, &str)] = &[
     ("TERM", "dumb"),
     ("NO_COLOR", "1"),
     ("CI", "1"),
+    // git finds no bare repository by itself: one a tool wrote into the workspace
+    // (`vendor/x/{HEAD,config}`, no `.git` in its path, so the edit tools' `.git`
+    // refusal does not see it) cannot have an allowed `git status` in it run its
+    // `core.fsmonitor`. The environment's config outranks every file's.
+    ("GIT_CONFIG_COUNT", "1"),
+    ("GIT_CONFIG_KEY_0", "safe.bareRepository"),
+    ("GIT_CONFIG_VALUE_0", "explicit"),
 ];
 
 /// `TERM` for a command that runs in a terminal (`tty`).

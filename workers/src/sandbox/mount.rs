@@ -116,6 +116,7 @@ fn run_step(
             Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
             Err(e) => return Err(failed("cannot create", p, e)),
         },
+        Step::MakeFile { path, content } => make_file(&at(path), path, content)?,
         Step::Pin(p) => bind_self(&at(p), p)?,
         Step::ReadOnly(p) => {
             let t = at(p);
@@ -160,6 +161,23 @@ const DEV_LINKS: [(&str, &str); 5] = [
     ("stderr", "/proc/self/fd/2"),
     ("ptmx", "pts/ptmx"),
 ];
+
+/// Create `target` holding `content` unless something is there already (then it is
+/// covered as it is).
+fn make_file(target: &Path, shown: &Path, content: &str) -> Result<(), SandboxError> {
+    use std::io::Write;
+    let created = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .open(target);
+    match created {
+        Ok(mut f) => f
+            .write_all(content.as_bytes())
+            .map_err(|e| failed("cannot write", shown, e)),
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => Ok(()),
+        Err(e) => Err(failed("cannot create", shown, e)),
+    }
+}
 
 /// Build the minimal `/dev` at `dev` (see [`Step::Dev`]): a tmpfs with the devices
 /// bound in and the links made, read-only, then a new `pts` instance (best effort: a

@@ -91,6 +91,16 @@ pub enum Step {
     /// Create this directory (git's own `hooks`, so a missing one cannot be planted),
     /// before it is made read-only.
     MakeDir(PathBuf),
+    /// Create this file with this content when it is missing, before it is made
+    /// read-only: git's `commondir` holding `.` (the repository itself, what a missing
+    /// one means), so a command cannot plant one that sends git to a config and hooks
+    /// of its own.
+    MakeFile {
+        /// The file.
+        path: PathBuf,
+        /// What it holds.
+        content: &'static str,
+    },
     /// Bind the directory onto itself, writable: it cannot be renamed or removed.
     Pin(PathBuf),
     /// Bind onto itself, read-only (recursively).
@@ -113,6 +123,7 @@ impl Step {
             | Step::Shown(p)
             | Step::Writable(p)
             | Step::MakeDir(p)
+            | Step::MakeFile { path: p, .. }
             | Step::Pin(p)
             | Step::ReadOnly(p)
             | Step::Hide { path: p, .. } => Some(p),
@@ -203,6 +214,19 @@ fn root_guards(root: &Path, names: &[PathBuf], view: &dyn View) -> Vec<Step> {
             if view.kind(&hooks) == Kind::Missing {
                 out.push(Step::MakeDir(hooks));
             }
+            let common = git.join("commondir");
+            match view.kind(&common) {
+                Kind::Missing => {
+                    out.push(Step::MakeFile {
+                        path: common.clone(),
+                        content: ".\n",
+                    });
+                    out.push(Step::ReadOnly(common));
+                }
+                Kind::File => out.push(Step::ReadOnly(common)),
+                // Not git's (a bind mount would follow a symlink): left as it is.
+                Kind::Dir | Kind::Symlink => {}
+            }
             modules(&git.join("modules"), view, MODULES_DEPTH, &mut out);
         }
         Kind::File => out.push(Step::ReadOnly(git)),
@@ -249,7 +273,9 @@ fn order(guards: Vec<Step>, writable: &[PathBuf], view: &dyn View) -> Vec<Step> 
         let private = p.starts_with(PRIVATE_TMP) || p.starts_with(PRIVATE_RUN);
         let invisible = private && home.is_none();
         let needed = match &g {
-            Step::ReadOnly(_) | Step::MakeDir(_) => home.is_some_and(|w| *w != p),
+            Step::ReadOnly(_) | Step::MakeDir(_) | Step::MakeFile { .. } => {
+                home.is_some_and(|w| *w != p)
+            }
             _ => !invisible,
         };
         if !needed || kept.contains(&g) {
@@ -278,7 +304,7 @@ fn order(guards: Vec<Step>, writable: &[PathBuf], view: &dyn View) -> Vec<Step> 
         !(under || same_as_cover)
     });
     kept.sort_by_key(|s| {
-        let rank = usize::from(!matches!(s, Step::MakeDir(_)));
+        let rank = usize::from(!matches!(s, Step::MakeDir(_) | Step::MakeFile { .. }));
         let depth = s.path().map_or(0, |p| p.components().count());
         (rank, depth)
     });
@@ -387,6 +413,35 @@ mod tests {
             !steps.contains(&Step::ReadOnly(r.join(".vscode"))),
             "missing names get no step"
         );
+    }
+
+    #[test]
+    fn git_commondir_is_planted_as_the_repository_itself_and_read_only() {
+        let ws = Ws::new();
+        ws.touch(".git/config");
+        ws.mkdir(".git/hooks");
+        let r = ws.root();
+        let steps = run(&ws, &[], &[]);
+        let common = r.join(".git/commondir");
+        let made = steps
+            .iter()
+            .position(|s| {
+                *s == Step::MakeFile {
+                    path: common.clone(),
+                    content: ".\n",
+                }
+            })
+            .expect("a missing commondir is made");
+        let ro = steps
+            .iter()
+            .position(|s| *s == Step::ReadOnly(common.clone()))
+            .expect("and made read-only");
+        assert!(made < ro, "{steps:?}");
+        // One that exists is covered as it is.
+        ws.touch(".git/commondir");
+        let steps = run(&ws, &[], &[]);
+        assert!(steps.contains(&Step::ReadOnly(common.clone())));
+        assert!(!steps.iter().any(|s| matches!(s, Step::MakeFile { .. })));
     }
 
     #[test]

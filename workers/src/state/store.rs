@@ -129,6 +129,16 @@ impl Locked<'_> {
 
     /// Replace `name` with `content`, atomically and durably.
     pub fn write(&self, name: &str, content: &[u8], kind: ErrorType) -> Result<(), ToolError> {
+        // What could not be read back is never written: a store past the limit would
+        // lock every session out of it until a person removed the file.
+        if content.len() as u64 > MAX_FILE {
+            let what = format!(
+                "would be {} bytes, more than the {MAX_FILE} it may hold; nothing was changed \
+                 (remove something first)",
+                content.len()
+            );
+            return Err(self.error(kind, name, &what));
+        }
         write_atomic(
             self.store.dir.as_fd(),
             OsStr::new(name),

@@ -226,6 +226,36 @@ fn the_number_of_entries_is_bounded() {
     );
 }
 
+/// Values of control characters take six bytes each in the file: a store that would
+/// pass the size the store can read back is refused before it is written, and what
+/// was stored stays readable.
+#[test]
+fn the_store_never_grows_past_what_can_be_read_back() {
+    let e = env();
+    let value = "\u{1}".repeat(mem_tool::MAX_VALUE);
+    let mut refused = None;
+    for i in 0..40 {
+        let o = e.mem(json!({"action": "set", "key": format!("k{i}"), "value": value}));
+        if o.error.is_some() {
+            refused = Some((i, o));
+            break;
+        }
+    }
+    let (i, o) = refused.expect("the store filled up");
+    assert_eq!(err(&o), ErrorType::MemoryError);
+    assert!(o.content.contains("nothing was changed"), "{}", o.content);
+    let listed = ok(&e.mem(json!({"action": "list"})));
+    assert_eq!(
+        listed.lines().count(),
+        i,
+        "every earlier key is still there"
+    );
+    assert_eq!(
+        ok(&e.mem(json!({"action": "delete", "key": "k0"}))),
+        "Deleted k0"
+    );
+}
+
 #[test]
 fn a_broken_file_is_reported_and_left_alone() {
     let e = env();

@@ -142,9 +142,13 @@ fn check_depth(body: &[u8]) -> Result<(), ToolError> {
 
 /// The deepest element nesting the tags of `html` suggest, counting only elements that
 /// nest (not void or self-closing ones), skipping comments and raw text; it stops
-/// counting once past `limit`. An estimate: the parser's error recovery may nest less.
+/// counting once past `limit`. An end tag closes only an element that is open (back to
+/// it, as the parser does): a stray one (`<div></span>`) is ignored by the parser, so it
+/// must not lower the estimate either. An estimate: the parser's error recovery may
+/// nest less, never more.
 pub fn nesting_depth(html: &[u8], limit: usize) -> usize {
-    let (mut depth, mut deepest, mut i) = (0usize, 0usize, 0usize);
+    let (mut deepest, mut i) = (0usize, 0usize);
+    let mut open: Vec<String> = Vec::new();
     while let Some(off) = html[i..].iter().position(|&b| b == b'<') {
         i += off + 1;
         if html[i..].starts_with(b"!--") {
@@ -170,8 +174,8 @@ pub fn nesting_depth(html: &[u8], limit: usize) -> usize {
             continue; // a doctype or CDATA section
         }
         if closing {
-            if !NON_NESTING.contains(&name.as_str()) {
-                depth = depth.saturating_sub(1);
+            if let Some(at) = open.iter().rposition(|n| *n == name) {
+                open.truncate(at);
             }
             continue;
         }
@@ -180,10 +184,14 @@ pub fn nesting_depth(html: &[u8], limit: usize) -> usize {
             i = find_ci(html, i, close.as_bytes()).unwrap_or(html.len());
             continue;
         }
-        let self_closing = end > start && html.get(end - 1) == Some(&b'/');
+        // `/>` closes an element only in foreign content (SVG, MathML): an HTML parser
+        // ignores it on `<div/>`, which then stays open.
+        let self_closing = end > start
+            && html.get(end - 1) == Some(&b'/')
+            && open.iter().any(|n| n == "svg" || n == "math");
         if !self_closing && !NON_NESTING.contains(&name.as_str()) {
-            depth += 1;
-            deepest = deepest.max(depth);
+            open.push(name);
+            deepest = deepest.max(open.len());
             if deepest > limit {
                 break;
             }
@@ -428,7 +436,16 @@ mod tests {
             nesting_depth(b"<p>a<p>b<p>c<li>x<li>y<br><img src=x><hr/>", 100),
             0
         );
-        assert_eq!(nesting_depth(b"<div/><div/><div/>", 100), 0);
+        assert_eq!(
+            nesting_depth(b"<div/><div/><div/>", 100),
+            3,
+            "not closed in HTML"
+        );
+        assert_eq!(nesting_depth(b"<svg><path/><path/><g/></svg>", 100), 1);
+        // End tags of elements that are not open close nothing.
+        assert!(nesting_depth("<div></span>".repeat(1000).as_bytes(), 100) > 100);
+        assert_eq!(nesting_depth(b"<div><b><i></div>x", 100), 3);
+        assert_eq!(nesting_depth(b"<div><b><i></div><div></div>", 100), 3);
         assert_eq!(nesting_depth(b"<!-- <div><div> --><div></div>", 100), 1);
         assert_eq!(
             nesting_depth(b"<script>if (a<b) { '<div><div>' }</script><b>x</b>", 100),

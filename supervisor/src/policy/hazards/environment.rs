@@ -36,6 +36,18 @@ pub static ENV_KEYS: &[EnvKey] = {
         E("GNUMAKEFLAGS"), E("MFLAGS"), E("GCONV_PATH"), E("GLIBC_TUNABLES"), E("LOCPATH"),
         E("OPENSSL_CONF"), E("OPENSSL_ENGINES"), E("KUBECONFIG"), E("DOCKER_CONFIG"),
         E("AWS_CONFIG_FILE"), E("CURL_HOME"), E("WGETRC"), E("JAVA_HOME"), E("CLASSPATH"),
+        // Options read from the environment that equal an option that runs code
+        // (`LESS=+!cmd` is `less +!cmd`, `ZIPOPT=-TT…` is `zip -TT…`), and start-up
+        // files or helpers named by a variable.
+        E("LESS"), E("LESSKEY"), E("LESSKEYIN"), E("ZIPOPT"), E("UNZIP"), E("UNZIPOPT"),
+        E("ZIPINFO"), E("ZIPINFOOPT"), E("VIMINIT"), E("GVIMINIT"), E("EXINIT"),
+        E("MYVIMRC"), E("MYGVIMRC"), E("VIMRUNTIME"), E("VIM"), E("EMACSLOADPATH"),
+        E("RSYNC_RSH"), E("RSYNC_CONNECT_PROG"), E("RSH"), E("CVS_RSH"), E("SVN_SSH"),
+        E("FCEDIT"), E("ZDOTDIR"), E("INPUTRC"), E("MANROFFOPT"), E("MANPATH"),
+        E("GCC_EXEC_PREFIX"), E("COMPILER_PATH"), P("CCACHE_"), P("DISTCC_"),
+        P("SCCACHE_"), P("CMAKE_"), P("CGO_"), E("GOFLAGS"), E("GOENV"), E("GOROOT"),
+        E("GOTOOLCHAIN"), P("BUNDLE_"), P("YARN_"), P("PIP_"), E("GRADLE_USER_HOME"),
+        E("XZ_OPT"), E("XZ_DEFAULTS"), E("GZIP"), E("BZIP2"), E("BZIP"),
     ]
 };
 
