@@ -247,3 +247,31 @@ fn a_handle_from_before_a_restart_names_no_new_job() {
         assert_eq!(r.status, Status::Ok, "{r:?}");
     });
 }
+
+/// One session cannot take every background slot of a worker: past its share (all
+/// but a quarter) it gets `Overloaded`, and another session still starts one.
+#[test]
+fn one_session_cannot_take_every_background_slot() {
+    let s = Server::start(&format!("{ALLOW_ALL}\n[workers.exec]\ncount = 1\nmax_jobs = 4\n"));
+    let marker = unique_marker("share");
+    block(T, async {
+        let mut hog = s.client().await;
+        let mut handles = Vec::new();
+        for i in 0..3 {
+            handles.push(start_job(&mut hog, &format!("h{i}"), &marker).await);
+        }
+        let args = json!({"command": "sleep 300", "background": true, "env": {"E2E_MARK": marker}});
+        let r = call_on(&mut hog, "h3", "run_command", args).await;
+        assert_eq!(
+            r.error.as_ref().map(|e| e.kind),
+            Some(toolvisor_protocol::ErrorType::Overloaded),
+            "{r:?}"
+        );
+        assert!(r.content.contains("this session"), "{r:?}");
+        let mut other = s.client().await;
+        let other_marker = unique_marker("share-other");
+        let theirs = start_job(&mut other, "o1", &other_marker).await;
+        kill_all(&mut other, &[theirs], &other_marker).await;
+        kill_all(&mut hog, &handles, &marker).await;
+    });
+}

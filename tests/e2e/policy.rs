@@ -1091,3 +1091,38 @@ conditions = [{ param = "path", operator = "startsWith", value = "src/generated/
     let now = std::fs::read_to_string(s.ws().join("src/generated/gen.rs")).unwrap();
     assert_eq!(now, "original\n");
 }
+
+/// Path rules and a grant's paths see where a symlink in the workspace leads.
+#[test]
+fn path_rules_and_grant_paths_follow_symlinks() {
+    let cfg = r#"
+[policy]
+mode = "workspace"
+
+[[policy.rules]]
+tool = "*"
+action = "deny"
+conditions = [{ param = "path", operator = "startsWith", value = "src/generated/" }]
+"#;
+    let s = Server::start(cfg);
+    s.write("src/generated/gen.rs", "original\n");
+    std::os::unix::fs::symlink("generated", s.ws().join("src/gen2")).unwrap();
+    block(T, async {
+        for (tool, args) in [
+            ("read_file", json!({"path": "src/gen2/gen.rs"})),
+            (
+                "write_file",
+                json!({"path": "src/gen2/gen.rs", "content": "x\n", "overwrite": true}),
+            ),
+            (
+                "edit_file",
+                json!({"path": "src/gen2/gen.rs", "edits": [{"target": "original", "replacement": "x"}]}),
+            ),
+        ] {
+            let r = s.call(tool, args).await;
+            assert_denied(&r, ErrorType::PolicyDenied);
+        }
+    });
+    let now = std::fs::read_to_string(s.ws().join("src/generated/gen.rs")).unwrap();
+    assert_eq!(now, "original\n");
+}

@@ -145,7 +145,8 @@ impl Scopes {
                     })?
                     .join(p)
             };
-            Ok(normalise_abs(&p))
+            // Real, as the paths compared with them are.
+            Ok(real_path(&normalise_abs(&p)))
         };
         Ok(Scopes {
             private: abs(&roots.private)?,
@@ -154,7 +155,10 @@ impl Scopes {
         })
     }
 
-    /// Resolve a path parameter as the worker would, lexically.
+    /// Resolve a path parameter as the worker will open it: lexically, then through
+    /// the symlinks that exist now (a rule on `src/generated/` holds for
+    /// `src/gen2/x` when `src/gen2` links there, and a grant for `src` does not reach
+    /// `src/up/x` when `src/up` links to the root).
     pub fn resolve(&self, raw: &str) -> ScopedPath {
         let (scope, rest) = split_scope(raw);
         let base = match scope {
@@ -180,7 +184,7 @@ impl Scopes {
         } else {
             base.join(rest)
         };
-        self.classify(&normalise_abs(&joined))
+        self.classify(&real_path(&normalise_abs(&joined)))
     }
 
     /// Which root an absolute, normalised host path lies in (the innermost wins when
@@ -204,6 +208,27 @@ impl Scopes {
         match best {
             Some((_, scope, rel)) => ScopedPath::Inside { scope, rel },
             None => ScopedPath::Outside(to_slash(abs)),
+        }
+    }
+}
+
+/// `abs` with its longest existing ancestor replaced by that ancestor's real path (what
+/// does not exist yet cannot be a symlink). Unchanged when nothing of it resolves.
+fn real_path(abs: &Path) -> PathBuf {
+    let mut existing = abs;
+    let mut rest = Vec::new();
+    loop {
+        if let Ok(real) = std::fs::canonicalize(existing) {
+            let mut out = real;
+            out.extend(rest.iter().rev());
+            return out;
+        }
+        match (existing.parent(), existing.file_name()) {
+            (Some(parent), Some(name)) => {
+                rest.push(name.to_owned());
+                existing = parent;
+            }
+            _ => return abs.to_path_buf(),
         }
     }
 }

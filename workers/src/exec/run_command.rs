@@ -167,7 +167,7 @@ pub(crate) async fn run(
             break ended;
         }
         // No room for one more job: it stays in the foreground.
-        let Ok(handle) = state.jobs.reserve_for_yield() else {
+        let Ok(handle) = state.jobs.reserve_for_yield(&ctx.session) else {
             yield_at = None;
             continue;
         };

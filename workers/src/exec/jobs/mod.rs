@@ -130,10 +130,27 @@ impl Jobs {
     }
 
     /// A new handle, when there is room for one more running job.
-    fn reserve(&self) -> Result<String, ToolError> {
+    fn reserve(&self, session: &str) -> Result<String, ToolError> {
         let mut t = self.lock();
         prune(&mut t);
         let running = t.jobs.iter().filter(|j| !j.finished()).count();
+        let own = t
+            .jobs
+            .iter()
+            .filter(|j| !j.finished() && j.owner == session)
+            .count();
+        let share = session_share(self.max_jobs);
+        if own >= share && running < self.max_jobs {
+            return Err(ToolError::new(
+                ErrorType::Overloaded,
+                format!(
+                    "this session already runs {own} background processes on this worker, \
+                     its share of {} (the rest stays for other sessions): stop one with \
+                     kill_process first",
+                    self.max_jobs
+                ),
+            ));
+        }
         if running >= self.max_jobs {
             return Err(ToolError::new(
                 ErrorType::Overloaded,
@@ -198,7 +215,7 @@ impl Jobs {
         a: &RunArgs<'_>,
         ctx: &ToolContext,
     ) -> Result<Outcome, ToolError> {
-        let handle = self.reserve()?;
+        let handle = self.reserve(&ctx.session)?;
         let file = state
             .artifacts
             .create(&format!("job-{handle}"))
@@ -231,8 +248,8 @@ impl Jobs {
     }
 
     /// A handle for a foreground command about to yield, when there is room for it.
-    pub(crate) fn reserve_for_yield(&self) -> Result<String, ToolError> {
-        self.reserve()
+    pub(crate) fn reserve_for_yield(&self, session: &str) -> Result<String, ToolError> {
+        self.reserve(session)
     }
 
     /// Make a yielded foreground command the job `handle` of `owner`; its meta.
@@ -357,6 +374,12 @@ impl Jobs {
     }
 }
 
+/// How many of a worker's `max_jobs` background processes one session may run: all but
+/// a quarter (at least one), so one session cannot take every slot from the others.
+fn session_share(max_jobs: usize) -> usize {
+    max_jobs.saturating_sub((max_jobs / 4).max(1)).max(1)
+}
+
 /// The job's life: pump its output into the log until it ends (or is killed), then
 /// record how it ended and wake the waiters.
 async fn run_job(
@@ -449,6 +472,14 @@ mod tests {
     use super::*;
     use nix::sys::signal::Signal;
     use signal::parse_signal;
+
+    #[test]
+    fn one_session_leaves_a_quarter_of_the_slots_to_others() {
+        assert_eq!(session_share(64), 48);
+        assert_eq!(session_share(4), 3);
+        assert_eq!(session_share(2), 1);
+        assert_eq!(session_share(1), 1);
+    }
 
     #[test]
     fn one_line_flattens_and_cuts() {
