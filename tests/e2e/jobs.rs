@@ -252,7 +252,9 @@ fn a_handle_from_before_a_restart_names_no_new_job() {
 /// but a quarter) it gets `Overloaded`, and another session still starts one.
 #[test]
 fn one_session_cannot_take_every_background_slot() {
-    let s = Server::start(&format!("{ALLOW_ALL}\n[workers.exec]\ncount = 1\nmax_jobs = 4\n"));
+    let s = Server::start(&format!(
+        "{ALLOW_ALL}\n[workers.exec]\ncount = 1\nmax_jobs = 4\n"
+    ));
     let marker = unique_marker("share");
     block(T, async {
         let mut hog = s.client().await;
