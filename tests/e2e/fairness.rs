@@ -161,3 +161,42 @@ fn spawn_hold(
     let args = args.clone();
     tokio::spawn(async move { call_on(&mut c, id, "run_command", args).await })
 }
+
+/// One session that fills a group with calls that wait (for their deadline, say) holds
+/// at most its share of the slots: another session's call runs at once.
+#[test]
+fn one_session_cannot_hold_every_slot_of_a_group() {
+    use toolvisor_protocol::message::CallRequest;
+    let s = Server::start(&format!(
+        "{ALLOW_ALL}\n[workers.exec]\ncount = 1\nmax_in_flight = 4\n"
+    ));
+    block(Duration::from_secs(60), async {
+        let hold = json!({"command": "while [ ! -e go ]; do sleep 0.01; done; echo ran"});
+        let mut hog = s.client().await;
+        for i in 0..4 {
+            let req = CallRequest::new(format!("h{i}"), "run_command", hold.clone());
+            hog.send(&ClientMessage::Call(req)).await.expect("send");
+        }
+        // Three of them run (its share of 4); the fourth waits for one of them.
+        let end = std::time::Instant::now() + Duration::from_secs(30);
+        while s.workers_in_flight("exec").await < 3 {
+            assert!(std::time::Instant::now() < end, "the hog's calls never ran");
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        let r = s.call("run_command", json!({"command": "echo mine"})).await;
+        assert_eq!(r.status, Status::Ok, "{r:?}");
+        assert_eq!(r.content, "mine\n");
+        assert!(!s.ws().join("go").exists());
+        s.write("go", "");
+        for _ in 0..4 {
+            let (_, m) = hog
+                .recv_matching(|m| matches!(m, ServerMessage::Result(_)).then_some(()))
+                .await
+                .expect("a result");
+            let ServerMessage::Result(r) = m else {
+                unreachable!()
+            };
+            assert_eq!(r.status, Status::Ok, "{r:?}");
+        }
+    });
+}

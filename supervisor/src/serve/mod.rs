@@ -66,6 +66,12 @@ pub fn run(args: ServeArgs) -> i32 {
             return 1;
         }
     };
+    if let Ok(v) = std::env::var(toolvisor_protocol::worker::WEB_TEST_ALLOW_VAR) {
+        tracing::warn!(
+            "{} is set: web_fetch treats {v} as public addresses (a test hook; unset it in production)",
+            toolvisor_protocol::worker::WEB_TEST_ALLOW_VAR
+        );
+    }
     match config_file::ensure(&args.config_file) {
         Ok(true) => tracing::info!(
             "wrote an empty {} (every default), so that no command can plant one",

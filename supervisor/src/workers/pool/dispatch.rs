@@ -15,6 +15,7 @@ use toolvisor_protocol::worker::Outcome;
 use toolvisor_protocol::{ErrorBody, ErrorType};
 
 use super::Pool;
+use super::share::Held;
 use crate::workers::fairq::Ticket;
 use crate::workers::worker::{Reply, WorkerShared, WorkerState};
 
@@ -81,7 +82,7 @@ impl Pool {
         };
         let mut rerun_left = job.rerunnable;
         loop {
-            let (slot, rx) = match self.acquire(&job, &frame, queue_deadline, cancel).await {
+            let (slot, rx, _held) = match self.acquire(&job, &frame, queue_deadline, cancel).await {
                 Ok(x) => x,
                 Err(outcome) => {
                     return JobEnd {
@@ -150,25 +151,57 @@ impl Pool {
         frame: &[u8],
         deadline: Instant,
         cancel: &CancellationToken,
-    ) -> Result<(Arc<WorkerShared>, tokio::sync::oneshot::Receiver<Reply>), Outcome> {
+    ) -> Result<
+        (
+            Arc<WorkerShared>,
+            tokio::sync::oneshot::Receiver<Reply>,
+            Held,
+        ),
+        Outcome,
+    > {
         let mut changed = self.changed.clone();
         let mut ticket = None::<Ticket<'_>>;
+        let timeout = || {
+            err(
+                ErrorType::Timeout,
+                format!(
+                    "no {} worker became available within the deadline of {} ms",
+                    self.group,
+                    job.timeout.as_millis()
+                ),
+            )
+        };
         loop {
             if cancel.is_cancelled() {
                 return Err(err(ErrorType::Cancelled, "the call was cancelled"));
             }
             changed.borrow_and_update();
+            let freed = self.shares.freed();
+            if !self.shares.has_room(&job.session, self.slots()) {
+                // At its share: wait outside the queue, so the turn passes to others.
+                ticket = None;
+                tokio::select! {
+                    _ = freed => {}
+                    _ = changed.changed() => {}
+                    _ = tokio::time::sleep_until(tokio::time::Instant::from_std(deadline)) => {
+                        return Err(timeout());
+                    }
+                    _ = cancel.cancelled() => {}
+                }
+                continue;
+            }
             // Newcomers go straight to a free slot only when nobody is waiting.
             let my_turn = match &ticket {
                 None => self.queue.is_empty(),
                 Some(t) => self.queue.is_turn(t.id),
             };
             if my_turn && let Some(slot) = self.pick(job.worker) {
+                let held = self.shares.hold(&job.session);
                 if let Some(rx) = slot
                     .submit(frame.to_vec(), job.call, job.output.clone())
                     .await
                 {
-                    return Ok((slot, rx));
+                    return Ok((slot, rx, held));
                 }
                 continue;
             }
@@ -183,9 +216,7 @@ impl Pool {
                 _ = changed.changed() => {}
                 _ = t.wake.notified() => {}
                 _ = tokio::time::sleep_until(tokio::time::Instant::from_std(deadline)) => {
-                    return Err(err(ErrorType::Timeout, format!(
-                        "no {} worker became available within the deadline of {} ms",
-                        self.group, job.timeout.as_millis())));
+                    return Err(timeout());
                 }
                 _ = cancel.cancelled() => {}
             }
@@ -205,6 +236,17 @@ impl Pool {
             ));
         }
         Ok(self.queue.join(session))
+    }
+
+    /// Every slot of the group's ready workers (what a session's share is taken of).
+    fn slots(&self) -> usize {
+        let per_worker = self.max_in_flight.load(Ordering::SeqCst);
+        let ready = self
+            .workers()
+            .iter()
+            .filter(|w| w.state() == WorkerState::Ready)
+            .count();
+        ready * per_worker
     }
 
     /// The least-loaded ready worker with room (or the one the job names).

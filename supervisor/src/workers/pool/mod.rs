@@ -26,6 +26,7 @@ use actor::{PoolActor, PoolArgs, PoolMsg};
 
 mod actor;
 mod dispatch;
+mod share;
 
 pub use dispatch::{Job, JobEnd};
 
@@ -71,6 +72,8 @@ pub struct Pool {
     max_in_flight: AtomicUsize,
     /// Calls waiting for a slot, served round-robin across sessions.
     queue: Arc<FairQueue>,
+    /// How many slots each session holds now.
+    shares: Arc<share::Shares>,
     deadline_grace: Duration,
     actor: ActorRef<PoolMsg>,
 }
@@ -103,6 +106,7 @@ impl Pool {
             queue_max: AtomicUsize::new(spec.queue_max),
             max_in_flight: AtomicUsize::new(spec.max_in_flight),
             queue,
+            shares: Arc::default(),
             deadline_grace: spec.deadline_grace,
             actor,
         }))
