@@ -127,8 +127,13 @@ pub enum Command {
         #[arg(long)]
         reusable: bool,
     },
-    /// Serve the tools as an MCP server on stdio, backed by the running daemon.
-    Mcp,
+    /// Serve the tools as an MCP server on stdio, backed by the workspace's daemon
+    /// (started, and stopped on exit, when none runs).
+    Mcp {
+        /// Never start a daemon: without one, calls say how to start it.
+        #[arg(long)]
+        no_spawn: bool,
+    },
     /// Read and check the audit log (works with the service up or down).
     Audit {
         #[command(subcommand)]
@@ -226,7 +231,9 @@ pub enum FormatArg {
 
 fn init_tracing(format: LogFormat) {
     use tracing_subscriber::EnvFilter;
-    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
+    // rmcp (MCP workers) says every message it gets at info: keep that for RUST_LOG.
+    let filter =
+        EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info,rmcp=warn"));
     use std::io::IsTerminal;
     // A log line that cannot be written (the reader of stderr went away: a closed
     // pipe, a restarted journal) is dropped; the default would report it with
@@ -253,7 +260,11 @@ pub fn main() {
             // Workers log to the supervisor's stderr (inherited), e.g. the background
             // jobs a planned restart kills; RUST_LOG passes through to them.
             init_tracing(cli.log_format);
-            toolvisor_workers::worker::main(group)
+            if group.starts_with(toolvisor_supervisor::config::mcp::GROUP_PREFIX) {
+                crate::mcp::worker::main(group)
+            } else {
+                toolvisor_workers::worker::main(group)
+            }
         }
         Command::Reap { argv } => toolvisor_workers::reap::main(argv.clone()),
         Command::Serve => {
@@ -326,7 +337,13 @@ fn run(cli: &Cli) -> i32 {
         Command::Init { force } => crate::commands::init::run(&r, *force),
         Command::Audit { command } => audit(command, &r),
         Command::Policy { command } => crate::commands::policy::run(command, &r),
-        Command::Mcp => crate::mcp::run(r.socket),
+        Command::Mcp { no_spawn } => {
+            let opts = crate::mcp::Options {
+                config: cli.config.clone(),
+                no_spawn: *no_spawn,
+            };
+            crate::mcp::run(&r, opts)
+        }
         other => crate::commands::run(other, &r),
     }
 }

@@ -65,6 +65,9 @@ pub enum ErrorType {
     MemoryError,
     /// `write_todos`: a missing `task`, an unknown id, a size bound, or a broken list.
     TodoError,
+    /// A tool of an MCP server (`[mcp.servers.NAME]`) answered with `isError`, or its
+    /// result broke the tool's own `outputSchema`.
+    McpToolError,
     // Connection level.
     /// Connection level: a frame that is not a well-formed message.
     BadMessage,
@@ -118,6 +121,7 @@ impl ErrorType {
             ErrorType::SearchError => "SearchError",
             ErrorType::MemoryError => "MemoryError",
             ErrorType::TodoError => "TodoError",
+            ErrorType::McpToolError => "McpToolError",
             ErrorType::BadMessage => "BadMessage",
             ErrorType::UnknownMessage => "UnknownMessage",
             ErrorType::FrameTooLarge => "FrameTooLarge",

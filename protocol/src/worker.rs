@@ -206,6 +206,32 @@ pub struct WorkerInit {
     /// `[skills]`: where the `meta` worker looks for skills.
     #[serde(default)]
     pub skills: SkillsSettings,
+    /// For a group `mcp:NAME`: the MCP server this worker runs (`[mcp.servers.NAME]`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mcp: Option<McpServerInit>,
+}
+
+/// How an MCP worker reaches its server (docs/MCP.md): a command it starts (stdio) or
+/// a Streamable HTTP endpoint. `env` goes to that server only.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct McpServerInit {
+    /// The server's name (`NAME` of `[mcp.servers.NAME]`): its tools are announced as
+    /// `NAME__TOOL`.
+    pub name: String,
+    /// The server's command line (stdio transport), program first.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub command: Vec<String>,
+    /// Or its Streamable HTTP endpoint.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub url: Option<String>,
+    /// Variables set for the server's process only.
+    #[serde(default)]
+    pub env: BTreeMap<String, String>,
+    /// Only these tools (the server's own names) are announced; all when absent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tools: Option<Vec<String>>,
+    /// How long the server has to answer `initialize` and `tools/list`.
+    pub startup_timeout_ms: u64,
 }
 
 /// `[web]`: the web tools' settings.

@@ -116,7 +116,7 @@ async fn dispatch(cmd: &Command, r: &Resolved) -> Result<i32, ClientError> {
         | Command::Worker { .. }
         | Command::Reap { .. }
         | Command::Audit { .. }
-        | Command::Mcp
+        | Command::Mcp { .. }
         | Command::Policy { .. } => Ok(2),
     }
 }

@@ -18,6 +18,7 @@ use toolvisor_protocol::tools::{self, Risk};
 use toolvisor_protocol::worker::{AnnouncedTool, WorkerInit};
 
 use crate::audit::Audit;
+use crate::audit::record::ToolsChanged;
 use crate::call::confirm::Confirmations;
 use crate::call::grants::Grants;
 use crate::call::previews::PreviewStore;
@@ -117,6 +118,7 @@ impl Service {
             hook_audit.append_detached(kind, fields);
         }));
         let init = worker_init(&paths, &config, &instance).map_err(StartError::Workers)?;
+        crate::registry::mcp::secrets(&config);
         let registry = Registry::new(tools::builtin())?;
         let policy = Policy::new(&config.policy, &init.roots, &tool_names(&config, &registry))
             .map_err(StartError::Policy)?;
@@ -126,6 +128,7 @@ impl Service {
         for group in groups::plan(&config, &registry) {
             let source = match &group.kind {
                 Kind::External { risk, .. } => Some(Source::External(*risk)),
+                Kind::Mcp { .. } => Some(Source::Mcp),
                 Kind::Builtin if group.announces_builtin() => Some(Source::Builtin),
                 Kind::Builtin => None,
             };
@@ -323,15 +326,25 @@ impl Service {
     /// A group's worker announced its tools: the registry takes them, and
     /// `tools_changed` tells `workers` subscribers when the set changed.
     fn take_announcement(&self, group: &str, source: Source, tools: Vec<AnnouncedTool>) {
+        let mut warnings = Vec::new();
         let change = match source {
             Source::External(floor) => self.registry.announce(group, floor, tools),
             Source::Builtin => self.registry.announce_builtin(group, tools),
+            Source::Mcp => {
+                let admitted = crate::registry::mcp::admit(&self.config(), group, tools);
+                warnings = admitted.warnings;
+                self.registry.announce(group, admitted.risk, admitted.tools)
+            }
         };
-        for w in &change.warnings {
+        for w in warnings.iter().chain(&change.warnings) {
             tracing::warn!(group, "{w}");
         }
         if change.changed {
             tracing::info!(group, tools = change.tools.len(), "tools announced");
+            self.audit.record_detached(&ToolsChanged {
+                group,
+                tools: &change.tools,
+            });
             self.events.publish(
                 Topic::Workers,
                 "tools_changed",
@@ -341,17 +354,20 @@ impl Service {
     }
 }
 
-/// The names rules may use: every registered tool, and any name when an external
-/// group will announce its own.
+/// The names rules may use: every registered tool, the names an MCP server's tools
+/// will have (`NAME__…`), and any name when an external group will announce its own.
 pub fn tool_names(config: &Config, registry: &Registry) -> ToolNames {
     // Built-in tools a worker announces may be absent now (no skills yet) and come later.
     let templates = tools::announced();
-    let names = ToolNames::of(
+    let mut names = ToolNames::of(
         registry
             .entries()
             .map(|e| e.def.as_ref())
             .chain(templates.iter()),
     );
+    for server in config.mcp.servers.keys() {
+        names = names.with_prefix(format!("{server}__"));
+    }
     if config.workers.external.is_empty() {
         names
     } else {
@@ -369,11 +385,7 @@ fn pool_spec(
     events: &Events,
     announce: Option<Announce>,
 ) -> PoolSpec {
-    let gcfg = config
-        .workers
-        .group(&group.name)
-        .cloned()
-        .unwrap_or_default();
+    let gcfg = config.group_settings(&group.name).unwrap_or_default();
     PoolSpec {
         group: group.name.clone(),
         count: config.workers.count(&group.name),
@@ -389,12 +401,14 @@ fn pool_spec(
             // A built-in group's `env` is for the commands it runs, not the worker.
             env: match group.kind {
                 Kind::External { .. } => gcfg.env.clone(),
-                Kind::Builtin => Default::default(),
+                // An MCP server's `env` reaches the server only, through `init.mcp`.
+                Kind::Builtin | Kind::Mcp { .. } => Default::default(),
             },
             nice: group.nice(),
         },
         init: WorkerInit {
             group: group.name.clone(),
+            mcp: group.mcp(),
             ..init.clone()
         },
         policy: RestartPolicy::new(config.supervisor.clone()),
@@ -405,11 +419,13 @@ fn pool_spec(
 }
 
 /// Whose word an announcement is: an external group's (its tools, at least the
-/// group's risk) or a built-in group's (templates it fills).
+/// group's risk), a built-in group's (templates it fills), or an MCP server's worker's
+/// (its server's tools, at the server's configured risk: [`crate::registry::mcp`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Source {
     External(Risk),
     Builtin,
+    Mcp,
 }
 
 /// How long `serve` waits for a built-in group's first announcement.

@@ -27,7 +27,7 @@ impl Ev {
 }
 
 /// Connect and subscribe to `topics`; returns once `subscribed` came back.
-async fn subscriber(s: &Server, topics: Vec<Topic>) -> Client {
+pub(crate) async fn subscriber(s: &Server, topics: Vec<Topic>) -> Client {
     let mut c = s.client().await;
     let id: Id = "sub".into();
     match c

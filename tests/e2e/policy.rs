@@ -192,7 +192,12 @@ async fn subscribe_confirmations(c: &mut Client, id: &str) {
     assert_eq!(m, ServerMessage::Subscribed { id });
 }
 
-async fn grant(c: &mut Client, id: &str, tools: &[&str], reusable: bool) -> (String, String) {
+pub(crate) async fn grant(
+    c: &mut Client,
+    id: &str,
+    tools: &[&str],
+    reusable: bool,
+) -> (String, String) {
     let rid: Id = id.into();
     let msg = ClientMessage::Grant {
         id: rid.clone(),

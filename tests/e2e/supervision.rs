@@ -24,7 +24,7 @@ use crate::harness::*;
 const ONE_EACH: &str =
     "[workers.search]\ncount = 1\n[workers.edit]\ncount = 1\n[workers.exec]\ncount = 1\n";
 
-fn signal(pid: u32, sig: Signal) {
+pub(crate) fn signal(pid: u32, sig: Signal) {
     nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid as i32), sig).expect("kill");
 }
 

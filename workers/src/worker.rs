@@ -110,8 +110,9 @@ fn sweep_temps(journals: std::io::Result<std::path::PathBuf>, resolver: &Resolve
     }
 }
 
-/// Read the `init` frame synchronously, before any thread exists.
-fn read_init(control: &StdUnixStream) -> Result<WorkerInit, String> {
+/// Read the `init` frame synchronously, before any thread exists (the MCP worker of
+/// the binary reads its own with this too).
+pub fn read_init(control: &StdUnixStream) -> Result<WorkerInit, String> {
     use std::io::Read;
     control
         .set_read_timeout(Some(INIT_TIMEOUT))

@@ -982,7 +982,7 @@ async fn ping_under_grep(socket: &Path, pattern: &str) -> Result<(Run, u64), Str
 }
 
 fn usage() -> String {
-    "usage: toolvisor-bench table --never WS --always WS --echo SOCK --relay SOCK [--rg PATH] [--fd PATH] [--secs S] [--pattern RE]\n       toolvisor-bench lat --socket SOCK --op ping|read|true|echo-ping|echo-call [--path FILE] [--clients N] [--secs S]\n       toolvisor-bench spawn [--secs S]".into()
+    "usage: toolvisor-bench table --never WS --always WS --echo SOCK --relay SOCK [--rg PATH] [--fd PATH] [--secs S] [--pattern RE]\n       toolvisor-bench lat --socket SOCK --op ping|read|ls|write|edit|true|echo-ping|echo-call [--path FILE] [--clients N] [--secs S]\n       toolvisor-bench spawn [--secs S]".into()
 }
 
 /// `--key value` pairs after the subcommand.
@@ -1054,6 +1054,20 @@ async fn run() -> Result<(), String> {
                         .unwrap_or_else(|| "file4k.txt".into()),
                 ),
                 "true" => Op::call("run_command", |_| json!({ "command": "true" })),
+                // What scripts/bench-mcp.sh compares through MCP, on its fixtures.
+                "ls" => Op::call("ls", |_| json!({ "path": "dir100" })),
+                "write" => Op::call("write_file", |_| {
+                    let content = format!("{}\n", "w".repeat(4095));
+                    json!({ "path": "scratch/native_write.txt", "content": content, "overwrite": true })
+                }),
+                "edit" => Op::call("edit_file", |i| {
+                    let (a, b) = if i % 2 == 0 {
+                        ("MARKER_A", "MARKER_B")
+                    } else {
+                        ("MARKER_B", "MARKER_A")
+                    };
+                    json!({ "path": "scratch/native_edit.txt", "edits": [{ "target": a, "replacement": b }] })
+                }),
                 "echo-ping" => Op::EchoPing,
                 "echo-call" => Op::EchoCall,
                 other => return Err(format!("unknown --op {other}")),

@@ -128,6 +128,9 @@ pub enum ConfirmPreview {
     DiffOf(&'static str),
     /// The diff of the change a preview kept (by the call's token).
     PendingChange,
+    /// The call's arguments as indented JSON (cut to 8 KiB): a tool toolvisor knows
+    /// only by what its worker announced (an external worker's, an MCP server's).
+    Arguments,
 }
 
 /// How the policy reads the tool's calls, beyond its risk and paths.

@@ -388,6 +388,24 @@ impl Record for ConfigReloadFailed<'_> {
     }
 }
 
+/// `tools_changed`: a group's worker announced a different set of tools (an MCP
+/// server's first list or its `list_changed`, an external worker's `tools`, skills
+/// found or gone).
+#[derive(Clone, Debug)]
+pub struct ToolsChanged<'a> {
+    /// The group (`mcp:github`, `meta`, an external group).
+    pub group: &'a str,
+    /// The names of its tools now, sorted.
+    pub tools: &'a [String],
+}
+
+impl Record for ToolsChanged<'_> {
+    const KIND: &'static str = "tools_changed";
+    fn fields(&self) -> Map<String, Value> {
+        obj(json!({"group": self.group, "tools": self.tools}))
+    }
+}
+
 /// `recovered`: written by the audit log itself. `reason` is one of `torn_tail`,
 /// `chain_break`, `cut_short`, `resumed`; the other fields depend on it.
 pub(crate) fn recovered(reason: &str, details: Value) -> Map<String, Value> {

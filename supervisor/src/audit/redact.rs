@@ -134,9 +134,30 @@ pub fn is_secret_key(key: &str) -> bool {
     SECRET_KEYS.iter().any(|s| k.contains(s))
 }
 
+/// Secret values the configuration hands to someone (`[mcp.servers.NAME] env`), masked
+/// like [`ENV_SECRETS`], longest first.
+static CONFIGURED: std::sync::RwLock<Vec<String>> = std::sync::RwLock::new(Vec::new());
+
+/// Mask these values too from now on (at least 4 bytes long; shorter ones would mask
+/// ordinary text).
+pub fn add_secrets(values: impl IntoIterator<Item = String>) {
+    let mut known = CONFIGURED.write().unwrap_or_else(|p| p.into_inner());
+    known.extend(values.into_iter().filter(|v| v.len() >= 4));
+    known.sort_by_key(|s| std::cmp::Reverse(s.len()));
+    known.dedup();
+}
+
 /// `s` with every secret-looking part replaced by `***`.
 pub fn mask_str(s: &str) -> String {
-    mask_with(s, &ENV_SECRETS)
+    let configured = CONFIGURED.read().unwrap_or_else(|p| p.into_inner());
+    if !configured.iter().any(|c| s.contains(c.as_str())) {
+        return mask_with(s, &ENV_SECRETS);
+    }
+    let mut out = s.to_owned();
+    for secret in configured.iter() {
+        out = out.replace(secret.as_str(), MASK);
+    }
+    mask_with(&out, &ENV_SECRETS)
 }
 
 /// [`mask_str`] with `known` secret values masked verbatim first.

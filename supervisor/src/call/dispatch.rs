@@ -102,11 +102,7 @@ impl Service {
     /// timeout argument and the group's maximum; the group default when neither.
     pub(crate) fn deadline(&self, call: &Call<'_>) -> Duration {
         let cfg = self.config();
-        let group = cfg
-            .workers
-            .group(&call.tool.group)
-            .cloned()
-            .unwrap_or_default();
+        let group = cfg.group_settings(&call.tool.group).unwrap_or_default();
         let own = call
             .tool
             .timeout_arg

@@ -246,6 +246,9 @@ impl Service {
     async fn preview_for(&self, call: &Call<'_>) -> Option<String> {
         match call.tool.confirm_preview {
             ConfirmPreview::None => None,
+            ConfirmPreview::Arguments => Some(crate::registry::announced::arguments_preview(
+                &call.req.args,
+            )),
             ConfirmPreview::Arg(arg) => call
                 .req
                 .args

@@ -27,6 +27,14 @@ fn everything() -> Config {
         ..GroupConfig::default()
     };
     c.workers.external.insert("words".into(), external);
+    let server = mcp::McpServerConfig {
+        command: vec!["server".into()],
+        url: Some("http://h/mcp".into()),
+        env: [("K".to_string(), "v".to_string())].into(),
+        tools: Some(vec!["t".into()]),
+        ..mcp::McpServerConfig::default()
+    };
+    c.mcp.servers.insert("gh".into(), server);
     c
 }
 
@@ -62,6 +70,10 @@ fn every_key_is_documented() {
         "web",
         "skills",
         "words",
+        "mcp",
+        "servers",
+        "gh",
+        "K",
     ] {
         all.remove(table);
     }

@@ -6,6 +6,7 @@ use std::path::{Path, PathBuf};
 
 use toolvisor_protocol::worker::{Limits, SkillsSettings, WebSettings};
 
+pub mod mcp;
 mod policy;
 mod toml_error;
 mod validate;
@@ -69,6 +70,8 @@ pub struct Config {
     pub web: WebSettings,
     /// `[skills]`: where skills are found.
     pub skills: SkillsSettings,
+    /// `[mcp.servers.NAME]`: MCP servers run as supervised workers.
+    pub mcp: mcp::McpConfig,
 }
 
 /// `[workspace]`: the roots tools may reach; relative paths are taken against the

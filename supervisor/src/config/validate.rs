@@ -51,6 +51,7 @@ impl Config {
             }
         }
         self.validate_web_and_skills()?;
+        self.mcp.validate()?;
         if self.server.max_open_calls == 0 {
             return Err("server.max_open_calls must be at least 1".into());
         }

@@ -3,8 +3,9 @@
 //! to trust it: a tool's risk may only be raised (by the group's configured floor, and
 //! to `high` by a destructive hint), never lowered below the floor.
 
+use serde_json::Value;
 use toolvisor_protocol::tools::def::result_schema;
-use toolvisor_protocol::tools::{Hints, PathParam, Risk, ToolDef};
+use toolvisor_protocol::tools::{ConfirmPreview, Hints, PathParam, Risk, ToolDef};
 use toolvisor_protocol::worker::AnnouncedTool;
 
 /// The registry definition of an announced tool of `group`, at least `floor` risk.
@@ -31,7 +32,26 @@ pub fn to_def(group: &str, floor: Risk, t: AnnouncedTool) -> ToolDef {
     def.risk = risk;
     def.hints = hints;
     def.paths = t.paths.iter().map(|p| PathParam::new(p)).collect();
+    def.confirm_preview = ConfirmPreview::Arguments;
     def
+}
+
+/// Longest argument preview a confirmation shows for an announced tool.
+const MAX_PREVIEW: usize = 8 * 1024;
+
+/// What a person asked to confirm a call of an announced tool sees besides its
+/// description: the arguments, as indented JSON, at most [`MAX_PREVIEW`] bytes.
+pub fn arguments_preview(args: &Value) -> String {
+    let mut text = serde_json::to_string_pretty(args).unwrap_or_default();
+    if text.len() > MAX_PREVIEW {
+        let mut end = MAX_PREVIEW;
+        while !text.is_char_boundary(end) {
+            end -= 1;
+        }
+        text.truncate(end);
+        text.push_str("\n…");
+    }
+    text
 }
 
 #[cfg(test)]
@@ -39,6 +59,16 @@ mod tests {
     use super::*;
     use serde_json::json;
     use toolvisor_protocol::worker::Annotations;
+
+    #[test]
+    fn the_arguments_preview_is_bounded() {
+        assert_eq!(
+            arguments_preview(&json!({"q": "x"})),
+            "{\n  \"q\": \"x\"\n}"
+        );
+        let long = arguments_preview(&json!({"q": "é".repeat(10_000)}));
+        assert!(long.len() <= MAX_PREVIEW + 4 && long.ends_with('…'));
+    }
 
     fn announced(risk: Option<Risk>, destructive: Option<bool>) -> AnnouncedTool {
         AnnouncedTool {
@@ -69,6 +99,7 @@ mod tests {
         let d = to_def("g", Risk::Low, announced(None, Some(true)));
         assert_eq!(d.risk, Risk::High, "a destructive hint raises to high");
         assert_eq!(d.paths, [PathParam::new("file")]);
+        assert_eq!(d.confirm_preview, ConfirmPreview::Arguments);
         assert!(!d.hints.read_only && d.hints.open_world);
     }
 }

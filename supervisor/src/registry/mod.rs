@@ -9,6 +9,7 @@
 
 pub mod announced;
 pub mod live;
+pub mod mcp;
 pub mod validate;
 
 use std::collections::HashMap;

@@ -44,12 +44,20 @@ pub async fn reload_and_restart(service: &Arc<Service>) {
             return;
         }
     };
+    crate::registry::mcp::secrets(&cfg);
+    for note in crate::registry::mcp::reload_notes(service.pools().keys(), &cfg) {
+        tracing::warn!("SIGHUP: {note}");
+    }
     let mut plans = Vec::new();
     for (group, pool) in service.pools() {
-        if let Some(g) = cfg.workers.group(group) {
+        if let Some(g) = cfg.group_settings(group) {
             pool.set_limits(g.queue_max, g.max_in_flight);
             let reconfig = Reconfig {
-                init: init.clone(),
+                // An MCP server's worker restarts with its server's new settings.
+                init: WorkerInit {
+                    mcp: cfg.mcp.server_init(group),
+                    ..init.clone()
+                },
                 passthrough: g.env_passthrough.clone(),
                 supervisor: cfg.supervisor.clone(),
             };

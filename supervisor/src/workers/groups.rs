@@ -1,12 +1,14 @@
 //! Groups are data: which pools the service runs. A built-in group exists because
 //! the registry has built-in tools in it; an external group because the config names
-//! its command (`[workers.NAME] command = [...]`). What differs between groups — how
-//! the worker is started, its niceness, how long the supervisor waits for it past a
-//! deadline — is here, in one table.
+//! its command (`[workers.NAME] command = [...]`); an MCP server's group `mcp:NAME`
+//! because the config names the server (`[mcp.servers.NAME]`). What differs between
+//! groups — how the worker is started, its niceness, how long the supervisor waits for
+//! it past a deadline — is here, in one table.
 
 use std::time::Duration;
 
 use toolvisor_protocol::tools::{self, Risk};
+use toolvisor_protocol::worker::McpServerInit;
 
 use crate::config::Config;
 use crate::registry::Registry;
@@ -33,6 +35,16 @@ pub enum Kind {
         command: Vec<String>,
         /// The lowest risk of its tools.
         risk: Risk,
+    },
+    /// An MCP server (`[mcp.servers.NAME]`): this binary re-executed as `toolvisor
+    /// worker --group mcp:NAME` is the server's client, and announces its tools as
+    /// `NAME__TOOL`. Apart from an external group because the worker is ours (it gets
+    /// the server in `init.mcp`, secrets included, never in its environment), its
+    /// tools' risk is the server's configured `risk` rather than a floor under a risk
+    /// of their own, and it starts within the server's own deadline.
+    Mcp {
+        /// What the worker runs: the server's command or URL, its `env`, its allow-list.
+        server: McpServerInit,
     },
 }
 
@@ -113,6 +125,8 @@ impl Group {
         match self.kind {
             Kind::Builtin => self.traits().map_or(Duration::ZERO, |t| t.patience),
             Kind::External { .. } => EXTERNAL_PATIENCE,
+            // The worker answers a cancel at once (and tells the server).
+            Kind::Mcp { .. } => Duration::ZERO,
         }
     }
 
@@ -125,14 +139,23 @@ impl Group {
     /// The external command, for the spawner (`None`: this binary).
     pub fn command(&self) -> Option<Vec<String>> {
         match &self.kind {
-            Kind::Builtin => None,
+            Kind::Builtin | Kind::Mcp { .. } => None,
             Kind::External { command, .. } => Some(command.clone()),
+        }
+    }
+
+    /// The MCP server the group's worker runs (`init.mcp`).
+    pub fn mcp(&self) -> Option<McpServerInit> {
+        match &self.kind {
+            Kind::Mcp { server } => Some(server.clone()),
+            _ => None,
         }
     }
 }
 
 /// Every group to run: the built-in groups that have tools (or announce them), in the
-/// order the table lists them, then the configured external groups by name.
+/// order the table lists them, then the configured external groups by name, then the
+/// MCP servers' groups by name.
 pub fn plan(config: &Config, registry: &Registry) -> Vec<Group> {
     let present = registry.groups();
     let builtin = BUILTIN
@@ -149,7 +172,15 @@ pub fn plan(config: &Config, registry: &Registry) -> Vec<Group> {
             risk: g.risk.unwrap_or(Risk::Medium),
         },
     });
-    builtin.chain(external).collect()
+    let mcp = config.mcp.servers.keys().filter_map(|name| {
+        let group = crate::config::mcp::group_of(name);
+        let server = config.mcp.server_init(&group)?;
+        Some(Group {
+            name: group,
+            kind: Kind::Mcp { server },
+        })
+    });
+    builtin.chain(external).chain(mcp).collect()
 }
 
 #[cfg(test)]
@@ -160,7 +191,8 @@ mod tests {
     fn builtin_groups_come_from_the_registry_and_external_ones_from_the_config() {
         let registry = Registry::new(tools::builtin()).unwrap();
         let config = Config::parse(
-            "[workers.words]\ncommand = [\"python3\", \"w.py\"]\nrisk = \"low\"\n",
+            "[workers.words]\ncommand = [\"python3\", \"w.py\"]\nrisk = \"low\"\n\
+             [mcp.servers.gh]\ncommand = [\"gh-mcp\"]\nstartup_timeout_ms = 100\n",
             "t",
         )
         .unwrap();
@@ -168,8 +200,19 @@ mod tests {
         let names: Vec<&str> = groups.iter().map(|g| g.name.as_str()).collect();
         assert_eq!(
             names,
-            ["search", "edit", "exec", "web", "state", "meta", "words"]
+            [
+                "search", "edit", "exec", "web", "state", "meta", "words", "mcp:gh"
+            ]
         );
+        let gh = &groups[7];
+        assert_eq!(gh.command(), None, "an MCP server's worker is this binary");
+        assert_eq!(gh.patience(), Duration::ZERO);
+        let server = gh.mcp().unwrap();
+        assert_eq!(
+            (server.name.as_str(), server.startup_timeout_ms),
+            ("gh", 100)
+        );
+        assert!(groups[6].mcp().is_none());
         assert_eq!(groups[0].nice(), 10);
         assert_eq!(groups[2].patience(), EXEC_PATIENCE);
         assert!(groups[5].announces_builtin() && !groups[0].announces_builtin());

@@ -83,6 +83,7 @@ pub fn worker_init(
         generation: 0,
         web: config.web.clone(),
         skills: config.skills.clone(),
+        mcp: None,
     })
 }
 

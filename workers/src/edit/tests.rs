@@ -46,6 +46,7 @@ impl Ws {
             generation: 0,
             web: Default::default(),
             skills: Default::default(),
+            mcp: None,
             group: "edit".into(),
             index: 0,
             roots,

@@ -46,6 +46,7 @@ fn fixture_with(limits: Limits, max_jobs: usize, shim: bool) -> Fixture {
         generation: 0,
         web: Default::default(),
         skills: Default::default(),
+        mcp: None,
         group: "exec".into(),
         index: 0,
         roots: Roots {

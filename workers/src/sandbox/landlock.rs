@@ -163,6 +163,7 @@ mod tests {
             generation: 0,
             web: Default::default(),
             skills: Default::default(),
+            mcp: None,
             group: group.into(),
             index: 0,
             roots: Roots {

@@ -140,6 +140,7 @@ pub(crate) mod testutil {
             generation: 0,
             web: Default::default(),
             skills: Default::default(),
+            mcp: None,
             group: "search".into(),
             index: 0,
             roots: roots.clone(),

@@ -20,7 +20,7 @@ use toolvisor_protocol::worker::{AnnouncedTool, ToWorker, WorkerInit};
 
 use super::link::{Link, ReaderArgs};
 use super::shared::{WorkerShared, WorkerState};
-use super::{READY_TIMEOUT, kill_group, lock, patience};
+use super::{kill_group, lock, patience, ready_timeout};
 use crate::session::events::{Events, WorkerEvent};
 use crate::workers::restart::{Next, RestartPolicy};
 use crate::workers::spawn::{SpawnSpec, Spawner};
@@ -63,7 +63,7 @@ pub enum WorkerMsg {
         /// The signal that killed it, if one did.
         signal: Option<i32>,
     },
-    /// The process did not say `ready` within [`READY_TIMEOUT`]: it is killed.
+    /// The process did not say `ready` within its [`super::ready_timeout`]: it is killed.
     ReadyTimeout {
         /// The process that was given the time.
         generation: u64,
@@ -293,7 +293,8 @@ impl WorkerActorState {
         if self.args.shared.state() == WorkerState::Starting
             && let Some(pid) = self.child_pid
         {
-            tracing::warn!(group = %self.args.shared.group, pid, "worker not ready within {READY_TIMEOUT:?}");
+            let limit = ready_timeout(&self.args.init);
+            tracing::warn!(group = %self.args.shared.group, pid, "worker not ready within {limit:?}");
             self.kill_reason = Some("not_ready");
             kill_group(pid);
         }
@@ -363,8 +364,8 @@ impl WorkerActorState {
             link.send(init).await;
         }
         self.args.shared.set_link(link);
-        myself.send_after(READY_TIMEOUT, move || WorkerMsg::ReadyTimeout {
-            generation,
+        myself.send_after(ready_timeout(&self.args.init), move || {
+            WorkerMsg::ReadyTimeout { generation }
         });
     }
 

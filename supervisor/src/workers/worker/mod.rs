@@ -30,6 +30,19 @@ pub const CANCEL_GRACE: Duration = Duration::from_secs(2);
 /// then drains its pipes; a call never costs the other calls their worker.
 pub const EXEC_PATIENCE: Duration = Duration::from_secs(12);
 
+/// What an MCP server's worker gets past its server's `startup_timeout_ms` to say
+/// `ready` (it starts the server, then lists its tools, each within that deadline).
+const MCP_READY_SLACK: Duration = Duration::from_secs(5);
+
+/// How long a worker started with `init` has to say `ready`: [`READY_TIMEOUT`], or for
+/// an MCP server's worker its server's start-up deadline and some slack.
+pub fn ready_timeout(init: &toolvisor_protocol::worker::WorkerInit) -> Duration {
+    match &init.mcp {
+        Some(m) => Duration::from_millis(m.startup_timeout_ms) + MCP_READY_SLACK,
+        None => READY_TIMEOUT,
+    }
+}
+
 /// How long the supervisor waits for a worker of `group` to answer a cancel, or a call
 /// past its deadline, before it gives up on the process.
 pub fn patience(group: &str) -> Duration {

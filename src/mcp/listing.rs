@@ -1,0 +1,138 @@
+//! `tools/list`: the daemon's `list_tools` in format `mcp`, as MCP tools.
+//!
+//! The daemon lists `name`, `title`, `description`, `inputSchema`, `outputSchema` and
+//! `annotations`. What an older daemon does not list is derived here, in [`complete`]:
+//! a `title` from the name, and the `outputSchema` every tool's `structuredContent`
+//! follows (see [`output_schema`]).
+
+use rmcp::model::Tool;
+use serde_json::{Value, json};
+use toolvisor_protocol::message::{ServerMessage, ToolFormat};
+use toolvisor_protocol::tools;
+
+use crate::mcp::bridge::{Bridge, Unavailable};
+
+/// Every tool the daemon offers, sorted by name. Without a daemon (and `--no-spawn`),
+/// the built-in tools: calls then say how to start one.
+pub async fn list(bridge: &Bridge) -> Result<Vec<Tool>, Unavailable> {
+    let listed = match bridge
+        .request(|id| toolvisor_protocol::ClientMessage::ListTools {
+            id,
+            format: Some(ToolFormat::Mcp),
+            groups: None,
+        })
+        .await
+    {
+        Ok(ServerMessage::Tools { tools, .. }) => tools,
+        Ok(other) => return Err(Unavailable(format!("unexpected answer: {other:?}"))),
+        Err(_) => builtin(),
+    };
+    let mut out: Vec<Tool> = listed.into_iter().filter_map(to_tool).collect();
+    out.sort_by(|a, b| a.name.cmp(&b.name));
+    Ok(out)
+}
+
+/// The built-in tools in format `mcp`.
+fn builtin() -> Vec<Value> {
+    tools::builtin()
+        .iter()
+        .map(|t| t.listing(ToolFormat::Mcp))
+        .collect()
+}
+
+/// One listed tool as an MCP tool (`None` for an entry that is not one).
+fn to_tool(mut listed: Value) -> Option<Tool> {
+    complete(&mut listed);
+    match serde_json::from_value::<Tool>(listed) {
+        Ok(t) => Some(t),
+        Err(e) => {
+            tracing::warn!("a listed tool is not an MCP tool: {e}");
+            None
+        }
+    }
+}
+
+/// Fill in what the daemon's listing does not carry yet: `title` (from the name) and
+/// `outputSchema` (the shape of every result's `structuredContent`).
+pub fn complete(listed: &mut Value) {
+    let Some(m) = listed.as_object_mut() else {
+        return;
+    };
+    if !m.contains_key("title") {
+        let name = m.get("name").and_then(Value::as_str).unwrap_or_default();
+        m.insert("title".into(), Value::String(title(name)));
+    }
+    if !m.contains_key("outputSchema") {
+        m.insert("outputSchema".into(), output_schema());
+    }
+}
+
+/// `read_file` → `Read file`; `github__search_issues` → `github: Search issues`.
+pub fn title(name: &str) -> String {
+    let (server, tool) = match name.split_once("__") {
+        Some((s, t)) => (Some(s), t),
+        None => (None, name),
+    };
+    let words = tool.replace(['_', '-'], " ");
+    let mut chars = words.trim().chars();
+    let human = match chars.next() {
+        Some(c) => c.to_uppercase().chain(chars).collect(),
+        None => name.to_owned(),
+    };
+    match server {
+        Some(s) => format!("{s}: {human}"),
+        None => human,
+    }
+}
+
+/// The JSON Schema of `structuredContent` (the same for every tool).
+pub fn output_schema() -> Value {
+    json!({
+        "type": "object",
+        "properties": {
+            "status": {"type": "string", "enum": ["ok", "error", "denied", "timeout", "cancelled", "crashed"]},
+            "error": {
+                "type": "object",
+                "properties": {"type": {"type": "string"}, "message": {"type": "string"}},
+                "required": ["type", "message"]
+            },
+            "exit_code": {"type": "integer", "description": "run_command: the command's exit code"},
+            "signal": {"type": "integer", "description": "run_command: the signal that killed the command"},
+            "truncated": {
+                "type": "object",
+                "properties": {
+                    "omitted_bytes": {"type": "integer", "minimum": 0},
+                    "omitted_lines": {"type": "integer", "minimum": 0}
+                },
+                "required": ["omitted_bytes", "omitted_lines"]
+            },
+            "full_output": {"type": "string", "description": "Where the whole output is: read it with read_file (also linked as a toolvisor://artifacts/ resource)"},
+            "structured": {"description": "An MCP server's tool: the structuredContent it returned"},
+            "duration_ms": {"type": "integer", "minimum": 0},
+            "audit_seq": {"type": "integer", "minimum": 0}
+        },
+        "required": ["status", "duration_ms", "audit_seq"]
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn titles_read_like_words() {
+        assert_eq!(title("read_file"), "Read file");
+        assert_eq!(title("ls"), "Ls");
+        assert_eq!(title("github__search_issues"), "github: Search issues");
+    }
+
+    #[test]
+    fn every_builtin_tool_becomes_an_mcp_tool() {
+        let tools: Vec<Tool> = builtin().into_iter().filter_map(to_tool).collect();
+        assert_eq!(tools.len(), tools::builtin().len());
+        for t in &tools {
+            assert!(t.title.is_some() && t.output_schema.is_some(), "{}", t.name);
+            assert!(t.annotations.is_some(), "{}", t.name);
+        }
+    }
+}

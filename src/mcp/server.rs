@@ -1,0 +1,209 @@
+//! The MCP server `toolvisor mcp` runs on stdio (rmcp): `tools/list` and `tools/call`
+//! through the daemon, artifacts as resources, and `notifications/tools/list_changed`
+//! when an MCP server behind the daemon changes its tools. Every revision rmcp knows is
+//! negotiated (the stateless 2026-07-28 one through `server/discover`).
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use rmcp::model::{
+    CallToolRequestParams, CallToolResponse, CallToolResult, Implementation,
+    InitializeRequestParams, InitializeResult, ListToolsResult, PaginatedRequestParams,
+    ReadResourceRequestParams, ReadResourceResponse, ReadResourceResult, ResourceContents,
+    ServerCapabilities, ServerConfig,
+};
+use rmcp::service::RequestContext;
+use rmcp::{ErrorData, RoleServer, ServerHandler};
+use serde_json::Value;
+use tokio_util::sync::CancellationToken;
+use toolvisor_protocol::message::CallRequest;
+
+use crate::mcp::bridge::{Bridge, Notice};
+use crate::mcp::call::{self, CallCtx, CallError, Step};
+use crate::mcp::confirm;
+use crate::mcp::resources::{self, ArtifactDir, ReadError};
+use crate::mcp::rounds::{self, Rounds};
+use crate::mcp::{listing, result};
+
+/// The `_meta` key of a grant token.
+pub const CONFIRM_TOKEN_META: &str = "toolvisor/confirm_token";
+
+/// The server's state: the daemon connection and where the workspace is.
+#[derive(Clone)]
+pub struct ToolvisorMcp {
+    bridge: Arc<Bridge>,
+    workspace: PathBuf,
+    artifacts: ArtifactDir,
+    /// Cancelled when the client's end of stdio closes.
+    gone: CancellationToken,
+    /// Calls waiting for a 2026-07-28 client's second round.
+    rounds: Arc<Rounds>,
+}
+
+impl ToolvisorMcp {
+    pub fn new(
+        bridge: Arc<Bridge>,
+        workspace: PathBuf,
+        artifacts: ArtifactDir,
+        gone: CancellationToken,
+    ) -> Self {
+        ToolvisorMcp {
+            bridge,
+            workspace,
+            artifacts,
+            gone,
+            rounds: Arc::default(),
+        }
+    }
+
+    fn ctx<'a>(&'a self, rc: &RequestContext<RoleServer>) -> CallCtx<'a> {
+        CallCtx {
+            bridge: &self.bridge,
+            peer: rc.peer.clone(),
+            progress: rc.meta.get_progress_token(),
+            channel: confirm::channel(rc),
+            cancel: rc.ct.clone(),
+            gone: self.gone.clone(),
+            workspace: &self.workspace,
+        }
+    }
+
+    /// Tell a stateful client whenever the daemon says an MCP server's tools changed.
+    fn forward_list_changes(&self, peer: rmcp::Peer<RoleServer>) {
+        let mut notices = self.bridge.notices();
+        tokio::spawn(async move {
+            while let Ok(Notice::ToolsChanged) = notices.recv().await {
+                if peer.notify_tool_list_changed().await.is_err() {
+                    return;
+                }
+            }
+        });
+    }
+}
+
+impl ServerHandler for ToolvisorMcp {
+    fn get_info(&self) -> ServerConfig {
+        #[allow(deprecated)]
+        let capabilities = ServerCapabilities::builder()
+            .enable_logging()
+            .enable_resources()
+            .enable_tools()
+            .enable_tool_list_changed()
+            .build();
+        ServerConfig::new(capabilities)
+            .with_server_info(
+                Implementation::new("toolvisor", env!("CARGO_PKG_VERSION")).with_title("toolvisor"),
+            )
+            .with_instructions(format!(
+                "Tools run in the workspace {} under toolvisor's policy, audited. A call that \
+                 needs a person's approval asks through the client (elicitation) or waits for \
+                 `toolvisor approve`. A truncated output links its full text as a resource.",
+                self.workspace.display()
+            ))
+    }
+
+    async fn initialize(
+        &self,
+        request: InitializeRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<InitializeResult, ErrorData> {
+        self.bridge.set_client(&request.client_info.name);
+        context.peer.set_peer_info(request.clone());
+        self.forward_list_changes(context.peer.clone());
+        self.negotiate_initialize(&request)
+    }
+
+    async fn list_tools(
+        &self,
+        _request: Option<PaginatedRequestParams>,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<ListToolsResult, ErrorData> {
+        let tools = listing::list(&self.bridge)
+            .await
+            .map_err(|e| ErrorData::internal_error(e.to_string(), None))?;
+        Ok(ListToolsResult::with_all_items(tools))
+    }
+
+    async fn call_tool(
+        &self,
+        request: CallToolRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<CallToolResponse, ErrorData> {
+        let tool = request.name.to_string();
+        let args = Value::Object(request.arguments.unwrap_or_default());
+        let ctx = self.ctx(&context);
+        let step = match &request.request_state {
+            // The second round of a 2026-07-28 call: the person's answer.
+            Some(state) => match self.rounds.take(state, &tool, &args) {
+                Ok(parked) => {
+                    let confirm = rounds::confirm(&parked.ask, request.input_responses.as_ref());
+                    match parked.route.send(&confirm).await {
+                        Ok(()) => call::drive(&ctx, parked.route).await,
+                        Err(e) => Err(CallError::Unavailable(e)),
+                    }
+                }
+                Err(why) => return Ok(result::failure("InvalidParams", &why).into()),
+            },
+            None => {
+                let mut req = CallRequest::new("", tool.clone(), args.clone());
+                req.confirm_token = context
+                    .meta
+                    .get(CONFIRM_TOKEN_META)
+                    .and_then(Value::as_str)
+                    .map(str::to_owned);
+                call::start(&ctx, req).await
+            }
+        };
+        Ok(match step {
+            Ok(Step::Done(r)) => result::to_mcp(&r).into(),
+            Ok(Step::NeedsInput(route, ask)) => match self.rounds.park(route, ask, &tool, &args) {
+                Some(input) => input.into(),
+                None => call_failure(CallError::Refused("cannot ask the person".into())).into(),
+            },
+            Err(e) => call_failure(e).into(),
+        })
+    }
+
+    async fn read_resource(
+        &self,
+        request: ReadResourceRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<ReadResourceResponse, ErrorData> {
+        let path = self
+            .artifacts
+            .path_of(&request.uri)
+            .map_err(|e| ErrorData::resource_not_found(e.to_string(), None))?;
+        let ctx = self.ctx(&context);
+        let text = resources::read_all(&path, |req| {
+            let ctx = &ctx;
+            async move {
+                call::run(ctx, req)
+                    .await
+                    .map_err(|e| ReadError::Failed(failure_text(e)))
+            }
+        })
+        .await
+        .map_err(|e| match e {
+            ReadError::NotFound(m) => ErrorData::resource_not_found(m, None),
+            ReadError::Failed(m) => ErrorData::internal_error(m, None),
+        })?;
+        let contents = ResourceContents::text(text, request.uri).with_mime_type("text/plain");
+        Ok(ReadResourceResult::new(vec![contents]).into())
+    }
+}
+
+fn failure_text(e: CallError) -> String {
+    match e {
+        CallError::Unavailable(u) => u.to_string(),
+        CallError::Cancelled => "the request was cancelled".into(),
+        CallError::Refused(m) => format!("the daemon refused the call: {m}"),
+    }
+}
+
+/// The `isError` result of a call that got no result from the daemon.
+fn call_failure(e: CallError) -> CallToolResult {
+    match e {
+        CallError::Cancelled => result::failure("Cancelled", "the request was cancelled"),
+        other => result::failure("InternalError", &failure_text(other)),
+    }
+}

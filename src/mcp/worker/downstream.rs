@@ -1,0 +1,130 @@
+//! The MCP server a worker runs: a child process spoken to over its stdin and stdout,
+//! or a Streamable HTTP session, as an rmcp client.
+//!
+//! The child gets the worker's (scrubbed) environment plus its own `env`, the workspace
+//! as its directory, the worker's process group (so the supervisor's kill of the worker
+//! reaches it) and death with the worker (parent-death signal). Its stderr goes to the
+//! daemon's log. A server that asks its client for input (elicitation) is declined:
+//! toolvisor's own confirmations happen before the call reaches the server.
+
+use std::path::Path;
+use std::process::Stdio;
+use std::time::Duration;
+
+use rmcp::model::{
+    ClientCapabilities, ClientConfig, ElicitRequestParams, ElicitResult, ElicitationAction,
+    Implementation,
+};
+use rmcp::service::{NotificationContext, RequestContext, RunningService};
+use rmcp::{ClientHandler, ErrorData, RoleClient, ServiceExt};
+use tokio::sync::mpsc;
+use toolvisor_protocol::worker::McpServerInit;
+
+/// The running client session with the server.
+pub type Session = RunningService<RoleClient, Handler>;
+
+/// Why the server could not be reached.
+#[derive(Debug, thiserror::Error)]
+pub enum ConnectError {
+    #[error("cannot start `{program}`: {source}")]
+    Spawn {
+        program: String,
+        source: std::io::Error,
+    },
+    #[error("the server did not finish `initialize` within {0:?}")]
+    Timeout(Duration),
+    #[error("the MCP handshake failed: {0}")]
+    Handshake(String),
+}
+
+/// The client side of the session: it hears when the server's tools change.
+pub struct Handler {
+    /// One pending "tools changed" is enough: floods collapse into it.
+    changed: mpsc::Sender<()>,
+}
+
+impl ClientHandler for Handler {
+    fn get_info(&self) -> ClientConfig {
+        ClientConfig::new(
+            ClientCapabilities::default(),
+            Implementation::new("toolvisor", env!("CARGO_PKG_VERSION")),
+        )
+    }
+
+    async fn on_tool_list_changed(&self, _context: NotificationContext<RoleClient>) {
+        let _ = self.changed.try_send(());
+    }
+
+    async fn create_elicitation(
+        &self,
+        _request: ElicitRequestParams,
+        _context: RequestContext<RoleClient>,
+    ) -> Result<ElicitResult, ErrorData> {
+        Ok(ElicitResult::new(ElicitationAction::Decline))
+    }
+}
+
+/// Connect to the server `init` describes, within its start-up deadline. The receiver
+/// hears of `notifications/tools/list_changed`.
+pub async fn connect(
+    init: &McpServerInit,
+    cwd: &Path,
+) -> Result<(Session, mpsc::Receiver<()>), ConnectError> {
+    let (changed, rx) = mpsc::channel(1);
+    let handler = Handler { changed };
+    let deadline = Duration::from_millis(init.startup_timeout_ms);
+    let started = match &init.url {
+        Some(url) => {
+            // rustls is built without a default crypto provider: ring is ours.
+            let _ = rustls::crypto::ring::default_provider().install_default();
+            let transport = rmcp::transport::StreamableHttpClientTransport::from_uri(url.as_str());
+            tokio::time::timeout(deadline, handler.serve(transport)).await
+        }
+        None => {
+            let (stdout, stdin) = spawn(init, cwd)?;
+            tokio::time::timeout(deadline, handler.serve((stdout, stdin))).await
+        }
+    };
+    match started {
+        Ok(Ok(session)) => Ok((session, rx)),
+        Ok(Err(e)) => Err(ConnectError::Handshake(e.to_string())),
+        Err(_) => Err(ConnectError::Timeout(deadline)),
+    }
+}
+
+/// Start the server's command; its pipes for the client.
+fn spawn(
+    init: &McpServerInit,
+    cwd: &Path,
+) -> Result<(tokio::process::ChildStdout, tokio::process::ChildStdin), ConnectError> {
+    let spawn_err = |source| ConnectError::Spawn {
+        program: init.command.first().cloned().unwrap_or_default(),
+        source,
+    };
+    let Some((program, args)) = init.command.split_first() else {
+        return Err(spawn_err(std::io::Error::other("the command is empty")));
+    };
+    let mut cmd = tokio::process::Command::new(program);
+    cmd.args(args)
+        .envs(&init.env)
+        .current_dir(cwd)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .kill_on_drop(true);
+    // SAFETY: the hook only makes async-signal-safe calls between fork and exec.
+    unsafe {
+        cmd.pre_exec(crate::mcp::child::die_with_parent(libc::SIGKILL));
+    }
+    let mut child = cmd.spawn().map_err(spawn_err)?;
+    let (Some(stdout), Some(stdin)) = (child.stdout.take(), child.stdin.take()) else {
+        return Err(spawn_err(std::io::Error::other("no pipes to the server")));
+    };
+    // The child is reaped (and its death seen) through the session closing; keep it
+    // from being killed by the drop of its handle while it serves.
+    tokio::spawn(async move {
+        let status = child.wait().await;
+        tracing::warn!("the MCP server exited: {status:?}");
+    });
+    Ok((stdout, stdin))
+}

@@ -1,0 +1,347 @@
+//! `toolvisor worker --group mcp:NAME`: one MCP server (`[mcp.servers.NAME]`) as a
+//! supervised worker.
+//!
+//! It reads `init` on its control socket (fd 3), starts the server (or opens its HTTP
+//! session) and lists its tools within the start-up deadline, and says `ready` with
+//! those tools, named `NAME__TOOL` ([`catalog`]). Then each `run` becomes a
+//! `tools/call` and each `cancel` a `notifications/cancelled`; a
+//! `notifications/tools/list_changed` (however many come at once) becomes one new
+//! `tools/list`, sent on as a `tools` frame when it differs.
+//! When the server goes away (it exited, the session broke), the worker exits and the
+//! supervisor restarts it like any other.
+
+mod catalog;
+mod downstream;
+mod outcome;
+
+use std::collections::HashMap;
+use std::os::fd::FromRawFd;
+use std::os::unix::net::UnixStream as StdUnixStream;
+use std::sync::{Arc, Mutex, RwLock};
+use std::time::Duration;
+
+use rmcp::model::{CallToolRequest, CallToolRequestParams, ClientRequest, ServerResult};
+use rmcp::service::PeerRequestOptions;
+use rmcp::{Peer, RoleClient};
+use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
+use toolvisor_protocol::message::Guards;
+use toolvisor_protocol::worker::{
+    AnnouncedTool, CONTROL_FD, FromWorker, KNOWN_TO_WORKER, McpServerInit, Outcome, ToWorker,
+    WorkerInit,
+};
+use toolvisor_protocol::writer::write_queued;
+use toolvisor_protocol::{ErrorBody, ErrorType, frame};
+
+use catalog::{Catalog, Listed};
+
+/// Exit code for a configuration error: the supervisor does not restart on it.
+const EXIT_CONFIG: i32 = 78;
+/// Exit code when the server could not be started or went away: restarted.
+const EXIT_SERVER: i32 = 1;
+/// The least time between two `tools/list` after `list_changed` notifications.
+const RELIST_EVERY: Duration = Duration::from_millis(250);
+
+/// Entry point; returns the exit code.
+pub fn main(group: &str) -> i32 {
+    // SAFETY: the supervisor passes the control socket as fd 3 and nothing else in
+    // this process owns that descriptor.
+    let control = unsafe { StdUnixStream::from_raw_fd(CONTROL_FD) };
+    let init = match toolvisor_workers::worker::read_init(&control) {
+        Ok(init) if init.group == group && init.mcp.is_some() => init,
+        Ok(init) => {
+            tracing::error!(
+                group,
+                "worker asked for group {group} but init says {} (or names no MCP server)",
+                init.group
+            );
+            return EXIT_CONFIG;
+        }
+        Err(e) => {
+            tracing::error!(group, "worker: no valid init frame: {e}");
+            return EXIT_CONFIG;
+        }
+    };
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            tracing::error!(group, "worker: cannot start a runtime: {e}");
+            return EXIT_SERVER;
+        }
+    };
+    let code = runtime.block_on(serve(control, init));
+    runtime.shutdown_timeout(Duration::from_secs(2));
+    code
+}
+
+/// Calls running on the server, by the supervisor's call number.
+type Running = Arc<Mutex<HashMap<u64, CancellationToken>>>;
+
+/// The tools announced last: a `run` names one of them.
+type Current = Arc<RwLock<Arc<Catalog>>>;
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+async fn serve(control: StdUnixStream, init: WorkerInit) -> i32 {
+    let group = init.group.clone();
+    let Some(server) = init.mcp.clone() else {
+        return EXIT_CONFIG;
+    };
+    let (session, changed) = match downstream::connect(&server, &init.roots.private).await {
+        Ok(s) => s,
+        Err(e) => {
+            tracing::error!(group = %group, "MCP server `{}`: {e}", server.name);
+            return EXIT_SERVER;
+        }
+    };
+    let deadline = Duration::from_millis(server.startup_timeout_ms);
+    let listed = match list(session.peer(), &server, deadline).await {
+        Ok(t) => t,
+        Err(e) => {
+            tracing::error!(group = %group, "MCP server `{}`: tools/list: {e}", server.name);
+            return EXIT_SERVER;
+        }
+    };
+    let stream = match control
+        .set_nonblocking(true)
+        .and_then(|_| tokio::net::UnixStream::from_std(control))
+    {
+        Ok(s) => s,
+        Err(e) => {
+            tracing::error!(group = %group, "worker: control socket: {e}");
+            return EXIT_SERVER;
+        }
+    };
+    let (mut rd, wr) = stream.into_split();
+    let (tx, rx) = mpsc::channel::<FromWorker>(256);
+    let writer = tokio::spawn(write_loop(wr, rx));
+    let current: Current = Arc::new(RwLock::new(listed.catalog));
+    let tools = listed.announced;
+    let ready = FromWorker::Ready {
+        pid: std::process::id(),
+        guards: Guards::default(),
+        tools: tools.clone(),
+    };
+    if tx.send(ready).await.is_err() {
+        return EXIT_SERVER;
+    }
+    let running: Running = Arc::default();
+    let max = init
+        .limits
+        .max_frame_bytes
+        .max(toolvisor_protocol::DEFAULT_MAX_FRAME_BYTES);
+    let peer = session.peer().clone();
+    let closed = session.cancellation_token();
+    let mut gone = Box::pin(session.waiting());
+    let relister = tokio::spawn(relist(
+        Relist {
+            peer: peer.clone(),
+            server: server.clone(),
+            current: current.clone(),
+            tx: tx.clone(),
+            deadline,
+        },
+        changed,
+        tools,
+    ));
+    let code = loop {
+        tokio::select! {
+            body = frame::read_frame(&mut rd, max) => {
+                let msg = match body {
+                    Ok(Some(b)) => frame::decode::<ToWorker>(&b, KNOWN_TO_WORKER),
+                    Ok(None) => break 0,
+                    Err(e) => {
+                        tracing::error!(group = %group, "worker: control socket: {e}");
+                        break 0;
+                    }
+                };
+                match msg {
+                    Ok(ToWorker::Shutdown) => break 0,
+                    Ok(m) => on_message(m, &peer, &running, &current, &tx, &init),
+                    Err(e) => tracing::error!(group = %group, "worker: bad frame from supervisor: {e}"),
+                }
+            }
+            end = &mut gone => {
+                tracing::error!(group = %group, "MCP server `{}` went away: {end:?}", server.name);
+                break EXIT_SERVER;
+            }
+        }
+    };
+    relister.abort();
+    // Asked to stop: the calls still running are cancelled on the server. When the
+    // server went away, they end as crashed (their answers can never come), not as
+    // cancelled: nobody cancelled them.
+    if code == 0 {
+        for token in lock(&running).values() {
+            token.cancel();
+        }
+    }
+    closed.cancel();
+    drop(tx);
+    let _ = writer.await;
+    code
+}
+
+/// What [`relist`] works with.
+struct Relist {
+    peer: Peer<RoleClient>,
+    server: McpServerInit,
+    current: Current,
+    tx: mpsc::Sender<FromWorker>,
+    deadline: Duration,
+}
+
+/// On each `list_changed` (floods collapse into one pending notice), list the tools
+/// again and send them on when they differ; at most one list per [`RELIST_EVERY`].
+async fn relist(r: Relist, mut changed: mpsc::Receiver<()>, mut announced: Vec<AnnouncedTool>) {
+    while changed.recv().await.is_some() {
+        match list(&r.peer, &r.server, r.deadline).await {
+            Ok(listed) if listed.announced != announced => {
+                announced = listed.announced.clone();
+                *r.current.write().unwrap_or_else(|p| p.into_inner()) = listed.catalog;
+                let tools = listed.announced;
+                if r.tx.send(FromWorker::Tools { tools }).await.is_err() {
+                    return;
+                }
+            }
+            Ok(_) => {}
+            Err(e) => tracing::warn!("tools/list after list_changed: {e}"),
+        }
+        // A rate limit, not a wait for anything: what came meanwhile is one notice.
+        tokio::time::sleep(RELIST_EVERY).await;
+    }
+}
+
+/// Every tool of the server (all pages), within `deadline`, as announced.
+async fn list(
+    peer: &Peer<RoleClient>,
+    server: &McpServerInit,
+    deadline: Duration,
+) -> Result<Listed, String> {
+    let tools = match tokio::time::timeout(deadline, peer.list_all_tools()).await {
+        Ok(Ok(tools)) => tools,
+        Ok(Err(e)) => return Err(e.to_string()),
+        Err(_) => return Err(format!("no answer within {deadline:?}")),
+    };
+    let listed = catalog::build(server, tools);
+    for w in &listed.warnings {
+        tracing::warn!("MCP server `{}`: {w}", server.name);
+    }
+    Ok(listed)
+}
+
+fn on_message(
+    msg: ToWorker,
+    peer: &Peer<RoleClient>,
+    running: &Running,
+    current: &Current,
+    tx: &mpsc::Sender<FromWorker>,
+    init: &WorkerInit,
+) {
+    match msg {
+        ToWorker::Run {
+            call, tool, args, ..
+        } => {
+            let cancel = CancellationToken::new();
+            lock(running).insert(call, cancel.clone());
+            let (peer, running, tx) = (peer.clone(), running.clone(), tx.clone());
+            let catalog = current.read().unwrap_or_else(|p| p.into_inner()).clone();
+            let limits = init.limits.clone();
+            tokio::spawn(async move {
+                let mut o = match catalog.find(&tool) {
+                    Some(served) => {
+                        let mut o = call_tool(&peer, served.original.clone(), args, &cancel).await;
+                        served.check_output(&mut o);
+                        o
+                    }
+                    None => Outcome::err(ErrorBody::new(
+                        ErrorType::McpToolError,
+                        format!("the server no longer offers `{tool}`"),
+                    )),
+                };
+                outcome::fit(&mut o, &limits);
+                lock(&running).remove(&call);
+                let _ = tx.send(FromWorker::Done { call, outcome: o }).await;
+            });
+        }
+        ToWorker::Cancel { call } => {
+            if let Some(token) = lock(running).get(&call) {
+                token.cancel();
+            }
+        }
+        ToWorker::Init(_) => tracing::warn!("worker: ignoring a second init"),
+        ToWorker::Shutdown => {}
+    }
+}
+
+/// One `tools/call`; a cancel sends `notifications/cancelled` and answers at once.
+async fn call_tool(
+    peer: &Peer<RoleClient>,
+    tool: String,
+    args: serde_json::Value,
+    cancel: &CancellationToken,
+) -> Outcome {
+    let serde_json::Value::Object(args) = args else {
+        return Outcome::err(ErrorBody::new(
+            ErrorType::InvalidParams,
+            "the arguments must be an object",
+        ));
+    };
+    let params = CallToolRequestParams::new(tool).with_arguments(args);
+    let request = ClientRequest::CallToolRequest(CallToolRequest::new(params));
+    let mut handle = match peer
+        .send_cancellable_request(request, PeerRequestOptions::no_options())
+        .await
+    {
+        Ok(h) => h,
+        Err(e) => return crashed(&e.to_string()),
+    };
+    let answer = tokio::select! {
+        a = &mut handle.rx => a,
+        _ = cancel.cancelled() => {
+            let _ = handle.cancel(Some("cancelled by toolvisor".into())).await;
+            return Outcome::err(ErrorBody::new(ErrorType::Cancelled, "the call was cancelled"));
+        }
+    };
+    match answer {
+        Ok(Ok(ServerResult::CallToolResult(r))) => outcome::of(r),
+        Ok(Ok(other)) => Outcome::err(ErrorBody::new(
+            ErrorType::McpToolError,
+            format!(
+                "the server answered tools/call with something else: {}",
+                outcome::kind(&other)
+            ),
+        )),
+        Ok(Err(rmcp::ServiceError::McpError(e))) => Outcome::err(ErrorBody::new(
+            ErrorType::McpToolError,
+            format!(
+                "the server refused the call: {} (code {})",
+                e.message, e.code.0
+            ),
+        )),
+        Ok(Err(e)) => crashed(&e.to_string()),
+        Err(_) => crashed("the session with the server ended"),
+    }
+}
+
+fn crashed(why: &str) -> Outcome {
+    Outcome::err(ErrorBody::new(
+        ErrorType::WorkerCrashed,
+        format!("the MCP server went away during the call: {why}"),
+    ))
+}
+
+async fn write_loop(wr: tokio::net::unix::OwnedWriteHalf, rx: mpsc::Receiver<FromWorker>) {
+    write_queued(wr, rx, |out, msg| {
+        if let Err(e) = out.push(&msg) {
+            tracing::error!("worker: cannot encode a frame: {e}");
+        }
+    })
+    .await
+}

@@ -1,0 +1,167 @@
+//! An MCP server's `CallToolResult` as a worker outcome: the text of its content blocks
+//! (other blocks described in a line), its `structuredContent` in `meta.structured`,
+//! and `isError` as status `error`, `McpToolError`. Content is cut like the other
+//! tools' output (`limits.many_max`, then the frame).
+
+use rmcp::model::{CallToolResult, ContentBlock, ResourceContents, ServerResult};
+use serde_json::Value;
+use toolvisor_protocol::worker::{Limits, Outcome};
+use toolvisor_protocol::{ErrorBody, ErrorType};
+
+/// Longest first line of an error's content used as its message.
+const MAX_MESSAGE: usize = 500;
+
+/// The outcome of a finished call.
+pub fn of(r: CallToolResult) -> Outcome {
+    let mut text = r
+        .content
+        .iter()
+        .map(block_text)
+        .collect::<Vec<_>>()
+        .join("\n");
+    if text.is_empty()
+        && let Some(s) = &r.structured_content
+    {
+        text = s.to_string();
+    }
+    let mut o = if r.is_error == Some(true) {
+        let mut o = Outcome::err(ErrorBody::new(ErrorType::McpToolError, message(&text)));
+        o.content = text.clone();
+        o.display = text;
+        o
+    } else {
+        Outcome::ok(text)
+    };
+    if let Some(s) = r.structured_content {
+        o.meta.insert("structured".into(), s);
+    }
+    o
+}
+
+/// The error message: the first line of what the tool said.
+fn message(text: &str) -> String {
+    let line = text.lines().map(str::trim).find(|l| !l.is_empty());
+    let Some(line) = line else {
+        return "the tool reported an error".into();
+    };
+    let mut end = line.len().min(MAX_MESSAGE);
+    while !line.is_char_boundary(end) {
+        end -= 1;
+    }
+    line[..end].to_owned()
+}
+
+/// One content block as text.
+fn block_text(b: &ContentBlock) -> String {
+    if let Some(t) = b.as_text() {
+        return t.text.clone();
+    }
+    if let Some(i) = b.as_image() {
+        return format!("[image: {}, {} bytes of base64]", i.mime_type, i.data.len());
+    }
+    if let Some(a) = b.as_audio() {
+        return format!("[audio: {}, {} bytes of base64]", a.mime_type, a.data.len());
+    }
+    if let Some(r) = b.as_resource() {
+        return match &r.resource {
+            ResourceContents::TextResourceContents { text, .. } => text.clone(),
+            ResourceContents::BlobResourceContents { uri, blob, .. } => {
+                format!("[resource {uri}: {} bytes of base64]", blob.len())
+            }
+            _ => "[a resource of an unknown kind]".into(),
+        };
+    }
+    if let Some(l) = b.as_resource_link() {
+        return format!("[resource link: {} ({})]", l.uri, l.name);
+    }
+    "[content of an unknown kind]".into()
+}
+
+/// Cut an outcome to the limits and the frame, whatever the server sent.
+pub fn fit(o: &mut Outcome, limits: &Limits) {
+    let cut = toolvisor_workers::truncate::text(&o.content, limits.many_max, limits.many_max);
+    if cut.truncated.is_some() {
+        let same = o.display == o.content;
+        o.content = cut.text;
+        o.truncated = cut.truncated;
+        if same {
+            o.display = o.content.clone();
+        }
+    }
+    let budget = limits.max_frame_bytes / 4;
+    let too_big = o
+        .meta
+        .get("structured")
+        .is_some_and(|s| serde_json::to_vec(s).map_or(true, |b| b.len() > budget));
+    if too_big {
+        o.meta.remove("structured");
+        o.meta
+            .insert("structured_omitted".into(), Value::Bool(true));
+    }
+    toolvisor_workers::truncate::fit_frame(o, limits.max_frame_bytes);
+}
+
+/// A short name for an unexpected answer.
+pub fn kind(r: &ServerResult) -> &'static str {
+    match r {
+        ServerResult::CreateTaskResult(_) => "a task",
+        ServerResult::InputRequiredResult(_) => "a request for input",
+        ServerResult::EmptyResult(_) => "an empty result",
+        _ => "another result",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+    use toolvisor_protocol::message::Status;
+
+    fn result(v: Value) -> CallToolResult {
+        serde_json::from_value(v).unwrap()
+    }
+
+    #[test]
+    fn text_blocks_and_structured_content() {
+        let o = of(result(json!({
+            "content": [{"type": "text", "text": "a"}, {"type": "image", "data": "AAAA", "mimeType": "image/png"}],
+            "structuredContent": {"n": 1}
+        })));
+        assert_eq!(o.status, Status::Ok);
+        assert_eq!(o.content, "a\n[image: image/png, 4 bytes of base64]");
+        assert_eq!(o.meta["structured"], json!({"n": 1}));
+        let o = of(result(
+            json!({"content": [], "structuredContent": {"n": 2}}),
+        ));
+        assert_eq!(o.content, "{\"n\":2}");
+    }
+
+    #[test]
+    fn is_error_is_an_mcp_tool_error() {
+        let o = of(result(json!({
+            "content": [{"type": "text", "text": "\nno such repo\nmore"}],
+            "isError": true
+        })));
+        assert_eq!(o.status, Status::Error);
+        let e = o.error.unwrap();
+        assert_eq!(e.kind, ErrorType::McpToolError);
+        assert_eq!(e.message, "no such repo");
+        assert_eq!(o.content, "\nno such repo\nmore");
+    }
+
+    #[test]
+    fn huge_results_are_cut() {
+        let limits = Limits {
+            many_max: 4096,
+            max_frame_bytes: 16384,
+            ..Limits::default()
+        };
+        let mut o = Outcome::ok("x\n".repeat(10_000));
+        o.meta
+            .insert("structured".into(), json!("y".repeat(10_000)));
+        fit(&mut o, &limits);
+        assert!(o.content.len() < 4200, "{}", o.content.len());
+        assert!(o.truncated.is_some());
+        assert_eq!(o.meta["structured_omitted"], json!(true));
+    }
+}

@@ -1,0 +1,8 @@
+//! MCP both ways: `toolvisor mcp` driven by an rmcp client ([`server`]), and MCP
+//! servers run as supervised workers ([`client`]), one of them third-party
+//! ([`third_party`]).
+
+mod client;
+mod server;
+mod support;
+mod third_party;
