@@ -6,21 +6,16 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use ractor::{Actor, ActorProcessingErr, ActorRef};
-use tokio::io::AsyncReadExt;
 use tokio::net::UnixStream;
-use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
-use toolvisor_protocol::frame::{self, DecodeError, FrameError};
-use toolvisor_protocol::message::{
-    CallRequest, ClientMessage, KNOWN_CLIENT_TYPES, ServerMessage, ToolFormat, ToolResult,
-};
-use toolvisor_protocol::writer::FrameWriter;
+use toolvisor_protocol::frame::DecodeError;
+use toolvisor_protocol::message::{ClientMessage, ServerMessage, ToolFormat, ToolResult};
 use toolvisor_protocol::{ErrorType, Id, PROTOCOL_VERSION};
 
-use crate::call::batch::{BatchCall, Deliver, split_duplicates};
 use crate::call::router::{SessionInfo, to_result};
 use crate::service::Service;
-use crate::session::outbox::{Frame, Outbox};
+use crate::session::io::{read_loop, write_loop};
+use crate::session::outbox::Outbox;
 
 /// Messages of a session actor.
 pub enum SessionMsg {
@@ -65,17 +60,17 @@ pub struct SessionActor;
 
 /// A session's state: its outbox, its open calls and batches, its subscriptions.
 pub struct SessionState {
-    service: Arc<Service>,
-    out: Outbox,
-    info: Option<Arc<SessionInfo>>,
-    id: String,
-    uid: u32,
-    peer: crate::session::peer::Peer,
+    pub(super) service: Arc<Service>,
+    pub(super) out: Outbox,
+    pub(super) info: Option<Arc<SessionInfo>>,
+    pub(super) id: String,
+    pub(super) uid: u32,
+    pub(super) peer: crate::session::peer::Peer,
     /// Open calls (single or in a batch); each counts against `max_open_calls`.
-    open: HashMap<Id, CancellationToken>,
+    pub(super) open: HashMap<Id, CancellationToken>,
     /// Open batches; each token is the parent of its calls' tokens.
-    batches: HashMap<Id, CancellationToken>,
-    reader: tokio::task::JoinHandle<()>,
+    pub(super) batches: HashMap<Id, CancellationToken>,
+    pub(super) reader: tokio::task::JoinHandle<()>,
 }
 
 impl Drop for SessionState {
@@ -326,188 +321,6 @@ impl SessionState {
         self.out.send(&ServerMessage::Tools { id, tools });
     }
 
-    fn call(&mut self, myself: &ActorRef<SessionMsg>, info: &Arc<SessionInfo>, req: CallRequest) {
-        if self.is_open(&req.id) {
-            self.refuse_duplicate(req.id);
-            return;
-        }
-        if let Some(why) = self.over_limit(1) {
-            self.out
-                .send(&ServerMessage::Result(overloaded(req.id, &why)));
-            return;
-        }
-        let token = self.service.shutdown().child_token();
-        self.open.insert(req.id.clone(), token.clone());
-        let (svc, info, me) = (self.service.clone(), info.clone(), myself.clone());
-        tokio::spawn(async move {
-            let result = svc.run_call_guarded(info, req, token).await;
-            let _ = me.cast(SessionMsg::CallDone(Box::new(result)));
-        });
-    }
-
-    /// Start a batch. Its own id must be free, or the whole batch is refused (as a
-    /// `call` would be). A call whose id is taken (open here, the batch's own, or an
-    /// earlier call's of this batch) gets `DuplicateCallId` and does not run; the
-    /// others run, and `batch_done` lists them, so a client always sees the batch end.
-    /// The calls that run must all fit under `max_open_calls` (all or none: a batch is
-    /// ordered work, running a prefix of it would surprise). Overloaded calls still
-    /// each get a `result`, then `batch_done`.
-    fn batch(
-        &mut self,
-        myself: &ActorRef<SessionMsg>,
-        info: &Arc<SessionInfo>,
-        id: Id,
-        calls: Vec<CallRequest>,
-    ) {
-        if self.is_open(&id) {
-            self.refuse_duplicate(id);
-            return;
-        }
-        self.start_batch(myself, info, id, calls, None);
-    }
-
-    /// Run an envelope (docs/PROTOCOL.md, "Envelopes"): no block → `envelope_done` with
-    /// the text; a block that cannot run → `BadEnvelope` and nothing runs; else its
-    /// skill and subagent actions get `UnsupportedAction` results and its tool actions
-    /// run as a batch with the envelope's id, then `envelope_done`.
-    fn envelope(
-        &mut self,
-        myself: &ActorRef<SessionMsg>,
-        info: &Arc<SessionInfo>,
-        id: Id,
-        text: String,
-    ) {
-        if self.is_open(&id) {
-            self.refuse_duplicate(id);
-            return;
-        }
-        let max = self.service.config().server.max_open_calls;
-        let env = match crate::call::envelope::parse(&text, max) {
-            Ok(Some(env)) => env,
-            Ok(None) => {
-                let end = EnvelopeEnd {
-                    assistant_text: text,
-                    ids: Vec::new(),
-                };
-                self.out.send(&envelope_done(id, end));
-                return;
-            }
-            Err(why) => {
-                self.out
-                    .send(&ServerMessage::error(Some(id), ErrorType::BadEnvelope, why));
-                return;
-            }
-        };
-        let plan = self.service.plan_envelope(env);
-        for (action, why) in plan.unsupported {
-            if self.is_open(&action) || action == id {
-                self.refuse_duplicate(action);
-            } else {
-                let r = refused(action, ErrorType::UnsupportedAction, &why);
-                self.out.send(&ServerMessage::Result(r));
-            }
-        }
-        let end = EnvelopeEnd {
-            assistant_text: plan.assistant_text,
-            ids: plan.ids,
-        };
-        self.start_batch(myself, info, id, plan.calls, Some((plan.translated, end)));
-    }
-
-    /// The body of `batch` (and of an envelope's tool actions), once the batch's own id
-    /// is known to be free.
-    fn start_batch(
-        &mut self,
-        myself: &ActorRef<SessionMsg>,
-        info: &Arc<SessionInfo>,
-        id: Id,
-        calls: Vec<CallRequest>,
-        envelope: Option<(std::collections::HashSet<Id>, EnvelopeEnd)>,
-    ) {
-        let (translated, envelope) = match envelope {
-            Some((t, end)) => (t, Some(end)),
-            None => (Default::default(), None),
-        };
-        let (calls, refused) = split_duplicates(&id, calls, |c| self.is_open(c));
-        for dup in refused {
-            self.out.send(&ServerMessage::error(
-                Some(dup.id().clone()),
-                ErrorType::DuplicateCallId,
-                dup.to_string(),
-            ));
-        }
-        let ids: Vec<Id> = calls.iter().map(|c| c.id.clone()).collect();
-        if let Some(why) = self.over_limit(calls.len()) {
-            for c in calls {
-                self.out
-                    .send(&ServerMessage::Result(overloaded(c.id, &why)));
-            }
-            self.out.send(&ServerMessage::BatchDone {
-                id: id.clone(),
-                ids,
-            });
-            if let Some(end) = envelope {
-                self.out.send(&envelope_done(id, end));
-            }
-            return;
-        }
-        let batch_token = self.service.shutdown().child_token();
-        self.batches.insert(id.clone(), batch_token.clone());
-        let calls: Vec<BatchCall> = calls
-            .into_iter()
-            .map(|req| {
-                let cancel = batch_token.child_token();
-                self.open.insert(req.id.clone(), cancel.clone());
-                BatchCall { req, cancel }
-            })
-            .collect();
-        let (svc, info, me) = (self.service.clone(), info.clone(), myself.clone());
-        let to_session = me.clone();
-        let deliver: Deliver = Arc::new(move |mut r| {
-            if translated.contains(&r.id) {
-                crate::call::envelope::mark_translated(&mut r);
-            }
-            let _ = to_session.cast(SessionMsg::CallDone(Box::new(r)));
-        });
-        tokio::spawn(async move {
-            svc.run_batch(info, id.clone(), calls, deliver).await;
-            // Every CallDone was cast before this, so `batch_done` follows all results.
-            let _ = me.cast(SessionMsg::BatchDone(id, ids, envelope));
-        });
-    }
-
-    /// Whether `id` names an open call or an open batch of this connection.
-    fn is_open(&self, id: &Id) -> bool {
-        self.open.contains_key(id) || self.batches.contains_key(id)
-    }
-
-    fn refuse_duplicate(&self, id: Id) {
-        let msg = format!("id `{id}` is still open on this connection");
-        self.out.send(&ServerMessage::error(
-            Some(id),
-            ErrorType::DuplicateCallId,
-            msg,
-        ));
-    }
-
-    /// Why `more` new calls would pass `server.max_open_calls`, if they would.
-    fn over_limit(&self, more: usize) -> Option<String> {
-        let max = self.service.config().server.max_open_calls;
-        let open = self.open.len();
-        (open + more > max).then(|| format!("this connection has {open} open calls and asked for {more} more; the limit is {max} (server.max_open_calls)"))
-    }
-
-    fn cancel(&mut self, id: Id) {
-        match self.open.get(&id).or_else(|| self.batches.get(&id)) {
-            Some(token) => token.cancel(),
-            None => self.out.send(&ServerMessage::error(
-                Some(id.clone()),
-                ErrorType::UnknownCall,
-                format!("no open call or batch `{id}` on this connection"),
-            )),
-        }
-    }
-
     fn restart(&self, id: Id, group: Option<String>) {
         let (svc, out) = (self.service.clone(), self.out.clone());
         if let Some(g) = &group
@@ -532,17 +345,17 @@ impl SessionState {
 }
 
 /// An `Overloaded` result for a call refused before it was registered.
-fn overloaded(id: Id, why: &str) -> ToolResult {
+pub(super) fn overloaded(id: Id, why: &str) -> ToolResult {
     refused(id, ErrorType::Overloaded, why)
 }
 
 /// A result for a call refused before it was registered (no audit record).
-fn refused(id: Id, kind: ErrorType, why: &str) -> ToolResult {
+pub(super) fn refused(id: Id, kind: ErrorType, why: &str) -> ToolResult {
     let o = toolvisor_protocol::worker::Outcome::err(toolvisor_protocol::ErrorBody::new(kind, why));
     to_result(id, o, Default::default(), std::time::Instant::now(), 0)
 }
 
-fn envelope_done(id: Id, end: EnvelopeEnd) -> ServerMessage {
+pub(super) fn envelope_done(id: Id, end: EnvelopeEnd) -> ServerMessage {
     ServerMessage::EnvelopeDone {
         id,
         assistant_text: end.assistant_text,
@@ -566,93 +379,4 @@ fn request_id(m: &ClientMessage) -> Option<Id> {
         ClientMessage::Call(c) => Some(c.id.clone()),
         ClientMessage::Hello { .. } | ClientMessage::Confirm { .. } => None,
     }
-}
-
-/// How long a frame may take to arrive once its first byte has (see [`read_loop`]).
-const FRAME_DEADLINE: std::time::Duration = std::time::Duration::from_secs(10);
-
-async fn read_loop(rd: tokio::net::unix::OwnedReadHalf, max: usize, session: ActorRef<SessionMsg>) {
-    // Buffered: the first byte of a frame is read on its own (below) without a syscall
-    // of its own, and small frames arrive in one read.
-    let mut rd = tokio::io::BufReader::with_capacity(8 * 1024, rd);
-    loop {
-        // An idle connection may wait for ever (a subscriber, an agent thinking); once a
-        // frame has begun, the whole of it must arrive within FRAME_DEADLINE, so clients
-        // trickling bytes (slowloris) cannot pin connections and buffers.
-        let mut first = [0u8; 1];
-        if !matches!(rd.read(&mut first).await, Ok(1)) {
-            let _ = session.cast(SessionMsg::Closed);
-            return;
-        }
-        let mut rest = (&first[..]).chain(&mut rd);
-        let read = tokio::time::timeout(FRAME_DEADLINE, frame::read_frame(&mut rest, max)).await;
-        let Ok(read) = read else {
-            tracing::warn!(
-                "a client sent part of a frame and stalled for {FRAME_DEADLINE:?}; closing its connection"
-            );
-            let _ = session.cast(SessionMsg::Closed);
-            return;
-        };
-        match read {
-            Ok(Some(body)) => {
-                let msg = frame::decode::<ClientMessage>(&body, KNOWN_CLIENT_TYPES);
-                if session.cast(SessionMsg::Frame(msg)).is_err() {
-                    return;
-                }
-            }
-            Err(FrameError::TooLarge { len, max }) => {
-                let _ = session.cast(SessionMsg::TooLarge(len, max));
-                return;
-            }
-            Ok(None) | Err(_) => {
-                let _ = session.cast(SessionMsg::Closed);
-                return;
-            }
-        }
-    }
-}
-
-async fn write_loop(
-    wr: tokio::net::unix::OwnedWriteHalf,
-    mut rx: mpsc::Receiver<Frame>,
-    closed: CancellationToken,
-    session: ActorRef<SessionMsg>,
-) {
-    let mut out = FrameWriter::new(wr);
-    // Streamed output's budget shares, given back once their bytes are written.
-    let mut written_budget = Vec::new();
-    loop {
-        let first = tokio::select! {
-            m = rx.recv() => m,
-            _ = closed.cancelled() => None,
-        };
-        let Some(first) = first else { break };
-        // An empty frame is the outbox's "close after flush" mark.
-        let mut last = first.bytes.is_empty();
-        out.push_encoded(&first.bytes);
-        written_budget.extend(first.budget);
-        while !last && out.has_room() {
-            match rx.try_recv() {
-                Ok(more) => {
-                    last = more.bytes.is_empty();
-                    out.push_encoded(&more.bytes);
-                    written_budget.extend(more.budget);
-                }
-                Err(_) => break,
-            }
-        }
-        // A client that stopped reading leaves this write pending forever; the outbox
-        // closing (it overflowed) must still end the connection.
-        let wrote = tokio::select! {
-            r = out.flush() => r.is_ok(),
-            _ = closed.cancelled() => false,
-        };
-        if !wrote || last {
-            break;
-        }
-        written_budget.clear();
-    }
-    let _ = out.shutdown().await;
-    closed.cancel();
-    let _ = session.cast(SessionMsg::Closed);
 }

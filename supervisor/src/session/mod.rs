@@ -1,10 +1,13 @@
 //! Connections: the [`listener`] accepts them, one [`actor`] per connection speaks the
-//! protocol, its [`outbox`] bounds what waits to be written, and [`events`] /
+//! protocol (its calls, batches and envelopes in `calls`, its socket's reader and
+//! writer tasks in `io`), its [`outbox`] bounds what waits to be written, and [`events`] /
 //! [`subscribe`] carry the event topics. [`peer`] tells a person's client from a
 //! command toolvisor runs.
 
 pub mod actor;
+mod calls;
 pub mod events;
+mod io;
 pub mod listener;
 pub mod outbox;
 pub mod peer;
