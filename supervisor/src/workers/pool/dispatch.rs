@@ -177,7 +177,9 @@ impl Pool {
             }
             changed.borrow_and_update();
             let freed = self.shares.freed();
-            if !self.shares.has_room(&job.session, self.slots()) {
+            let slots = self.slots();
+            // No worker ready (a restart): nobody runs, nothing to share; wait in the queue.
+            if slots > 0 && !self.shares.has_room(&job.session, slots) {
                 // At its share: wait outside the queue, so the turn passes to others.
                 ticket = None;
                 tokio::select! {
