@@ -1,0 +1,364 @@
+//! The measurements that are not plain load: search against rg and fd, peak memory,
+//! restarts, ping under grep load.
+
+use super::*;
+
+/// Runs of each search for its median (after one unrecorded warm-up run).
+pub(super) const SEARCH_REPS: usize = 5;
+
+/// Lines printed by an external tool run in `cwd`.
+pub(super) fn count_lines_of(cwd: &Path, program: &Path, args: &[&str]) -> Result<u64, String> {
+    let out = Command::new(program)
+        .args(args)
+        .current_dir(cwd)
+        .stderr(Stdio::null())
+        .output()
+        .map_err(|e| format!("{}: {e}", program.display()))?;
+    Ok(out.stdout.iter().filter(|b| **b == b'\n').count() as u64)
+}
+
+/// A search tool's result lines (the truncation marker, if any, is not a line of it).
+pub(super) async fn tv_lines(
+    c: &mut Client,
+    tool: &'static str,
+    args: Value,
+) -> Result<u64, String> {
+    let mut strays = 0;
+    let r = call(c, CallRequest::new("search", tool, args), &mut strays)
+        .await
+        .map_err(|e| e.to_string())?;
+    if r.status != Status::Ok {
+        return Err(format!("{tool}: {}", r.content));
+    }
+    if r.truncated.is_some() {
+        return Err(format!(
+            "{tool}: output truncated; raise the limits in the bench config"
+        ));
+    }
+    Ok(r.content.lines().filter(|l| !l.is_empty()).count() as u64)
+}
+
+/// Files and bytes under `dir` (not following symlinks).
+pub(super) fn tree_size(dir: &Path) -> (u64, u64) {
+    let (mut files, mut bytes) = (0, 0);
+    let mut stack = vec![dir.to_owned()];
+    while let Some(d) = stack.pop() {
+        for e in std::fs::read_dir(&d).into_iter().flatten().flatten() {
+            match e.file_type() {
+                Ok(t) if t.is_dir() => stack.push(e.path()),
+                Ok(t) if t.is_file() => {
+                    files += 1;
+                    bytes += e.metadata().map(|m| m.len()).unwrap_or(0);
+                }
+                _ => {}
+            }
+        }
+    }
+    (files, bytes)
+}
+
+/// Issue 2, row 3: grep vs `rg -n`, glob vs `fd`, same counts.
+pub(super) async fn search_rows(a: &Args, never: &Path, t: &mut Table) {
+    let corpus = a.never.join("corpus");
+    let (files, bytes) = tree_size(&corpus);
+    t.notes.push(format!(
+        "Search corpus: {files} files, {} (a copy of ~/.cargo/registry/src with its ignore files removed, so toolvisor, rg and fd see the same files); grep pattern `{}` (case-sensitive), glob `**/*.rs`; wall time is the median of {SEARCH_REPS} runs after a warm-up, each tool's output read to the end.",
+        mib(bytes),
+        a.pattern
+    ));
+    let grep_args = json!({"pattern": a.pattern, "directory": "corpus", "caseSensitive": true, "maxResults": 10_000_000});
+    let glob_args = json!({"pattern": "**/*.rs", "directory": "corpus"});
+    let rg_args = ["-n", "--no-require-git", a.pattern.as_str(), "corpus"];
+    let fd_args = ["-g", "*.rs", "--type", "f", "corpus"];
+    let rows = [
+        (
+            "grep",
+            grep_args,
+            a.rg.as_deref(),
+            &rg_args[..],
+            "rg -n",
+            Some(Target::AtMost(1.2)),
+        ),
+        (
+            "glob",
+            glob_args,
+            a.fd.as_deref(),
+            &fd_args[..],
+            "fd -g '*.rs'",
+            None,
+        ),
+    ];
+    for (tool, args, program, pargs, pname, target) in rows {
+        let what = format!("`{tool}` vs `{pname}`, wall time");
+        let tv = tv_search(never, tool, &args).await;
+        let base = match program {
+            Some(p) => ext_search(&a.never, p, pargs).map_err(|e| format!("{pname}: {e}")),
+            None => Err(format!("{pname} not installed")),
+        };
+        match (tv, base) {
+            (Ok((tt, tn)), Ok((bt, bn))) => {
+                let same = if tn == bn {
+                    "same count".to_owned()
+                } else {
+                    format!("COUNTS DIFFER: {tn} vs {bn}")
+                };
+                t.push(
+                    2,
+                    format!("{what} ({same})"),
+                    format!("{} ms, {tn} lines", ms(tt)),
+                    format!("{} ms, {bn} lines", ms(bt)),
+                    ratio(tt, bt),
+                    target,
+                );
+            }
+            (Ok((tt, tn)), Err(e)) => t.push(
+                2,
+                what,
+                format!("{} ms, {tn} lines", ms(tt)),
+                format!("n/a ({e})"),
+                None,
+                target,
+            ),
+            (Err(e), _) => t.failed(2, &what, &e, target),
+        }
+    }
+}
+
+/// A toolvisor search: median wall time and the lines of its output.
+pub(super) async fn tv_search(
+    socket: &Path,
+    tool: &'static str,
+    args: &Value,
+) -> Result<(Duration, u64), String> {
+    let mut c = connect(socket, "toolvisor-bench")
+        .await
+        .map_err(|e| e.to_string())?;
+    tv_lines(&mut c, tool, args.clone()).await?;
+    let (mut times, mut count) = (Vec::new(), 0);
+    for _ in 0..SEARCH_REPS {
+        let s = Instant::now();
+        count = tv_lines(&mut c, tool, args.clone()).await?;
+        times.push(s.elapsed());
+    }
+    Ok((median(times), count))
+}
+
+/// An external search tool: median wall time and the lines of its output.
+pub(super) fn ext_search(
+    cwd: &Path,
+    program: &Path,
+    args: &[&str],
+) -> Result<(Duration, u64), String> {
+    count_lines_of(cwd, program, args)?;
+    let (mut times, mut count) = (Vec::new(), 0);
+    for _ in 0..SEARCH_REPS {
+        let s = Instant::now();
+        count = count_lines_of(cwd, program, args)?;
+        times.push(s.elapsed());
+    }
+    Ok((median(times), count))
+}
+
+/// Peak RSS of the supervisor plus its workers (summed per sample) while one command
+/// prints 1 GiB; also the RSS before, and how long the call took.
+pub(super) async fn peak_rss(ws: &Path, socket: &Path) -> Result<(u64, u64, Duration), String> {
+    let pid = pid_of(ws)?;
+    let sample = move || {
+        proc_kb(pid, "VmRSS:").unwrap_or(0)
+            + children(pid)
+                .into_iter()
+                .map(|w| proc_kb(w, "VmRSS:").unwrap_or(0))
+                .sum::<u64>()
+    };
+    let idle = sample();
+    let stop = Arc::new(AtomicBool::new(false));
+    let peak = Arc::new(AtomicU64::new(idle));
+    let sampler = {
+        let (stop, peak) = (stop.clone(), peak.clone());
+        tokio::task::spawn_blocking(move || {
+            while !stop.load(Ordering::Relaxed) {
+                peak.fetch_max(sample(), Ordering::Relaxed);
+                std::thread::sleep(Duration::from_millis(20));
+            }
+        })
+    };
+    let mut c = connect(socket, "toolvisor-bench")
+        .await
+        .map_err(|e| e.to_string())?;
+    let req = CallRequest::new(
+        "yes",
+        "run_command",
+        json!({"command": "yes | head -c 1073741824", "timeout": 300_000}),
+    );
+    let t = Instant::now();
+    let mut strays = 0;
+    let r = call(&mut c, req, &mut strays)
+        .await
+        .map_err(|e| e.to_string());
+    let took = t.elapsed();
+    stop.store(true, Ordering::Relaxed);
+    sampler.await.map_err(|e| e.to_string())?;
+    let r = r?;
+    if r.status != Status::Ok {
+        return Err(format!(
+            "the command ended {}: {}",
+            r.status.as_str(),
+            r.display
+        ));
+    }
+    Ok((peak.load(Ordering::Relaxed), idle, took))
+}
+
+/// Worker restart latency, 20 samples each: kill -9 of a search worker until its
+/// `worker_started` event; `restart` of the edit group (one worker) from its
+/// `worker_exited` to its `worker_started` event (spawn → ready), and to the `ack`.
+pub(super) async fn restarts(socket: &Path) -> Result<(Run, Run, Run), String> {
+    const SAMPLES: usize = 20;
+    let mut c = connect(socket, "toolvisor-bench-restart")
+        .await
+        .map_err(|e| e.to_string())?;
+    let sub: Id = "sub".into();
+    c.request(
+        &ClientMessage::Subscribe {
+            id: sub.clone(),
+            topics: vec![Topic::Workers],
+        },
+        &sub,
+    )
+    .await
+    .map_err(|e| e.to_string())?;
+    let (mut kill, mut spawn, mut ack) = (Run::default(), Run::default(), Run::default());
+    for n in 0..SAMPLES {
+        let pid = worker_pid(&mut c, "search", 0).await?;
+        let t = Instant::now();
+        // SAFETY: kill(2) with a pid read from `status` just now; no memory is involved.
+        if unsafe { libc::kill(pid as libc::pid_t, libc::SIGKILL) } != 0 {
+            return Err(format!("kill {pid}: {}", std::io::Error::last_os_error()));
+        }
+        wait_event(&mut c, "worker_started", "search", Duration::from_secs(10)).await?;
+        kill.hist.record(t.elapsed());
+
+        let id: Id = format!("restart{n}").into();
+        let t = Instant::now();
+        c.send(&ClientMessage::Restart {
+            id: id.clone(),
+            group: Some("edit".into()),
+        })
+        .await
+        .map_err(|e| e.to_string())?;
+        // The ack and the events travel separately: read until both are in.
+        let (mut exited, mut started, mut acked) = (None, None, None);
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while acked.is_none() || started.is_none() {
+            let m = tokio::time::timeout_at(deadline.into(), c.recv())
+                .await
+                .map_err(|_| "no ack and worker_started for restart within 10 s".to_owned())?
+                .map_err(|e| e.to_string())?;
+            match m {
+                ServerMessage::Event { event, fields, .. }
+                    if fields.get("group").and_then(Value::as_str) == Some("edit") =>
+                {
+                    match event.as_str() {
+                        "worker_exited" => exited = Some(Instant::now()),
+                        "worker_started" => started = Some(Instant::now()),
+                        _ => {}
+                    }
+                }
+                ServerMessage::Ack { id: i } if i == id => acked = Some(t.elapsed()),
+                ServerMessage::Error { error, .. } => {
+                    return Err(format!("restart: {}", error.message));
+                }
+                _ => {}
+            }
+        }
+        ack.hist.record(acked.unwrap_or_default());
+        match (exited, started) {
+            (Some(e), Some(s)) if s >= e => spawn.hist.record(s - e),
+            _ => {
+                return Err(
+                    "restart: no worker_exited/worker_started events before the ack".into(),
+                );
+            }
+        }
+    }
+    Ok((kill, spawn, ack))
+}
+
+pub(super) async fn worker_pid(c: &mut Client, group: &str, index: u32) -> Result<u32, String> {
+    let id: Id = "status".into();
+    match c
+        .request(&ClientMessage::Status { id: id.clone() }, &id)
+        .await
+        .map_err(|e| e.to_string())?
+    {
+        ServerMessage::Status { workers, .. } => workers
+            .iter()
+            .find(|w| w.group == group && w.index == index && w.state == "ready")
+            .and_then(|w| w.pid)
+            .ok_or_else(|| format!("no ready {group} worker {index}")),
+        other => Err(format!("unexpected answer to status: {other:?}")),
+    }
+}
+
+pub(super) async fn wait_event(
+    c: &mut Client,
+    want: &str,
+    group: &str,
+    within: Duration,
+) -> Result<(), String> {
+    let deadline = Instant::now() + within;
+    loop {
+        let m = tokio::time::timeout_at(deadline.into(), c.recv())
+            .await
+            .map_err(|_| format!("no {want} event for {group} within {within:?}"))?
+            .map_err(|e| e.to_string())?;
+        if let ServerMessage::Event { event, fields, .. } = m
+            && event == want
+            && fields.get("group").and_then(Value::as_str) == Some(group)
+        {
+            return Ok(());
+        }
+    }
+}
+
+/// Ping every 10 ms while 16 clients grep the corpus for 5 s; the pings and how many
+/// greps finished.
+pub(super) async fn ping_under_grep(socket: &Path, pattern: &str) -> Result<(Run, u64), String> {
+    let stop = Arc::new(AtomicBool::new(false));
+    let done = Arc::new(AtomicU64::new(0));
+    let greps: Vec<_> = (0..16)
+        .map(|_| {
+            let (socket, stop, done) = (socket.to_owned(), stop.clone(), done.clone());
+            let args = json!({"pattern": pattern, "directory": "corpus", "caseSensitive": true, "maxResults": 10_000_000});
+            tokio::spawn(async move {
+                let mut c = connect(&socket, "toolvisor-bench").await.map_err(|e| e.to_string())?;
+                while !stop.load(Ordering::Relaxed) {
+                    tv_lines(&mut c, "grep", args.clone()).await?;
+                    done.fetch_add(1, Ordering::Relaxed);
+                }
+                Ok::<_, String>(())
+            })
+        })
+        .collect();
+    // Let the greps fill the queue before the pings count.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let ping = tokio::spawn(pinger(
+        socket.to_owned(),
+        "toolvisor-bench-ping",
+        stop.clone(),
+        Duration::from_millis(10),
+    ));
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    stop.store(true, Ordering::Relaxed);
+    let h = ping.await.map_err(|e| e.to_string())??;
+    for g in greps {
+        g.await.map_err(|e| e.to_string())??;
+    }
+    let run = Run {
+        calls: h.count(),
+        hist: h,
+        failed: 0,
+        secs: 5.0,
+    };
+    Ok((run, done.load(Ordering::Relaxed)))
+}
