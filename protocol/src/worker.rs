@@ -34,6 +34,13 @@ pub const SANDBOX_TEST_FAIL_VAR: &str = "TOOLVISOR_SANDBOX_TEST_FAIL";
 /// passes it to workers.
 pub const WEB_TEST_ALLOW_VAR: &str = "TOOLVISOR_WEB_TEST_ALLOW";
 
+/// How many of `slots` one session may hold (a group's call slots, a worker's
+/// background processes): all but a quarter, at least one, so another session always
+/// finds room.
+pub fn session_share(slots: usize) -> usize {
+    slots.saturating_sub((slots / 4).max(1)).max(1)
+}
+
 /// The message types a worker decodes; another `type` is refused, not guessed at.
 pub const KNOWN_TO_WORKER: &[&str] = &["init", "run", "cancel", "shutdown"];
 /// The message types the supervisor decodes from a worker.

@@ -38,10 +38,7 @@ impl Drop for Held {
     }
 }
 
-/// How many of `slots` one session may hold.
-pub fn share(slots: usize) -> usize {
-    slots.saturating_sub((slots / 4).max(1)).max(1)
-}
+pub use toolvisor_protocol::worker::session_share as share;
 
 impl Shares {
     fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, usize>> {

@@ -24,6 +24,7 @@ mod write;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, SystemTime};
+use toolvisor_protocol::worker::session_share;
 
 use serde_json::{Map, Value, json};
 use tokio::sync::watch;
@@ -372,12 +373,6 @@ impl Jobs {
             );
         }
     }
-}
-
-/// How many of a worker's `max_jobs` background processes one session may run: all but
-/// a quarter (at least one), so one session cannot take every slot from the others.
-fn session_share(max_jobs: usize) -> usize {
-    max_jobs.saturating_sub((max_jobs / 4).max(1)).max(1)
 }
 
 /// The job's life: pump its output into the log until it ends (or is killed), then
