@@ -1,10 +1,12 @@
-//! The audit log (docs/AUDIT.md): one writer thread owns
-//! `<state_dir>/audit.jsonl`, a SHA-256 hash chain makes changes visible, group commit
-//! makes every record durable before its caller goes on, and the log fails closed.
+//! The audit log (docs/AUDIT.md): `<state_dir>/audit.jsonl`, a SHA-256 hash chain
+//! makes changes visible, group commit makes every record durable before its caller
+//! goes on, and the log fails closed.
 //!
 //! ```text
-//! Audit (handle, Clone) ──mpsc──▶ writer thread ──write+fdatasync──▶ audit.jsonl
-//!        ◀──────────── oneshot (seq) per record ──┘   └──rename──▶ audit.head
+//!                    fsync = "never", log up: write under the writer's lock ──▶ audit.jsonl
+//! Audit (handle) ──┤
+//!                    otherwise ──mpsc──▶ writer thread ──write+fdatasync──▶ audit.jsonl
+//!        ◀──────────── oneshot (seq) per record ──┘   └──▶ audit.head
 //! ```
 
 pub mod canonical;
@@ -33,7 +35,7 @@ use tokio::sync::oneshot;
 use crate::config::AuditConfig;
 pub use record::Record;
 pub use recover::Recovery;
-use writer::{Cmd, Pending, Shared};
+use writer::{Cmd, Pending, Shared, SharedWriter, Writer};
 
 /// How long a result waits for an unavailable log before it is sent with an error.
 pub const RESULT_WAIT: Duration = Duration::from_secs(10);
@@ -76,6 +78,8 @@ pub struct Audit {
 
 struct Inner {
     tx: mpsc::Sender<Cmd>,
+    /// The writer's state; callers commit under its lock when no sync is needed.
+    writer: SharedWriter,
     shared: Arc<Shared>,
     dir: PathBuf,
     thread: Mutex<Option<JoinHandle<()>>>,
@@ -97,12 +101,15 @@ impl Audit {
         let shared = Arc::new(Shared::default());
         let (writer, recovery) = recover::open(state_dir, cfg, shared.clone())?;
         let (tx, rx) = mpsc::channel();
+        let writer: SharedWriter = Arc::new(Mutex::new(writer));
+        let thread_writer = writer.clone();
         let thread = std::thread::Builder::new()
             .name("toolvisor-audit".into())
-            .spawn(move || writer.run(rx))
+            .spawn(move || Writer::run(thread_writer, rx))
             .map_err(|e| io_err(state_dir, e))?;
         let inner = Inner {
             tx,
+            writer,
             shared,
             dir: state_dir.to_owned(),
             thread: Mutex::new(Some(thread)),
@@ -149,7 +156,7 @@ impl Audit {
     /// and written when the log resumes. Returns false once the log is closed.
     pub fn append_detached(&self, kind: &str, fields: Map<String, Value>) -> bool {
         let p = Pending::internal(kind, fields);
-        self.inner.tx.send(Cmd::Append(p)).is_ok()
+        self.send(p).is_ok()
     }
 
     /// [`Audit::append_detached`] for a typed record.
@@ -170,11 +177,34 @@ impl Audit {
             reply: Some(reply),
             deadline,
         };
-        self.inner
-            .tx
-            .send(Cmd::Append(p))
-            .map_err(|_| AuditError::Closed)?;
+        self.send(p)?;
         rx.await.map_err(|_| AuditError::Closed)?
+    }
+
+    /// Commits `p` on the caller's thread when the writer takes it inline (no sync
+    /// to wait for, nothing parked before it), else hands it to the group-commit
+    /// thread. Its answer, if it wants one, comes on its reply channel either way.
+    fn send(&self, p: Pending) -> Result<(), AuditError> {
+        let to_thread = |p| {
+            self.inner
+                .tx
+                .send(Cmd::Append(p))
+                .map_err(|_| AuditError::Closed)
+        };
+        if self.inner.shared.sync_always.load(Ordering::SeqCst) {
+            return to_thread(p);
+        }
+        let mut w = writer::lock(&self.inner.writer);
+        if !w.takes_inline() {
+            drop(w);
+            return to_thread(p);
+        }
+        w.commit(vec![p]);
+        if w.is_down() {
+            drop(w);
+            let _ = self.inner.tx.send(Cmd::Wake);
+        }
+        Ok(())
     }
 
     /// Whether the last commit (or reopen) succeeded.
@@ -200,13 +230,13 @@ impl Audit {
     /// Asks the writer to roll the log to `audit.<N>.jsonl` (SIGUSR2). An empty
     /// active file is not rolled.
     pub fn rotate(&self) {
-        let _ = self.inner.tx.send(Cmd::Rotate);
+        writer::lock(&self.inner.writer).rotate();
     }
 
     /// Applies new `[audit]` settings (`fsync`, `max_bytes`) from the next commit on
     /// (SIGHUP).
     pub fn reconfigure(&self, cfg: &AuditConfig) {
-        let _ = self.inner.tx.send(Cmd::Configure(cfg.clone()));
+        writer::lock(&self.inner.writer).configure(cfg);
     }
 
     /// Flushes, stops the writer and joins its thread. Later appends get `Closed`.

@@ -91,10 +91,25 @@ async fn request_after_close(a: &Audit) -> Result<u64, AuditError> {
     a.append("requested", Map::new()).await
 }
 
+fn cfg_with(fsync: Fsync) -> AuditConfig {
+    AuditConfig { fsync, ..cfg() }
+}
+
 #[tokio::test]
 async fn detached_records_are_kept_through_an_outage() {
+    detached_records_kept(Fsync::Always).await;
+}
+
+/// With `fsync = "never"` the caller writes its own record: a failed write there
+/// must take the log down and wake the thread that brings it back, just the same.
+#[tokio::test]
+async fn detached_records_are_kept_through_an_outage_of_an_inline_write() {
+    detached_records_kept(Fsync::Never).await;
+}
+
+async fn detached_records_kept(fsync: Fsync) {
     let dir = tempfile::tempdir().unwrap();
-    let (a, _) = Audit::open(dir.path(), &cfg()).unwrap();
+    let (a, _) = Audit::open(dir.path(), &cfg_with(fsync)).unwrap();
     a.fail_next_writes(1);
     assert!(a.append("x", Map::new()).await.is_err());
     assert!(a.append_detached("worker_exited", f(json!({"pid": 7}))));
@@ -473,8 +488,17 @@ async fn failed_fdatasync_makes_log_unavailable_then_it_resumes() {
 
 #[tokio::test]
 async fn append_wait_gives_up_at_its_deadline() {
+    append_wait_gives_up(Fsync::Always).await;
+}
+
+#[tokio::test]
+async fn append_wait_gives_up_at_its_deadline_after_an_inline_write_failed() {
+    append_wait_gives_up(Fsync::Never).await;
+}
+
+async fn append_wait_gives_up(fsync: Fsync) {
     let dir = tempfile::tempdir().unwrap();
-    let (a, _) = Audit::open(dir.path(), &cfg()).unwrap();
+    let (a, _) = Audit::open(dir.path(), &cfg_with(fsync)).unwrap();
     a.fail_next_writes(1_000);
     assert!(a.append("x", Map::new()).await.is_err());
     let t = Instant::now();

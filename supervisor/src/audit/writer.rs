@@ -1,15 +1,18 @@
-//! The group-commit writer: one std thread owns the log file. It drains its channel,
-//! writes every pending record with one `write`, calls `fdatasync` once, answers every
-//! waiter, then replaces `audit.head`. On a write or sync error the fd is dropped and
-//! never synced again (PostgreSQL's fsyncgate lesson); the log is "unavailable" until
-//! a reopen on a fresh fd re-verifies the tail and commits a `recovered` record.
+//! The log's writer state, behind one mutex. With `fsync = "never"` a caller commits
+//! its own record under the lock (one `write`, no thread hand-off); with `"always"`
+//! records go to the group-commit thread, which drains its channel, writes every
+//! pending record with one `write`, calls `fdatasync` once and answers every waiter.
+//! Either way `audit.head` follows each commit. On a write or sync error the fd is
+//! dropped and never synced again (PostgreSQL's fsyncgate lesson); the log is
+//! "unavailable" until the thread's reopen on a fresh fd re-verifies the tail and
+//! commits a `recovered` record.
 
 use std::fs::File;
 use std::io::{self, Read, Seek, SeekFrom, Write};
 use std::path::PathBuf;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::mpsc::{Receiver, RecvTimeoutError};
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant, SystemTime};
 
 use serde_json::{Map, Value, json};
@@ -35,6 +38,9 @@ pub(crate) struct Shared {
     pub available: AtomicBool,
     pub last_seq: AtomicU64,
     pub fsyncs: AtomicU64,
+    /// `fsync = "always"`: every record goes to the thread, without taking the lock
+    /// the thread holds through its `fdatasync`.
+    pub sync_always: AtomicBool,
     pub faults: Faults,
 }
 
@@ -56,10 +62,10 @@ impl Faults {
 /// What the handle asks of the writer.
 pub(crate) enum Cmd {
     Append(Pending),
-    Rotate,
     Close(oneshot::Sender<()>),
-    /// New `[audit]` settings (a reload): they apply from the next commit on.
-    Configure(AuditConfig),
+    /// Look at the state again: a caller's own commit took the log down, so the
+    /// thread must start retrying and watching deadlines.
+    Wake,
 }
 
 /// One record waiting to be committed. `reply` is `None` for the log's own records
@@ -108,6 +114,17 @@ pub(crate) struct Writer {
     shared: Arc<Shared>,
     outage: Option<Outage>,
     waiting: Vec<Pending>,
+    /// Shut down: nothing is written any more.
+    closed: bool,
+}
+
+/// The writer as the handle and the thread share it.
+pub(crate) type SharedWriter = Arc<Mutex<Writer>>;
+
+/// The writer, locked (a panic while it was held leaves consistent state: every
+/// commit updates it only after its write succeeded).
+pub(crate) fn lock(w: &Mutex<Writer>) -> MutexGuard<'_, Writer> {
+    w.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 impl Writer {
@@ -121,6 +138,9 @@ impl Writer {
     ) -> Writer {
         shared.last_seq.store(last.seq, Ordering::SeqCst);
         shared.available.store(true, Ordering::SeqCst);
+        shared
+            .sync_always
+            .store(cfg.fsync == Fsync::Always, Ordering::SeqCst);
         Writer {
             dir,
             fsync: cfg.fsync,
@@ -131,55 +151,66 @@ impl Writer {
             shared,
             outage: None,
             waiting: Vec::new(),
+            closed: false,
         }
     }
 
-    /// The thread body: runs until `Close` or until every handle is gone.
-    pub(crate) fn run(mut self, rx: Receiver<Cmd>) {
-        while let Some(first) = self.next_cmd(&rx) {
-            let (mut batch, mut rotate, mut close) = (Vec::new(), false, None);
+    /// Whether a caller may commit its record itself, now: nothing to sync, the log
+    /// up, and nothing parked that must go first.
+    pub(crate) fn takes_inline(&self) -> bool {
+        self.fsync == Fsync::Never
+            && self.outage.is_none()
+            && self.waiting.is_empty()
+            && !self.closed
+    }
+
+    /// Whether the log is down (the thread must be woken to retry).
+    pub(crate) fn is_down(&self) -> bool {
+        self.outage.is_some()
+    }
+
+    /// The thread body: runs until `Close` or until every handle is gone. Commands are
+    /// collected without the lock, then applied under it.
+    pub(crate) fn run(writer: SharedWriter, rx: Receiver<Cmd>) {
+        while let Some(first) = Self::next_cmd(&writer, &rx) {
+            let (mut batch, mut close) = (Vec::new(), None);
             let mut cmd = Some(first);
             while let Some(c) = cmd.take() {
                 match c {
                     Cmd::Append(p) => batch.push(p),
-                    Cmd::Rotate => rotate = true,
                     Cmd::Close(tx) => close = Some(tx),
-                    Cmd::Configure(cfg) => {
-                        self.fsync = cfg.fsync;
-                        self.max_bytes = cfg.max_bytes.max(1);
-                    }
+                    Cmd::Wake => {}
                 }
                 if close.is_none() && batch.len() < MAX_BATCH {
                     cmd = rx.try_recv().ok();
                 }
             }
-            if rotate {
-                self.rotate();
-            }
-            self.resume_if_due();
-            self.commit(batch);
+            let mut w = lock(&writer);
+            w.resume_if_due();
+            w.commit(batch);
             if let Some(tx) = close {
-                self.shutdown();
+                w.shutdown();
                 let _ = tx.send(());
                 return;
             }
         }
-        self.shutdown();
+        lock(&writer).shutdown();
     }
 
     /// Blocks for the next command; while the log is down, wakes at the next reopen
     /// attempt or `append_wait` deadline instead.
-    fn next_cmd(&mut self, rx: &Receiver<Cmd>) -> Option<Cmd> {
+    fn next_cmd(writer: &Mutex<Writer>, rx: &Receiver<Cmd>) -> Option<Cmd> {
         loop {
-            let Some(wake) = self.wake_at() else {
+            let Some(wake) = lock(writer).wake_at() else {
                 return rx.recv().ok();
             };
             match rx.recv_timeout(wake.saturating_duration_since(Instant::now())) {
                 Ok(cmd) => return Some(cmd),
                 Err(RecvTimeoutError::Disconnected) => return None,
                 Err(RecvTimeoutError::Timeout) => {
-                    self.expire_waiting();
-                    self.resume_if_due();
+                    let mut w = lock(writer);
+                    w.expire_waiting();
+                    w.resume_if_due();
                 }
             }
         }
@@ -195,6 +226,12 @@ impl Writer {
     /// the records are parked (`append_wait`, internal) or failed (`append`).
     pub(crate) fn commit(&mut self, batch: Vec<Pending>) {
         if batch.is_empty() {
+            return;
+        }
+        if self.closed {
+            batch
+                .into_iter()
+                .for_each(|p| p.answer(Err(AuditError::Closed)));
             return;
         }
         if self.len >= self.max_bytes {
@@ -417,8 +454,17 @@ impl Writer {
         Ok((file, details))
     }
 
+    /// New `[audit]` settings (a reload): they apply from the next commit on.
+    pub(crate) fn configure(&mut self, cfg: &AuditConfig) {
+        self.fsync = cfg.fsync;
+        self.shared
+            .sync_always
+            .store(cfg.fsync == Fsync::Always, Ordering::SeqCst);
+        self.max_bytes = cfg.max_bytes.max(1);
+    }
+
     /// Rolls to `audit.<N>.jsonl`; the next record's `prev` is this file's last hash.
-    fn rotate(&mut self) {
+    pub(crate) fn rotate(&mut self) {
         if self.len == 0 || self.outage.is_some() {
             return;
         }
@@ -436,6 +482,10 @@ impl Writer {
 
     /// Final flush; waiters still parked are told the log closed.
     fn shutdown(&mut self) {
+        if self.closed {
+            return;
+        }
+        self.closed = true;
         if let (Some(f), Fsync::Never) = (&self.file, self.fsync)
             && let Err(e) = f.sync_data()
         {
