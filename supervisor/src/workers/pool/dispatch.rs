@@ -205,6 +205,22 @@ impl Pool {
                 {
                     return Ok((slot, rx, held));
                 }
+                // Its connection is gone (the process is dying) though it still reads
+                // as ready: wait for its actor to notice, never retry in a loop that
+                // does not yield (it would starve the very actor that must notice).
+                drop(held);
+                tokio::select! {
+                    r = changed.changed() => {
+                        if r.is_err() {
+                            // The pool is going away: nothing will change any more.
+                            return Err(err(ErrorType::Cancelled, "the service is stopping"));
+                        }
+                    }
+                    _ = tokio::time::sleep_until(tokio::time::Instant::from_std(deadline)) => {
+                        return Err(timeout());
+                    }
+                    _ = cancel.cancelled() => {}
+                }
                 continue;
             }
             if let Some(e) = self.unavailable(job.worker) {
