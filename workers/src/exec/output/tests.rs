@@ -153,7 +153,10 @@ fn the_total_holds_at_every_moment() {
         let (done, arts) = (Arc::clone(&done), arts.clone());
         std::thread::spawn(move || {
             let mut worst = 0u64;
-            while !done.load(std::sync::atomic::Ordering::Relaxed) {
+            // One last sample after the writers are done, however the threads were
+            // scheduled: what they left is in the directory then.
+            loop {
+                let last = done.load(std::sync::atomic::Ordering::SeqCst);
                 let lock = File::open(&arts).unwrap();
                 rustix::fs::flock(&lock, FlockOperation::LockShared).unwrap();
                 let total: u64 = std::fs::read_dir(&arts)
@@ -164,6 +167,9 @@ fn the_total_holds_at_every_moment() {
                     .sum();
                 drop(lock);
                 worst = worst.max(total);
+                if last {
+                    break;
+                }
             }
             worst
         })
@@ -186,7 +192,7 @@ fn the_total_holds_at_every_moment() {
     for w in writers {
         w.join().unwrap();
     }
-    done.store(true, std::sync::atomic::Ordering::Relaxed);
+    done.store(true, std::sync::atomic::Ordering::SeqCst);
     let worst = sampler.join().unwrap();
     assert!(worst <= 4 << 20, "the directory held {worst} bytes");
     assert!(worst >= 2 << 20, "the sampler saw little ({worst})");
@@ -277,8 +283,8 @@ fn incomplete_chars_are_held_back() {
 
 #[tokio::test]
 async fn coalescer_frames_are_bounded_and_utf8_whole() {
-    let (tx, mut rx) = tokio::sync::mpsc::channel(1024);
-    let mut c = Coalescer::new(OutputSink { call: 1, tx });
+    let (out, mut rx) = crate::context::Outgoing::pair(1024);
+    let mut c = Coalescer::new(OutputSink { call: 1, out });
     let text = "é".repeat(20_000); // 40 000 bytes, fed in odd-sized pieces
     for piece in text.as_bytes().chunks(4097) {
         c.push(Stream::Stdout, piece).await;
