@@ -9,6 +9,7 @@ use toolvisor_protocol::worker::{FromWorker, Outcome, WorkerInit};
 use toolvisor_protocol::{ErrorBody, ErrorType};
 
 use crate::paths::Resolver;
+use toolvisor_protocol::writer::direct::DirectWriter;
 
 /// Set when the supervisor cancels a call; long loops check it and stop.
 #[derive(Clone, Debug, Default)]
@@ -58,26 +59,86 @@ impl CancelFlag {
     }
 }
 
+/// The worker's frames to the supervisor, written on the producer's own thread when
+/// nothing is queued before them ([`DirectWriter`]): a `done` leaves the blocking
+/// thread that made it without a hand-off to a writer task.
+#[derive(Clone)]
+pub struct Outgoing(DirectWriter);
+
+impl std::fmt::Debug for Outgoing {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Outgoing")
+    }
+}
+
+impl Outgoing {
+    /// Frames written on `w`.
+    pub fn new(w: DirectWriter) -> Self {
+        Outgoing(w)
+    }
+
+    /// Send `msg`, waiting while much is queued (streamed output: backpressure).
+    pub async fn send(&self, msg: &FromWorker) -> bool {
+        match encode(msg) {
+            Some(bytes) => self.0.send(bytes).await,
+            None => false,
+        }
+    }
+
+    /// Send `msg` now, from any thread (answers: one per call in flight).
+    pub fn send_now(&self, msg: &FromWorker) -> bool {
+        encode(msg).is_some_and(|bytes| self.0.send_now(bytes))
+    }
+
+    /// A pair for tests: the frames sent come out of the receiver (of `cap` frames),
+    /// decoded, and it ends once every clone of the sender is gone.
+    #[cfg(test)]
+    pub fn pair(cap: usize) -> (Outgoing, tokio::sync::mpsc::Receiver<FromWorker>) {
+        let (a, mut b) = tokio::net::UnixStream::pair().expect("socketpair");
+        let (_, wr) = a.into_split();
+        let (w, drain) = DirectWriter::new(wr);
+        tokio::spawn(drain.run());
+        let (tx, rx) = tokio::sync::mpsc::channel(cap);
+        tokio::spawn(async move {
+            let known = toolvisor_protocol::worker::KNOWN_FROM_WORKER;
+            while let Ok(Some(body)) = toolvisor_protocol::frame::read_frame(&mut b, 1 << 24).await
+            {
+                let Ok(msg) = toolvisor_protocol::frame::decode::<FromWorker>(&body, known) else {
+                    break;
+                };
+                if tx.send(msg).await.is_err() {
+                    break;
+                }
+            }
+        });
+        (Outgoing(w), rx)
+    }
+}
+
+fn encode(msg: &FromWorker) -> Option<Vec<u8>> {
+    toolvisor_protocol::frame::encode(msg)
+        .map_err(|e| tracing::error!("worker: cannot encode a frame: {e}"))
+        .ok()
+}
+
 /// Where a streaming call's output frames go (to the supervisor).
 #[derive(Clone, Debug)]
 pub struct OutputSink {
     /// The call the chunks belong to.
     pub call: u64,
     /// The worker's outgoing frames.
-    pub tx: tokio::sync::mpsc::Sender<FromWorker>,
+    pub out: Outgoing,
 }
 
 impl OutputSink {
     /// Send one chunk, waiting while the supervisor is behind (backpressure).
     pub async fn send(&self, stream: &str, data: String) {
-        let _ = self
-            .tx
-            .send(FromWorker::Output {
-                call: self.call,
-                stream: stream.to_owned(),
-                data,
-            })
-            .await;
+        let msg = FromWorker::Output {
+            call: self.call,
+            stream: stream.to_owned(),
+            data,
+        };
+        self.out.send(&msg).await;
     }
 }
 

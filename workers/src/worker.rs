@@ -14,15 +14,14 @@ use toolvisor_protocol::tools;
 
 use serde_json::Value;
 use tokio::net::UnixStream;
-use tokio::sync::mpsc;
 use toolvisor_protocol::frame;
 use toolvisor_protocol::message::Guards;
 use toolvisor_protocol::worker::{
     AnnouncedTool, CONTROL_FD, FromWorker, KNOWN_TO_WORKER, Outcome, ToWorker, WorkerInit,
 };
-use toolvisor_protocol::writer::write_queued;
+use toolvisor_protocol::writer::direct::DirectWriter;
 
-use crate::context::{CancelFlag, OutputSink, ToolContext, ToolError};
+use crate::context::{CancelFlag, Outgoing, OutputSink, ToolContext, ToolError};
 use crate::exec::ExecState;
 use crate::paths::Resolver;
 
@@ -33,9 +32,6 @@ pub const EXIT_SOFTWARE: i32 = 70;
 
 /// How long the worker waits for `init` before giving up.
 const INIT_TIMEOUT: Duration = Duration::from_secs(10);
-
-/// Frames queued towards the supervisor before producers wait.
-const OUTBOX: usize = 256;
 
 /// Entry point of `toolvisor worker --group G`; returns the exit code.
 pub fn main(group: &str) -> i32 {
@@ -159,15 +155,12 @@ async fn serve(
         }
     };
     let (mut rd, wr) = stream.into_split();
-    let (tx, rx) = mpsc::channel::<FromWorker>(OUTBOX);
-    let writer = tokio::spawn(write_loop(wr, rx));
+    let (direct, drain) = DirectWriter::new(wr);
+    let tx = Outgoing::new(direct);
+    let writer = tokio::spawn(drain.run());
     let pid = std::process::id();
     let tools = announced(&init, &resolver);
-    if tx
-        .send(FromWorker::Ready { pid, guards, tools })
-        .await
-        .is_err()
-    {
+    if !tx.send_now(&FromWorker::Ready { pid, guards, tools }) {
         return EXIT_SOFTWARE;
     }
     let running: Running = Arc::default();
@@ -213,7 +206,7 @@ async fn serve(
                     cancel,
                     output: stream.then(|| OutputSink {
                         call,
-                        tx: tx.clone(),
+                        out: tx.clone(),
                     }),
                     deadline: timeout_ms.map(|ms| Instant::now() + Duration::from_millis(ms)),
                     network,
@@ -297,7 +290,7 @@ struct Job {
     ctx: ToolContext,
     exec: Arc<ExecState>,
     running: Running,
-    tx: mpsc::Sender<FromWorker>,
+    tx: Outgoing,
 }
 
 impl Job {
@@ -309,10 +302,31 @@ impl Job {
             tools::EXEC | tools::WEB => {
                 tokio::spawn(self.run_async());
             }
+            tools::SEARCH => {
+                if let Some(job) = self.run_inline() {
+                    tokio::task::spawn_blocking(move || job.run_blocking());
+                }
+            }
             _ => {
                 tokio::task::spawn_blocking(move || self.run_blocking());
             }
         }
+    }
+
+    /// A call small enough to answer here, on the frame loop (`read_file` of a small
+    /// file): answered, None; else the job back, for a blocking thread.
+    fn run_inline(self) -> Option<Self> {
+        let run = std::panic::AssertUnwindSafe(|| {
+            crate::search::run_inline(&self.tool, &self.args, &self.ctx)
+        });
+        let outcome = match std::panic::catch_unwind(run) {
+            Ok(Some(o)) => o,
+            Ok(None) => return Some(self),
+            Err(_) => panicked(),
+        };
+        let tx = self.tx.clone();
+        tx.send_now(&self.done(outcome));
+        None
     }
 
     async fn run_async(self) {
@@ -321,7 +335,7 @@ impl Job {
             _ => crate::exec::run(&self.exec, &self.tool, &self.args, &self.ctx).await,
         };
         let tx = self.tx.clone();
-        let _ = tx.send(self.done(outcome)).await;
+        tx.send_now(&self.done(outcome));
     }
 
     fn run_blocking(self) {
@@ -335,8 +349,8 @@ impl Job {
         // A tool that panics still answers (the panic message went to stderr).
         let outcome = std::panic::catch_unwind(run).unwrap_or_else(|_| panicked());
         let tx = self.tx.clone();
-        // A blocking-pool thread is outside the runtime's async context: it may wait.
-        let _ = tx.blocking_send(self.done(outcome));
+        // Written from this thread when nothing is queued before it: no hand-off.
+        tx.send_now(&self.done(outcome));
     }
 
     /// Forget the call; its `done` frame, cut to fit a frame whatever the tool made.
@@ -352,14 +366,4 @@ impl Job {
 /// A tool that panicked still answers, as an internal error.
 fn panicked() -> Outcome {
     ToolError::internal("the tool failed unexpectedly (it panicked)").into()
-}
-
-/// Write the worker's frames to the control socket until the queue closes.
-async fn write_loop(wr: tokio::net::unix::OwnedWriteHalf, rx: mpsc::Receiver<FromWorker>) {
-    write_queued(wr, rx, |out, msg| {
-        if let Err(e) = out.push(&msg) {
-            tracing::error!("worker: cannot encode a frame: {e}");
-        }
-    })
-    .await
 }

@@ -277,9 +277,9 @@ async fn term_ignoring_commands_get_sigkill_after_the_grace() {
 
 /// A streaming context whose sink the test reads.
 fn streaming(f: &Fixture, cap: usize) -> (ToolContext, tokio::sync::mpsc::Receiver<FromWorker>) {
-    let (tx, rx) = tokio::sync::mpsc::channel(cap);
+    let (out, rx) = crate::context::Outgoing::pair(cap);
     let mut ctx = f.ctx("s");
-    ctx.output = Some(OutputSink { call: 1, tx });
+    ctx.output = Some(OutputSink { call: 1, out });
     (ctx, rx)
 }
 

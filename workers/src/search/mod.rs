@@ -38,6 +38,16 @@ pub fn run(tool: &str, args: &Value, ctx: &ToolContext) -> Outcome {
     outcome(result)
 }
 
+/// The calls cheap enough to run on the worker's frame loop, without a hand-off to a
+/// blocking thread: `read_file` of a small file. None: run it with [`run`] on a
+/// blocking thread.
+pub fn run_inline(tool: &str, args: &Value, ctx: &ToolContext) -> Option<Outcome> {
+    match tool {
+        tools::read_file::NAME => read_file::run_if_small(args, ctx).map(outcome),
+        _ => None,
+    }
+}
+
 /// A required string argument (the schema already checked it; this guards the worker).
 fn str_arg<'a>(args: &'a Value, key: &str) -> Result<&'a str, ToolError> {
     opt_str(args, key)?.ok_or_else(|| ToolError::invalid(format!("`{key}` is required")))

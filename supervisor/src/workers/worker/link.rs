@@ -18,7 +18,7 @@ use tokio::sync::{mpsc, oneshot};
 use tokio_util::sync::CancellationToken;
 use toolvisor_protocol::frame;
 use toolvisor_protocol::worker::{FromWorker, KNOWN_FROM_WORKER, Outcome, ToWorker};
-use toolvisor_protocol::writer::write_queued;
+use toolvisor_protocol::writer::direct::DirectWriter;
 use toolvisor_protocol::{ErrorBody, ErrorType};
 
 use super::actor::{Announce, WorkerMsg};
@@ -48,7 +48,9 @@ struct Pending {
 pub struct Link {
     /// The process at the other end (the one spawned).
     pub pid: u32,
-    tx: mpsc::Sender<Vec<u8>>,
+    /// Frames to the worker, written by the sending task itself when nothing is
+    /// queued (a `run` goes out without a hand-off to a writer task).
+    tx: DirectWriter,
     pending: Mutex<HashMap<u64, Pending>>,
     /// Woken whenever the last call in flight ends.
     idle: tokio::sync::Notify,
@@ -74,7 +76,7 @@ impl Link {
         reader: ReaderArgs,
     ) -> Arc<Link> {
         let (rd, wr) = control.into_split();
-        let (tx, rx) = mpsc::channel::<Vec<u8>>(1024);
+        let (tx, drain) = DirectWriter::new(wr);
         let link = Arc::new(Link {
             pid,
             tx,
@@ -82,20 +84,20 @@ impl Link {
             idle: tokio::sync::Notify::new(),
             queue,
         });
-        tokio::spawn(write_queued(wr, rx, |out, frame| out.push_encoded(&frame)));
+        tokio::spawn(drain.run());
         tokio::spawn(read_loop(rd, link.clone(), reader));
         link
     }
 
-    /// Queue an encoded frame, waiting for room; false once the writer has gone.
+    /// Send an encoded frame, waiting while much is queued; false once the
+    /// connection has failed.
     pub(super) async fn send(&self, bytes: Vec<u8>) -> bool {
-        self.tx.send(bytes).await.is_ok()
+        self.tx.send(bytes).await
     }
 
-    /// Queue an encoded frame without waiting; false when the queue is full or the
-    /// writer has gone.
+    /// Send an encoded frame without waiting; false once the connection has failed.
     pub(super) fn try_send(&self, bytes: Vec<u8>) -> bool {
-        self.tx.try_send(bytes).is_ok()
+        self.tx.send_now(bytes)
     }
 
     /// Register `call` and send its encoded `run` frame; `None` when the process's
