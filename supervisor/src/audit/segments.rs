@@ -135,20 +135,46 @@ const HEAD_WIDTH: usize = 128;
 /// never ahead of it; a torn head reads as unreadable, which verify reports as a
 /// warning, not as damage to the log.
 pub fn write_head(dir: &Path, seq: u64, hash: &str) -> io::Result<()> {
-    use std::os::unix::fs::FileExt;
-    let mut bytes = canonical::to_vec(&json!({"seq": seq, "hash": hash}));
-    if bytes.len() < HEAD_WIDTH {
-        bytes.resize(HEAD_WIDTH - 1, b' ');
+    HeadFile::open(dir)?.write(seq, hash)
+}
+
+/// `audit.head` kept open by the writer: each commit rewrites it in place with one
+/// `pwrite` of a fixed-width line (no open, truncate and close per commit).
+pub struct HeadFile {
+    file: File,
+    /// The file's length as last written (a shorter or longer one is cut once).
+    len: u64,
+}
+
+impl HeadFile {
+    /// Opens (creating) `audit.head` in `dir`.
+    pub fn open(dir: &Path) -> io::Result<HeadFile> {
+        let file = OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .mode(0o600)
+            .open(dir.join(HEAD))?;
+        let len = file.metadata()?.len();
+        Ok(HeadFile { file, len })
     }
-    bytes.push(b'\n');
-    let f = OpenOptions::new()
-        .write(true)
-        .create(true)
-        .truncate(false)
-        .mode(0o600)
-        .open(dir.join(HEAD))?;
-    f.write_all_at(&bytes, 0)?;
-    f.set_len(bytes.len() as u64)
+
+    /// Records `seq` and `hash` as the last committed record.
+    pub fn write(&mut self, seq: u64, hash: &str) -> io::Result<()> {
+        use std::os::unix::fs::FileExt;
+        let mut bytes = canonical::to_vec(&json!({"seq": seq, "hash": hash}));
+        if bytes.len() < HEAD_WIDTH {
+            bytes.resize(HEAD_WIDTH - 1, b' ');
+        }
+        bytes.push(b'\n');
+        self.file.write_all_at(&bytes, 0)?;
+        let len = bytes.len() as u64;
+        if self.len != len {
+            self.file.set_len(len)?;
+            self.len = len;
+        }
+        Ok(())
+    }
 }
 
 #[cfg(test)]

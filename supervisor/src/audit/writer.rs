@@ -116,6 +116,8 @@ pub(crate) struct Writer {
     waiting: Vec<Pending>,
     /// Shut down: nothing is written any more.
     closed: bool,
+    /// `audit.head`, open while writes to it succeed.
+    head: Option<segments::HeadFile>,
 }
 
 /// The writer as the handle and the thread share it.
@@ -152,7 +154,16 @@ impl Writer {
             outage: None,
             waiting: Vec::new(),
             closed: false,
+            head: None,
         }
+    }
+
+    fn write_head(&mut self) -> io::Result<()> {
+        let head = match &mut self.head {
+            Some(h) => h,
+            None => self.head.insert(segments::HeadFile::open(&self.dir)?),
+        };
+        head.write(self.last.seq, &self.last.hash)
     }
 
     /// Whether a caller may commit its record itself, now: nothing to sync, the log
@@ -298,7 +309,9 @@ impl Writer {
         self.shared.last_seq.store(self.last.seq, Ordering::SeqCst);
         self.shared.available.store(true, Ordering::SeqCst);
         sealed.into_iter().for_each(|(p, seq)| p.answer(Ok(seq)));
-        if let Err(e) = segments::write_head(&self.dir, self.last.seq, &self.last.hash) {
+        if let Err(e) = self.write_head() {
+            // Opened again at the next commit.
+            self.head = None;
             tracing::warn!(error = %e, "cannot update audit.head");
         }
     }

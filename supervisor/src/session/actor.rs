@@ -15,6 +15,7 @@ use toolvisor_protocol::{ErrorType, Id, PROTOCOL_VERSION};
 use crate::call::router::{SessionInfo, to_result};
 use crate::service::Service;
 use crate::session::io::{read_loop, write_loop};
+use crate::session::open::OpenCalls;
 use crate::session::outbox::Outbox;
 
 /// Messages of a session actor.
@@ -25,8 +26,6 @@ pub enum SessionMsg {
     TooLarge(usize, usize),
     /// The connection ended (read side or write side).
     Closed,
-    /// A call task finished: unregister the id, then send its result.
-    CallDone(Box<ToolResult>),
     /// Every call of a batch has its result: unregister the batch, send `batch_done`
     /// (and `envelope_done` when the batch ran an envelope's tool actions).
     BatchDone(Id, Vec<Id>, Option<EnvelopeEnd>),
@@ -67,7 +66,7 @@ pub struct SessionState {
     pub(super) uid: u32,
     pub(super) peer: crate::session::peer::Peer,
     /// Open calls (single or in a batch); each counts against `max_open_calls`.
-    pub(super) open: HashMap<Id, CancellationToken>,
+    pub(super) open: OpenCalls,
     /// Open batches; each token is the parent of its calls' tokens.
     pub(super) batches: HashMap<Id, CancellationToken>,
     pub(super) reader: tokio::task::JoinHandle<()>,
@@ -77,7 +76,8 @@ impl Drop for SessionState {
     fn drop(&mut self) {
         self.reader.abort();
         self.service.confirmations().end_session(&self.id);
-        for token in self.open.values().chain(self.batches.values()) {
+        self.open.cancel_all();
+        for token in self.batches.values() {
             token.cancel();
         }
         // The writer flushes what is queued (a last error, say), closes, and then
@@ -110,7 +110,7 @@ impl Actor for SessionActor {
             id,
             uid: args.uid,
             peer: args.peer,
-            open: HashMap::new(),
+            open: OpenCalls::default(),
             batches: HashMap::new(),
             reader,
         })
@@ -135,10 +135,6 @@ impl Actor for SessionActor {
             }
             SessionMsg::Closed => {
                 myself.stop(None);
-            }
-            SessionMsg::CallDone(result) => {
-                st.open.remove(&result.id);
-                st.out.send(&ServerMessage::Result(*result));
             }
             SessionMsg::BatchDone(id, ids, envelope) => {
                 st.batches.remove(&id);
@@ -225,7 +221,7 @@ impl SessionState {
             ClientMessage::ListTools { id, format, groups } => {
                 self.list_tools(id, format.unwrap_or_default(), groups)
             }
-            ClientMessage::Call(req) => self.call(myself, &info, req),
+            ClientMessage::Call(req) => self.call(&info, req),
             ClientMessage::Cancel { id } => self.cancel(id),
             ClientMessage::Status { id } => {
                 let (svc, out) = (self.service.clone(), self.out.clone());

@@ -12,12 +12,7 @@ use crate::call::batch::{BatchCall, Deliver, split_duplicates};
 use crate::call::router::SessionInfo;
 
 impl SessionState {
-    pub(super) fn call(
-        &mut self,
-        myself: &ActorRef<SessionMsg>,
-        info: &Arc<SessionInfo>,
-        req: CallRequest,
-    ) {
+    pub(super) fn call(&mut self, info: &Arc<SessionInfo>, req: CallRequest) {
         if self.is_open(&req.id) {
             self.refuse_duplicate(req.id);
             return;
@@ -29,10 +24,11 @@ impl SessionState {
         }
         let token = self.service.shutdown().child_token();
         self.open.insert(req.id.clone(), token.clone());
-        let (svc, info, me) = (self.service.clone(), info.clone(), myself.clone());
+        let (svc, info) = (self.service.clone(), info.clone());
+        let (open, out) = (self.open.clone(), self.out.clone());
         tokio::spawn(async move {
             let result = svc.run_call_guarded(info, req, token).await;
-            let _ = me.cast(SessionMsg::CallDone(Box::new(result)));
+            open.finish(&out, result);
         });
     }
 
@@ -153,23 +149,23 @@ impl SessionState {
             })
             .collect();
         let (svc, info, me) = (self.service.clone(), info.clone(), myself.clone());
-        let to_session = me.clone();
+        let (open, out) = (self.open.clone(), self.out.clone());
         let deliver: Deliver = Arc::new(move |mut r| {
             if translated.contains(&r.id) {
                 crate::call::envelope::mark_translated(&mut r);
             }
-            let _ = to_session.cast(SessionMsg::CallDone(Box::new(r)));
+            open.finish(&out, r);
         });
         tokio::spawn(async move {
             svc.run_batch(info, id.clone(), calls, deliver).await;
-            // Every CallDone was cast before this, so `batch_done` follows all results.
+            // Every result was queued before this, so `batch_done` follows them all.
             let _ = me.cast(SessionMsg::BatchDone(id, ids, envelope));
         });
     }
 
     /// Whether `id` names an open call or an open batch of this connection.
     pub(super) fn is_open(&self, id: &Id) -> bool {
-        self.open.contains_key(id) || self.batches.contains_key(id)
+        self.open.contains(id) || self.batches.contains_key(id)
     }
 
     pub(super) fn refuse_duplicate(&self, id: Id) {
@@ -189,7 +185,11 @@ impl SessionState {
     }
 
     pub(super) fn cancel(&mut self, id: Id) {
-        match self.open.get(&id).or_else(|| self.batches.get(&id)) {
+        match self
+            .open
+            .token(&id)
+            .or_else(|| self.batches.get(&id).cloned())
+        {
             Some(token) => token.cancel(),
             None => self.out.send(&ServerMessage::error(
                 Some(id.clone()),

@@ -1,6 +1,6 @@
 //! Connections: the [`listener`] accepts them, one [`actor`] per connection speaks the
-//! protocol (its calls, batches and envelopes in `calls`, its socket's reader and
-//! writer tasks in `io`), its [`outbox`] bounds what waits to be written, and [`events`] /
+//! protocol (its calls, batches and envelopes in `calls`, their ids and cancel tokens in
+//! `open`, its socket's reader and writer tasks in `io`), its [`outbox`] bounds what waits to be written, and [`events`] /
 //! [`subscribe`] carry the event topics. [`peer`] tells a person's client from a
 //! command toolvisor runs.
 
@@ -9,6 +9,7 @@ mod calls;
 pub mod events;
 mod io;
 pub mod listener;
+mod open;
 pub mod outbox;
 pub mod peer;
 pub mod subscribe;
