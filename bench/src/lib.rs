@@ -199,6 +199,15 @@ pub fn proc_kb(pid: u32, field: &str) -> Option<u64> {
     Some(line.split_whitespace().nth(1)?.parse::<u64>().ok()? * 1024)
 }
 
+/// A field of /proc/<pid>/smaps_rollup (`Pss:`, `Rss:`), in bytes. PSS counts each
+/// shared page once across the processes that map it (the binary's pages, mapped by
+/// the supervisor and every worker, are one copy in memory).
+pub fn smaps_kb(pid: u32, field: &str) -> Option<u64> {
+    let s = std::fs::read_to_string(format!("/proc/{pid}/smaps_rollup")).ok()?;
+    let line = s.lines().find(|l| l.starts_with(field))?;
+    Some(line.split_whitespace().nth(1)?.parse::<u64>().ok()? * 1024)
+}
+
 /// Direct children of `pid` (the worker processes of a supervisor).
 pub fn children(pid: u32) -> Vec<u32> {
     let Ok(rd) = std::fs::read_dir("/proc") else {

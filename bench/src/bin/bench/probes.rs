@@ -159,17 +159,25 @@ pub(super) fn ext_search(
     Ok((median(times), count))
 }
 
-/// Peak RSS of the supervisor plus its workers (summed per sample) while one command
-/// prints 1 GiB; also the RSS before, and how long the call took.
-pub(super) async fn peak_rss(ws: &Path, socket: &Path) -> Result<(u64, u64, Duration), String> {
+/// The memory of a supervisor and its workers: (processes, sum of RSS, sum of PSS).
+pub(super) fn tree_memory(ws: &Path) -> Result<(usize, u64, u64), String> {
     let pid = pid_of(ws)?;
-    let sample = move || {
-        proc_kb(pid, "VmRSS:").unwrap_or(0)
-            + children(pid)
-                .into_iter()
-                .map(|w| proc_kb(w, "VmRSS:").unwrap_or(0))
-                .sum::<u64>()
-    };
+    Ok(tree_sample(pid))
+}
+
+fn tree_sample(pid: u32) -> (usize, u64, u64) {
+    let mut pids = children(pid);
+    pids.push(pid);
+    let rss = pids.iter().map(|&p| smaps_kb(p, "Rss:").unwrap_or(0)).sum();
+    let pss = pids.iter().map(|&p| smaps_kb(p, "Pss:").unwrap_or(0)).sum();
+    (pids.len(), rss, pss)
+}
+
+/// Peak PSS of the supervisor plus its workers (summed per sample) while one command
+/// prints 1 GiB; also the PSS before, and how long the call took.
+pub(super) async fn peak_memory(ws: &Path, socket: &Path) -> Result<(u64, u64, Duration), String> {
+    let pid = pid_of(ws)?;
+    let sample = move || tree_sample(pid).2;
     let idle = sample();
     let stop = Arc::new(AtomicBool::new(false));
     let peak = Arc::new(AtomicU64::new(idle));
