@@ -221,7 +221,7 @@ impl Jobs {
             .artifacts
             .create(&format!("job-{handle}"))
             .map_err(|e| ToolError::internal(format!("cannot create the output file: {e}")))?;
-        let (mut proc, cgroup) = super::run_command::launch(state, a, ctx, true, true)?;
+        let (mut proc, cgroup) = super::run_command::launch(state, a, ctx, true, true).await?;
         let setup = tokio::time::Instant::now() + TERMINAL_WAIT;
         let terminal = proc.attach_terminal(setup).await?;
         let input = terminal.or_else(|| proc.stdin.take());
