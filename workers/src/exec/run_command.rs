@@ -207,6 +207,7 @@ pub(crate) async fn run(
         resources(report.as_ref(), cgroup.as_ref()),
     );
     out.truncated = truncated;
+    running.retire(cgroup).await;
     Ok(out)
 }
 

@@ -21,7 +21,7 @@ use nix::sys::wait::{WaitPidFlag, WaitStatus, waitpid};
 use nix::unistd::{ForkResult, Pid};
 
 use super::control::Channel;
-use super::report::Writer;
+use super::report::{Exit, Writer};
 use super::signals::SelfPipe;
 use super::tree::KILL_CAP;
 use super::{EX_NOEXEC, ShimArgs, Start, finish, spare};
@@ -107,13 +107,19 @@ fn read_all(fd: OwnedFd) -> Vec<u8> {
 fn finish_outer(from_init: &[u8], init: Option<WaitStatus>, report: &Writer) -> i32 {
     match from_init.split_first() {
         Some((b'E', why)) => report.setup_failed(&String::from_utf8_lossy(why)),
+        // Init was reaped: nothing of the namespace is left, so the report says how
+        // the command ended before this process (and the namespaces) go.
         Some((b'X', code)) => {
-            report.resources();
-            parse_num(code).unwrap_or(EX_NOEXEC)
+            let code = parse_num(code).unwrap_or(EX_NOEXEC);
+            report.ended(Exit::Code(code));
+            code
         }
         Some((b'K', sig)) => {
-            report.resources();
             let sig = parse_num(sig).and_then(|s| Signal::try_from(s).ok());
+            match sig {
+                Some(s) => report.ended(Exit::Signal(s as i32)),
+                None => report.resources(),
+            }
             finish(sig.map(|s| WaitStatus::Signaled(Pid::from_raw(0), s, false)))
         }
         _ => {

@@ -399,7 +399,7 @@ async fn run_job(
     let report = proc.report();
     let limit = super::limits::stopped_by(&ended, cgroup.as_ref(), &limits);
     // The group goes (killed and removed) with the job's last process.
-    drop(cgroup);
+    proc.retire(cgroup).await;
     log.file.seal();
     if let Ok(mut input) = job.input.try_lock() {
         *input = None;

@@ -6,7 +6,6 @@
 
 use std::collections::BTreeMap;
 use std::ffi::OsString;
-use std::io::Read;
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
@@ -159,8 +158,72 @@ pub(crate) struct Running {
     /// The terminal's master side when the worker opened it itself (no shim).
     master: Option<OwnedFd>,
     /// Where the shim writes its [`Report`].
-    report: Option<std::io::PipeReader>,
+    report: ReportPipe,
     shim: bool,
+    /// It runs in its own namespaces (then the report tells when all of it is dead).
+    namespaces: bool,
+}
+
+/// The shim's report pipe, read as the report comes.
+#[derive(Default)]
+pub(crate) struct ReportPipe {
+    rx: Option<tokio::net::unix::pipe::Receiver>,
+    bytes: Vec<u8>,
+    read: Option<Option<Report>>,
+}
+
+/// The most of a report read.
+const REPORT_MAX: usize = 64 * 1024;
+
+impl ReportPipe {
+    fn new(r: std::io::PipeReader) -> Self {
+        let rx = tokio::net::unix::pipe::Receiver::from_owned_fd(OwnedFd::from(r)).ok();
+        ReportPipe {
+            rx,
+            ..ReportPipe::default()
+        }
+    }
+
+    /// Whether [`ReportPipe::next`] may still give a report.
+    fn pending(&self) -> bool {
+        self.rx.is_some() && self.read.is_none()
+    }
+
+    /// Wait for the report's line (or the pipe's end); cancellation-safe (what was
+    /// read stays).
+    async fn next(&mut self) -> Option<Report> {
+        use tokio::io::AsyncReadExt;
+        if let Some(rx) = self.rx.as_mut() {
+            let mut buf = [0u8; 1024];
+            while !self.bytes.contains(&b'\n') && self.bytes.len() < REPORT_MAX {
+                match rx.read(&mut buf).await {
+                    Ok(0) | Err(_) => break,
+                    Ok(n) => self.bytes.extend_from_slice(&buf[..n]),
+                }
+            }
+        }
+        self.finish()
+    }
+
+    /// The report from what was read, plus what can be read without waiting.
+    fn now(&mut self) -> Option<Report> {
+        if let (None, Some(rx)) = (&self.read, self.rx.as_ref()) {
+            let mut buf = [0u8; 1024];
+            while self.bytes.len() < REPORT_MAX {
+                match rx.try_read(&mut buf) {
+                    Ok(n @ 1..) => self.bytes.extend_from_slice(&buf[..n]),
+                    _ => break,
+                }
+            }
+        }
+        self.finish()
+    }
+
+    fn finish(&mut self) -> Option<Report> {
+        self.read
+            .get_or_insert_with(|| Report::parse(&self.bytes))
+            .clone()
+    }
 }
 
 impl Running {
@@ -194,15 +257,40 @@ impl Running {
         Ok(Some(Input::Terminal(term)))
     }
 
-    /// The shim's report, once it has exited (None: it wrote none, e.g. it was killed,
-    /// or no shim runs the command).
+    /// The shim's report, once it has written it (None: it wrote none, e.g. it was
+    /// killed, or no shim runs the command).
     pub(crate) fn report(&mut self) -> Option<Report> {
-        let mut r = self.report.take()?;
-        let fd = std::os::fd::AsFd::as_fd(&r);
-        let _ = rustix::io::ioctl_fionbio(fd, true);
-        let mut bytes = Vec::new();
-        let _ = std::io::Read::read_to_end(&mut (&mut r).take(64 * 1024), &mut bytes);
-        Report::parse(&bytes)
+        self.report.now()
+    }
+
+    /// Let go of a command that ended: its shim reaped and its cgroup removed. In its
+    /// own namespaces everything the command started is dead already (the shim reaped
+    /// the PID namespace's first process before its report, and a namespace's
+    /// processes die with that one), so this happens in the background, after the
+    /// call's result; otherwise the cgroup is emptied (killed) and removed before this
+    /// returns, the last guard against a process that escaped the shim.
+    pub(crate) async fn retire(self, cgroup: Option<CommandCgroup>) {
+        let Running {
+            mut child,
+            namespaces,
+            ..
+        } = self;
+        let done = async move {
+            if tokio::time::timeout(SHIM_BACKSTOP, child.wait())
+                .await
+                .is_err()
+            {
+                let _ = child.start_kill();
+            }
+            if let Some(cg) = cgroup {
+                let _ = tokio::task::spawn_blocking(move || drop(cg)).await;
+            }
+        };
+        if namespaces {
+            tokio::spawn(done);
+        } else {
+            done.await;
+        }
     }
 }
 
@@ -303,8 +391,9 @@ impl Launcher {
             stdin,
             tty: spec.tty.is_some(),
             master: direct_tty.map(|(master, _)| master),
-            report: report_read,
+            report: report_read.map(ReportPipe::new).unwrap_or_default(),
             shim: self.is_shim(),
+            namespaces: self.namespaces(),
         })
     }
 

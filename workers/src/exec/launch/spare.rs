@@ -338,8 +338,9 @@ impl Spare {
                     stdin: input,
                     tty: false,
                     master: None,
-                    report: Some(self.report),
+                    report: super::ReportPipe::new(self.report),
                     shim: true,
+                    namespaces: true,
                 };
                 Ok(Some((running, self.cgroup)))
             }
