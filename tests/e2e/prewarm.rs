@@ -83,18 +83,26 @@ async fn namespaces(s: &Server) -> bool {
     on
 }
 
-/// Run `make` (a command that waits for the file `go` first) so that it changes the
+/// Run `make` in a background process (it takes the ready spare, and the next spare
+/// is built while it runs) that waits for the file `go` first, so that it changes the
 /// workspace only after the spare the next call will use is ready: that spare's plan
 /// was made before the change.
 fn change_after_the_next_spare(s: &mut Server, make: &str) {
     let ready = count(s, READY);
-    let cmd = format!("while [ ! -e go ]; do sleep 0.02; done; rm go; {make}");
-    let call = call_in_background(s.socket(), "run_command", json!({ "command": cmd }));
-    // The call claimed the ready spare and started the next one.
+    let cmd = format!("while [ ! -e go ]; do sleep 0.02; done; rm go; {make} && touch made");
+    let job = json!({ "command": cmd, "background": true });
+    let r = call_in_background(s.socket(), "run_command", job)
+        .join()
+        .expect("the call");
+    assert_eq!(r.status, Status::Ok, "{r:?}");
     wait_count(s, READY, ready + 1);
     std::fs::write(s.ws().join("go"), "").unwrap();
-    let r = call.join().expect("the call");
-    assert_eq!(r.status, Status::Ok, "{r:?}");
+    let end = Instant::now() + T;
+    // The job's end is another session's event: watch for the file it makes last.
+    while !s.ws().join("made").exists() {
+        assert!(Instant::now() < end, "the job did not make its change");
+        std::thread::sleep(Duration::from_millis(20));
+    }
 }
 
 fn is_namespaced(s: &mut Server) -> bool {
@@ -159,7 +167,8 @@ fn a_path_made_protected_between_the_spare_and_its_claim_is_protected() {
         "export A=1\n"
     );
     // By someone else on the host (a person, another tool), the spare already ready.
-    // The spare the next call meets (the third: the first two were claimed) is ready.
+    // The spare the next call meets is ready (the third: the first was taken by the
+    // job, the second found stale by the call above, which ran without one).
     wait_count(&mut s, READY, 3);
     std::fs::create_dir_all(s.ws().join(".vscode")).unwrap();
     let stale = count(&s, STALE);

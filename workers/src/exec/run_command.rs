@@ -164,6 +164,8 @@ pub(crate) async fn run(
             yield_at,
         };
         let ended = supervise(&mut running, &mut capture, stream.as_mut(), bounds).await;
+        // The command ended or goes on in the background: the next spare may start.
+        state.spares.refill();
         if !ended.yielded {
             break ended;
         }

@@ -222,6 +222,8 @@ impl Jobs {
             .create(&format!("job-{handle}"))
             .map_err(|e| ToolError::internal(format!("cannot create the output file: {e}")))?;
         let (mut proc, cgroup) = super::run_command::launch(state, a, ctx, true, true).await?;
+        // It runs on in the background: the next spare may start now.
+        state.spares.refill();
         let setup = tokio::time::Instant::now() + TERMINAL_WAIT;
         let terminal = proc.attach_terminal(setup).await?;
         let input = terminal.or_else(|| proc.stdin.take());

@@ -12,7 +12,10 @@
 //! the command and its standard streams; everything after (report, status, control
 //! channel, kill path) is the ordinary shim's. Anything else — or a spare that died,
 //! failed or refused — and the call starts its command the ordinary way: prewarming
-//! never fails a call. The next spare is started as soon as one is taken or dropped.
+//! never fails a call. The next spare is started once the command that took one ended
+//! (or went on in the background), so that building it does not compete with the
+//! command for the CPU, and plans the host as that command left it; a spare dropped
+//! unused is replaced at once.
 
 use std::collections::BTreeMap;
 use std::os::fd::{AsFd, AsRawFd, OwnedFd};
@@ -118,7 +121,8 @@ impl Spares {
         }
     }
 
-    /// Start building a spare when none is (call from the runtime).
+    /// Start building a spare when none is (call from the runtime, when the command
+    /// that took the last one has ended or gone on in the background).
     pub(crate) fn refill(&self) {
         let Some(inner) = &self.inner else { return };
         let mut slot = inner.lock();
@@ -146,21 +150,24 @@ impl Spares {
         };
         let Some(spare) = inner.take().await else {
             tracing::debug!("no spare command sandbox ready");
+            self.refill();
             return Ok(None);
         };
-        self.refill();
         if spare.born.elapsed() > MAX_AGE {
             spare.discard();
+            self.refill();
             return Ok(None);
         }
         if let Some(seen) = spare.seen.changed(&HostView) {
             tracing::debug!("the spare command sandbox is stale ({seen:?}): not used");
             spare.discard();
+            self.refill();
             return Ok(None);
         }
         let started = spare.go(spec, &body).await;
-        if matches!(started, Ok(Some(_))) {
-            tracing::debug!("the command started in the spare sandbox");
+        match &started {
+            Ok(Some(_)) => tracing::debug!("the command started in the spare sandbox"),
+            _ => self.refill(),
         }
         started
     }
