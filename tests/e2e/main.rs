@@ -22,6 +22,7 @@ mod limits;
 mod mcp;
 mod policy;
 mod policy_corpus;
+mod prewarm;
 mod prompts;
 mod protocol;
 mod sandbox;

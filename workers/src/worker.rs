@@ -143,6 +143,7 @@ async fn serve(
     cgroups: crate::exec::cgroup::Cgroups,
 ) -> i32 {
     let exec = Arc::new(ExecState::new(&init, cgroups));
+    exec.prewarm();
     let guards = guards(&init, &exec, landlock);
     let stream = match control
         .set_nonblocking(true)

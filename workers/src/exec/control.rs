@@ -3,20 +3,21 @@
 //! its process group — which lives in a PID namespace the worker cannot see into, so
 //! the process that started it (the shim, or the namespace's first process) sends it.
 
-use std::io::IoSliceMut;
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::io::{IoSlice, IoSliceMut};
+use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
 use std::time::Duration;
 
 use nix::sys::signal::{Signal, killpg};
 use nix::sys::socket::{
-    AddressFamily, ControlMessageOwned, MsgFlags, SockFlag, SockType, recvmsg, send, socketpair,
+    AddressFamily, ControlMessage, ControlMessageOwned, MsgFlags, SockFlag, SockType, recvmsg,
+    send, sendmsg, socketpair,
 };
 use nix::unistd::Pid;
 use tokio::io::Interest;
 use tokio::io::unix::AsyncFd;
 use tokio::time::Instant;
 
-use crate::reap::control::{SIGNAL, TERMINAL, parse_ack};
+use crate::reap::control::{GO, MAX_PACKET, READY, REFUSED, SIGNAL, STARTED, TERMINAL, parse_ack};
 
 /// How long a signal request waits for the runner's answer.
 const ANSWER_WAIT: Duration = Duration::from_secs(5);
@@ -117,6 +118,80 @@ impl Control {
     }
 }
 
+/// How a spare answered its command.
+#[derive(Debug)]
+pub(crate) enum Answer {
+    /// It took the command (and is starting it).
+    Started,
+    /// It did not (why); the command did not run.
+    Refused(String),
+    /// Its end closed before it answered: it died, and did not start the command.
+    Gone,
+}
+
+impl Control {
+    fn channel(&self) -> Option<&tokio::sync::Mutex<AsyncFd<OwnedFd>>> {
+        match self {
+            Control::Channel(fd) => Some(fd),
+            Control::Direct(_) => None,
+        }
+    }
+
+    /// A spare's [`READY`] packet (what its mount plan saw, JSON); None when it ended
+    /// first.
+    pub(crate) async fn spare_ready(&self) -> Option<Vec<u8>> {
+        let fd = self.channel()?.lock().await;
+        loop {
+            match recv_packet_max(&fd, MAX_PACKET).await {
+                Packet::Other(p) if p.first() == Some(&READY) => return Some(p[1..].to_vec()),
+                Packet::Other(_) | Packet::Terminal(_) => {}
+                Packet::Closed => return None,
+            }
+        }
+    }
+
+    /// Give a spare its command: the [`GO`] packet with `body` and the three standard
+    /// streams; then its answer.
+    pub(crate) async fn go(&self, body: &[u8], stdio: [BorrowedFd<'_>; 3]) -> Answer {
+        let Some(fd) = self.channel() else {
+            return Answer::Gone;
+        };
+        let fd = fd.lock().await;
+        let mut packet = Vec::with_capacity(1 + body.len());
+        packet.push(GO);
+        packet.extend_from_slice(body);
+        let raw = stdio.map(|f| f.as_raw_fd());
+        let sent = fd
+            .async_io(Interest::WRITABLE, |f| {
+                sendmsg::<()>(
+                    f.as_raw_fd(),
+                    &[IoSlice::new(&packet)],
+                    &[ControlMessage::ScmRights(&raw)],
+                    MsgFlags::MSG_NOSIGNAL | MsgFlags::MSG_DONTWAIT,
+                    None,
+                )
+                .map_err(std::io::Error::from)
+            })
+            .await;
+        if sent.is_err() {
+            return Answer::Gone;
+        }
+        loop {
+            match recv_packet_max(&fd, MAX_PACKET).await {
+                Packet::Other(p) => match p.split_first() {
+                    Some((&STARTED, _)) => return Answer::Started,
+                    Some((&REFUSED, why)) => {
+                        return Answer::Refused(String::from_utf8_lossy(why).into_owned());
+                    }
+                    _ => {}
+                },
+                Packet::Terminal(_) => {}
+                Packet::Closed => return Answer::Gone,
+            }
+        }
+    }
+}
+
 fn refused(e: nix::errno::Errno) -> SignalError {
     match e {
         nix::errno::Errno::ESRCH => SignalError::Gone,
@@ -132,17 +207,25 @@ enum Packet {
     Closed,
 }
 
+/// The largest packet the runner sends besides [`READY`].
+const SMALL_PACKET: usize = 64;
+
 async fn recv_packet(fd: &AsyncFd<OwnedFd>) -> Packet {
+    recv_packet_max(fd, SMALL_PACKET).await
+}
+
+async fn recv_packet_max(fd: &AsyncFd<OwnedFd>, max: usize) -> Packet {
     fd.async_io(Interest::READABLE, |f| {
-        recv_one(f.as_raw_fd()).ok_or_else(|| std::io::ErrorKind::WouldBlock.into())
+        recv_one(f.as_raw_fd(), max).ok_or_else(|| std::io::ErrorKind::WouldBlock.into())
     })
     .await
     .unwrap_or(Packet::Closed)
 }
 
-/// Read one packet without blocking: None when it would block, Closed at EOF.
-fn recv_one(fd: RawFd) -> Option<Packet> {
-    let mut buf = [0u8; 64];
+/// Read one packet of at most `max` bytes without blocking: None when it would block,
+/// Closed at EOF.
+fn recv_one(fd: RawFd, max: usize) -> Option<Packet> {
+    let mut buf = vec![0u8; max];
     let mut iov = [IoSliceMut::new(&mut buf)];
     let mut space = nix::cmsg_space!([RawFd; 1]);
     let flags = MsgFlags::MSG_DONTWAIT | MsgFlags::MSG_CMSG_CLOEXEC;

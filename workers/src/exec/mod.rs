@@ -44,7 +44,9 @@ use output::Artifacts;
 #[derive(Debug)]
 pub struct ExecState {
     launcher: Launcher,
-    cgroups: Cgroups,
+    cgroups: Arc<Cgroups>,
+    /// The sandbox built ahead of the next command.
+    spares: launch::Spares,
     artifacts: Arc<Artifacts>,
     jobs: jobs::Jobs,
 }
@@ -99,12 +101,34 @@ impl ExecState {
     }
 
     fn with_launcher(init: &WorkerInit, launcher: Launcher, cgroups: Cgroups) -> Self {
+        let cgroups = Arc::new(cgroups);
+        let shim_env = env::build(std::env::vars(), &init.exec, None, false);
+        let spares = match shim_env {
+            Ok(shim_env) if init.group == tools::EXEC => launch::Spares::new(
+                &launcher,
+                Arc::clone(&cgroups),
+                init.roots
+                    .private
+                    .canonicalize()
+                    .unwrap_or_else(|_| init.roots.private.clone()),
+                shim_env,
+                init.exec.instance.clone(),
+            ),
+            _ => launch::Spares::default(),
+        };
         ExecState {
             launcher,
             cgroups,
+            spares,
             artifacts: Artifacts::new(&init.state_dir, &init.limits),
             jobs: jobs::Jobs::new(init),
         }
+    }
+
+    /// Start building the first spare sandbox (call from the runtime, on a thread that
+    /// lives as long as the worker: the spare's parent-death signal is tied to it).
+    pub fn prewarm(&self) {
+        self.spares.refill();
     }
 
     /// Whether commands run under the subreaper shim (the `subreaper` guard).
@@ -129,6 +153,7 @@ impl ExecState {
 
     /// Kill and record every background job (worker shutdown).
     pub async fn shutdown(&self) {
+        self.spares.close();
         self.jobs.shutdown().await;
     }
 }

@@ -126,7 +126,8 @@ pub(crate) async fn run(
     let timeout = a.timeout.unwrap_or(DEFAULT_TIMEOUT);
     let own = std::time::Instant::now() + timeout;
     let deadline = ctx.deadline.map_or(own, |d| d.min(own));
-    let (mut running, cgroup) = launch(state, &a, ctx, ctx.output.is_none(), a.stdin.is_some())?;
+    let (mut running, cgroup) =
+        launch(state, &a, ctx, ctx.output.is_none(), a.stdin.is_some()).await?;
     let terminal = running.attach_terminal(deadline.into()).await?;
     let input = terminal.or_else(|| running.stdin.take());
     // The feeder outlives the call when the command yields: the job reads `stdin` at
@@ -163,6 +164,8 @@ pub(crate) async fn run(
             yield_at,
         };
         let ended = supervise(&mut running, &mut capture, stream.as_mut(), bounds).await;
+        // The command ended or goes on in the background: the next spare may start.
+        state.spares.refill();
         if !ended.yielded {
             break ended;
         }
@@ -206,13 +209,15 @@ pub(crate) async fn run(
         resources(report.as_ref(), cgroup.as_ref()),
     );
     out.truncated = truncated;
+    running.retire(cgroup).await;
     Ok(out)
 }
 
 /// Start the command of `a` (in its working directory, with its environment and a
 /// cgroup of its own): its process and cgroup. `merged`: one pipe for stdout and
 /// stderr; `stdin_pipe`: a pipe for its input (else `/dev/null`, or its terminal).
-pub(crate) fn launch(
+/// In the worker's spare sandbox when it fits, else with a shim started for it.
+pub(crate) async fn launch(
     state: &ExecState,
     a: &RunArgs<'_>,
     ctx: &ToolContext,
@@ -221,11 +226,7 @@ pub(crate) fn launch(
 ) -> Result<(Running, Option<CommandCgroup>), ToolError> {
     let (cwd, cwd_path) = super::open_cwd(ctx, a.cwd)?;
     let env = super::env::build(std::env::vars(), &ctx.init.exec, a.env, a.tty.is_some())?;
-    let cgroup = state
-        .cgroups
-        .create()
-        .map_err(|e| ToolError::internal(format!("cannot make the command's cgroup: {e}")))?;
-    let spec = Spec {
+    let mut spec = Spec {
         command: a.command,
         env: &env,
         cwd: &cwd,
@@ -233,10 +234,18 @@ pub(crate) fn launch(
         instance: &ctx.init.exec.instance,
         merged,
         network: ctx.network,
-        cgroup: cgroup.as_ref(),
+        cgroup: None,
         stdin_pipe,
         tty: a.tty,
     };
+    if let Some(started) = state.spares.run(&spec).await? {
+        return Ok(started);
+    }
+    let cgroup = state
+        .cgroups
+        .create()
+        .map_err(|e| ToolError::internal(format!("cannot make the command's cgroup: {e}")))?;
+    spec.cgroup = cgroup.as_ref();
     let running = state.launcher.spawn(&spec)?;
     Ok((running, cgroup))
 }

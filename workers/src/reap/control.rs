@@ -11,6 +11,11 @@
 //! - worker → runner: [`SIGNAL`] and the signal's number in decimal; the runner sends
 //!   it to the command's process group and answers [`ACK`] and the `errno` (0:
 //!   delivered).
+//! - a spare (`--spare`, see [`super::spare`]) first: runner → worker [`READY`] and
+//!   what its mount plan saw of the host (JSON), once its sandbox is built; worker →
+//!   runner [`GO`], the command (JSON) and its standard input, output and error
+//!   (`SCM_RIGHTS`); runner → worker [`STARTED`] when it took it, or [`REFUSED`] and
+//!   why (the worker then starts the command the ordinary way).
 //!
 //! The worker's side is `exec::control`.
 
@@ -29,6 +34,19 @@ pub const TERMINAL: u8 = b'T';
 pub const SIGNAL: u8 = b'S';
 /// The answer to [`SIGNAL`].
 pub const ACK: u8 = b'A';
+/// A spare's sandbox is ready (with what its plan saw).
+pub const READY: u8 = b'R';
+/// A spare's command, with its standard streams.
+pub const GO: u8 = b'G';
+/// The spare took the command.
+pub const STARTED: u8 = b'O';
+/// The spare did not take the command (and why).
+pub const REFUSED: u8 = b'N';
+/// The largest [`READY`] or [`GO`] packet (a larger command starts the ordinary way).
+pub const MAX_PACKET: usize = 64 * 1024;
+
+/// A packet's bytes and the descriptors it carried.
+pub type Packet = (Vec<u8>, Vec<OwnedFd>);
 
 /// The runner's end of the channel.
 pub struct Channel {
@@ -65,6 +83,51 @@ impl Channel {
                 std::io::Error::other(e),
             )
         })
+    }
+
+    /// Send one packet: `kind` then `body`.
+    pub fn send_packet(&self, kind: u8, body: &[u8]) -> Result<(), SandboxError> {
+        let mut p = Vec::with_capacity(1 + body.len());
+        p.push(kind);
+        p.extend_from_slice(body);
+        send(self.fd.as_raw_fd(), &p, MsgFlags::MSG_NOSIGNAL)
+            .map(|_| ())
+            .map_err(|e| SandboxError::step("cannot write to the worker", std::io::Error::other(e)))
+    }
+
+    /// Read one packet with the descriptors it carries (close-on-exec), when the channel
+    /// is readable: None when it would block; an error when the worker's end is gone.
+    pub fn recv_packet(&self) -> Result<Option<Packet>, SandboxError> {
+        let gone = || SandboxError::Refused("the worker closed the control channel".into());
+        let mut buf = vec![0u8; MAX_PACKET];
+        let mut space = nix::cmsg_space!([std::os::fd::RawFd; 3]);
+        let (n, fds) = {
+            let mut iov = [IoSliceMut::new(&mut buf)];
+            let flags = MsgFlags::MSG_DONTWAIT | MsgFlags::MSG_CMSG_CLOEXEC;
+            let msg = match nix::sys::socket::recvmsg::<()>(
+                self.fd.as_raw_fd(),
+                &mut iov,
+                Some(&mut space),
+                flags,
+            ) {
+                Ok(m) => m,
+                Err(nix::errno::Errno::EAGAIN | nix::errno::Errno::EINTR) => return Ok(None),
+                Err(_) => return Err(gone()),
+            };
+            let mut fds = Vec::new();
+            for c in msg.cmsgs().into_iter().flatten() {
+                if let nix::sys::socket::ControlMessageOwned::ScmRights(raw) = c {
+                    // SAFETY: the kernel just installed these descriptors for us.
+                    fds.extend(raw.into_iter().map(|f| unsafe { OwnedFd::from_raw_fd(f) }));
+                }
+            }
+            (msg.bytes, fds)
+        };
+        if n == 0 {
+            return Err(gone());
+        }
+        buf.truncate(n);
+        Ok(Some((buf, fds)))
     }
 
     /// Serve one request (the channel is readable). False when the worker's end is

@@ -28,6 +28,7 @@ pub mod control;
 mod pidns;
 pub mod report;
 mod signals;
+pub mod spare;
 mod tree;
 
 use std::os::unix::process::CommandExt;
@@ -78,6 +79,9 @@ pub struct ShimArgs {
     pub control_fd: Option<i32>,
     /// Run the command in a new terminal of (rows, columns).
     pub tty: Option<(u16, u16)>,
+    /// Build the sandbox now and wait for the command on the control channel
+    /// ([`spare`]); `argv` is then empty.
+    pub spare: bool,
     /// The command and its arguments.
     pub argv: Vec<String>,
 }
@@ -104,8 +108,10 @@ pub enum ShimArgsError {
     /// An option the shim does not have.
     #[error("unknown option {0:?}")]
     UnknownOption(String),
-    /// No command after `--`.
-    #[error("usage: toolvisor reap [OPTIONS] -- COMMAND [ARGS...]")]
+    /// No command after `--` (or one with `--spare`).
+    #[error(
+        "usage: toolvisor reap [OPTIONS] -- COMMAND [ARGS...] | toolvisor reap [OPTIONS] --spare --"
+    )]
     NoCommand,
     /// A part of the arguments that does not serialise.
     #[error(transparent)]
@@ -143,6 +149,9 @@ impl ShimArgs {
         }
         if let Some((rows, cols)) = self.tty {
             out.extend(["--tty".to_owned(), format!("{rows}x{cols}")]);
+        }
+        if self.spare {
+            out.push("--spare".to_owned());
         }
         out.push("--".to_owned());
         out.extend(self.argv.iter().cloned());
@@ -223,10 +232,11 @@ pub fn parse(args: Vec<String>) -> Result<ShimArgs, ShimArgsError> {
                 out.tty =
                     Some(parse_size(&v).ok_or(ShimArgsError::BadNumber("--tty (ROWSxCOLS)"))?);
             }
+            "--spare" => out.spare = true,
             other => return Err(ShimArgsError::UnknownOption(other.to_owned())),
         }
     }
-    if out.argv.is_empty() {
+    if out.argv.is_empty() != out.spare {
         return Err(ShimArgsError::NoCommand);
     }
     Ok(out)
@@ -268,6 +278,7 @@ pub fn run(a: &ShimArgs) -> i32 {
     let channel = a.control_fd.and_then(control::Channel::from_raw);
     match &a.sandbox {
         Some(spec) => pidns::run(a, spec, pipe, &report, channel),
+        None if a.spare => report.setup_failed("a spare needs the namespace sandbox"),
         None => run_plain(a, &pipe, &report, channel),
     }
 }
@@ -290,7 +301,7 @@ fn run_plain(
     if let Err(e) = a.rlimits.apply() {
         return report.setup_failed(&e.to_string());
     }
-    let child = match spawn(&a.argv, a.instance.as_deref(), terminal.as_ref()) {
+    let child = match spawn(&Start::of(a), terminal.as_ref()) {
         Ok(pid) => pid,
         Err(e) => {
             eprintln!("toolvisor reap: cannot run {:?}: {e}", a.argv[0]);
@@ -349,17 +360,55 @@ fn detach_stdin() {
     }
 }
 
+/// Point all three standard streams at `/dev/null` once the command has them (a spare
+/// got them for the command alone): its output ends when the command's processes close
+/// it, not when this process exits.
+fn detach_stdio() {
+    detach_stdin();
+    if let Ok(null) = std::fs::OpenOptions::new().write(true).open("/dev/null") {
+        let _ = nix::unistd::dup2_stdout(&null);
+        let _ = nix::unistd::dup2_stderr(&null);
+    }
+}
+
+/// What to start: from the shim's arguments, or the command a spare was given.
+struct Start<'a> {
+    argv: &'a [String],
+    instance: Option<&'a str>,
+    /// The command's whole environment (None: this process's own).
+    env: Option<&'a [(String, String)]>,
+}
+
+impl<'a> Start<'a> {
+    fn of(a: &'a ShimArgs) -> Self {
+        Start {
+            argv: &a.argv,
+            instance: a.instance.as_deref(),
+            env: None,
+        }
+    }
+
+    fn given(g: &'a spare::Given) -> Self {
+        Start {
+            argv: &g.argv,
+            instance: g.instance.as_deref(),
+            env: Some(&g.env),
+        }
+    }
+}
+
 /// Start the command in its own process group — or, with a `terminal`, as the leader
 /// of a new session whose controlling terminal it is, on all three standard streams.
 /// The handlers we installed are reset to the default by `execve`, and std resets the
 /// signal mask.
-fn spawn(
-    argv: &[String],
-    instance: Option<&str>,
-    terminal: Option<&std::os::fd::OwnedFd>,
-) -> std::io::Result<Pid> {
+fn spawn(s: &Start<'_>, terminal: Option<&std::os::fd::OwnedFd>) -> std::io::Result<Pid> {
+    let (argv, instance) = (s.argv, s.instance);
     let mut cmd = std::process::Command::new(&argv[0]);
     cmd.args(&argv[1..]);
+    if let Some(env) = s.env {
+        cmd.env_clear()
+            .envs(env.iter().map(|(k, v)| (k.as_str(), v.as_str())));
+    }
     match terminal {
         Some(slave) => {
             cmd.stdin(slave.try_clone()?)
@@ -485,8 +534,18 @@ pub(crate) mod tests {
             report_fd: Some(5),
             control_fd: Some(11),
             tty: Some((24, 80)),
+            spare: false,
             argv: vec!["sh".into(), "-c".into(), "true".into()],
         };
         assert_eq!(parse(a.to_args().unwrap()).unwrap(), a);
+        let spare = ShimArgs {
+            spare: true,
+            tty: None,
+            argv: vec![],
+            ..a
+        };
+        assert_eq!(parse(spare.to_args().unwrap()).unwrap(), spare);
+        assert!(parse(["--spare", "--", "sh"].map(String::from).to_vec()).is_err());
+        assert!(parse(["--"].map(String::from).to_vec()).is_err());
     }
 }

@@ -21,10 +21,11 @@ use nix::sys::wait::{WaitPidFlag, WaitStatus, waitpid};
 use nix::unistd::{ForkResult, Pid};
 
 use super::control::Channel;
-use super::report::Writer;
+use super::report::{Exit, Writer};
 use super::signals::SelfPipe;
 use super::tree::KILL_CAP;
-use super::{EX_NOEXEC, ShimArgs, finish};
+use super::{EX_NOEXEC, ShimArgs, Start, finish, spare};
+use crate::sandbox::observe::Observations;
 use crate::sandbox::spec::SandboxSpec;
 use crate::sandbox::{SandboxError, ns};
 
@@ -106,13 +107,19 @@ fn read_all(fd: OwnedFd) -> Vec<u8> {
 fn finish_outer(from_init: &[u8], init: Option<WaitStatus>, report: &Writer) -> i32 {
     match from_init.split_first() {
         Some((b'E', why)) => report.setup_failed(&String::from_utf8_lossy(why)),
+        // Init was reaped: nothing of the namespace is left, so the report says how
+        // the command ended before this process (and the namespaces) go.
         Some((b'X', code)) => {
-            report.resources();
-            parse_num(code).unwrap_or(EX_NOEXEC)
+            let code = parse_num(code).unwrap_or(EX_NOEXEC);
+            report.ended(Exit::Code(code));
+            code
         }
         Some((b'K', sig)) => {
-            report.resources();
             let sig = parse_num(sig).and_then(|s| Signal::try_from(s).ok());
+            match sig {
+                Some(s) => report.ended(Exit::Signal(s as i32)),
+                None => report.resources(),
+            }
             finish(sig.map(|s| WaitStatus::Signaled(Pid::from_raw(0), s, false)))
         }
         _ => {
@@ -161,10 +168,24 @@ fn init(a: &ShimArgs, spec: &SandboxSpec, shims: SelfPipe, pipes: InitPipes) -> 
         }
     };
     drop(shims);
-    if let Err(e) = prepare(a, spec) {
-        tell(format!("E{e}").as_bytes());
-        return 0;
-    }
+    let seen = match prepare(a, spec) {
+        Ok(seen) => seen,
+        Err(e) => {
+            tell(format!("E{e}").as_bytes());
+            return 0;
+        }
+    };
+    let given = if a.spare {
+        match await_command(channel.as_ref(), &seen, &life, &pipe) {
+            Ok(g) => Some(g),
+            Err(e) => {
+                tell(format!("E{e}").as_bytes());
+                return 0;
+            }
+        }
+    } else {
+        None
+    };
     // Opened inside the new root: the terminal belongs to the command's own `devpts`.
     let terminal = match super::open_terminal(a, channel.as_ref()) {
         Ok(t) => t,
@@ -173,16 +194,21 @@ fn init(a: &ShimArgs, spec: &SandboxSpec, shims: SelfPipe, pipes: InitPipes) -> 
             return 0;
         }
     };
-    let child = match super::spawn(&a.argv, a.instance.as_deref(), terminal.as_ref()) {
+    let start = given.as_ref().map_or(Start::of(a), Start::given);
+    let child = match super::spawn(&start, terminal.as_ref()) {
         Ok(pid) => pid,
         Err(e) => {
-            eprintln!("toolvisor reap: cannot run {:?}: {e}", a.argv[0]);
+            eprintln!("toolvisor reap: cannot run {:?}: {e}", start.argv[0]);
             tell(format!("X{EX_NOEXEC}").as_bytes());
             return 0;
         }
     };
     drop(terminal);
-    super::detach_stdin();
+    if given.is_some() {
+        super::detach_stdio();
+    } else {
+        super::detach_stdin();
+    }
     let mut ended = None;
     while ended.is_none() {
         super::tree::reap_all(child, &mut ended);
@@ -205,12 +231,26 @@ fn init(a: &ShimArgs, spec: &SandboxSpec, shims: SelfPipe, pipes: InitPipes) -> 
     0
 }
 
+/// A spare: tell the worker the sandbox is ready, and wait for the command.
+fn await_command(
+    channel: Option<&Channel>,
+    seen: &Observations,
+    life: &OwnedFd,
+    pipe: &SelfPipe,
+) -> Result<spare::Given, SandboxError> {
+    let channel =
+        channel.ok_or_else(|| SandboxError::Refused("a spare needs the control channel".into()))?;
+    spare::ready(channel, seen)?;
+    spare::wait(channel, life, pipe)
+        .ok_or_else(|| SandboxError::Refused("the spare was given no command".into()))
+}
+
 /// Build the sandbox and give up what the command must not have, in the order each
 /// step needs: mounts first (they need the capabilities), then Landlock, the rlimits,
 /// a new session (no controlling terminal to push keystrokes into), and last the
-/// capabilities themselves.
-fn prepare(a: &ShimArgs, spec: &SandboxSpec) -> Result<(), SandboxError> {
-    ns::setup(spec)?;
+/// capabilities themselves. Returns what the mount plan saw of the host.
+fn prepare(a: &ShimArgs, spec: &SandboxSpec) -> Result<Observations, SandboxError> {
+    let seen = ns::setup(spec)?;
     if a.confine {
         let mut write = a.write.clone();
         // The command's own /dev: its shm, its terminals, harmless devices.
@@ -232,7 +272,8 @@ fn prepare(a: &ShimArgs, spec: &SandboxSpec) -> Result<(), SandboxError> {
         .map_err(|e| SandboxError::step("cannot start a session", std::io::Error::other(e)))?;
     // Not dumpable: a command may not read this process's memory or descriptors.
     let _ = nix::sys::prctl::set_dumpable(false);
-    ns::drop_privileges()
+    ns::drop_privileges()?;
+    Ok(seen)
 }
 
 /// Stop everything in the namespace: SIGTERM (and SIGCONT) to all, SIGKILL to all

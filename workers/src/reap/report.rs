@@ -18,6 +18,31 @@ pub struct Report {
     pub peak_rss_bytes: u64,
     /// User and system CPU time of all of them.
     pub cpu_ms: u64,
+    /// How the command ended, when the shim knows before it exits that nothing the
+    /// command started is left (its PID namespace's first process was reaped): the
+    /// worker need not wait for the shim's own exit (and the namespaces' teardown).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub exit: Option<Exit>,
+}
+
+/// A command's end, as the shim's exit will mirror it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Exit {
+    /// It exited with this code.
+    Code(i32),
+    /// It was killed by this signal.
+    Signal(i32),
+}
+
+impl Exit {
+    /// The wait status the shim's exit would give.
+    pub fn status(self) -> std::process::ExitStatus {
+        use std::os::unix::process::ExitStatusExt;
+        match self {
+            Exit::Code(c) => std::process::ExitStatus::from_raw((c & 0xff) << 8),
+            Exit::Signal(s) => std::process::ExitStatus::from_raw(s & 0x7f),
+        }
+    }
 }
 
 impl Report {
@@ -41,6 +66,7 @@ impl Report {
             setup_error: None,
             peak_rss_bytes: (u.max_rss().max(0) as u64) * 1024,
             cpu_ms: ms(u.user_time()) + ms(u.system_time()),
+            exit: None,
         }
     }
 }
@@ -90,6 +116,15 @@ impl Writer {
         self.write(&Report::of_children());
     }
 
+    /// Report the resources, and how the command ended (everything it started is
+    /// dead: see [`Report::exit`]).
+    pub fn ended(&self, exit: Exit) {
+        self.write(&Report {
+            exit: Some(exit),
+            ..Report::of_children()
+        });
+    }
+
     /// Report a setup failure (also on stderr, for a person reading the output) and
     /// return the shim's exit code for it.
     pub fn setup_failed(&self, why: &str) -> i32 {
@@ -112,7 +147,13 @@ mod tests {
             setup_error: None,
             peak_rss_bytes: 4096,
             cpu_ms: 12,
+            exit: Some(Exit::Signal(9)),
         };
+        assert_eq!(Exit::Code(3).status().code(), Some(3));
+        assert_eq!(
+            std::os::unix::process::ExitStatusExt::signal(&Exit::Signal(9).status()),
+            Some(9)
+        );
         let mut bytes = serde_json::to_vec(&r).unwrap();
         bytes.push(b'\n');
         assert_eq!(Report::parse(&bytes), Some(r));

@@ -13,6 +13,7 @@ mod error;
 pub mod landlock;
 pub mod mount;
 pub mod ns;
+pub mod observe;
 pub mod plan;
 pub mod probe;
 pub mod protect;

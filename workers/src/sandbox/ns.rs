@@ -9,6 +9,7 @@ use std::path::Path;
 use rustix::thread::{CapabilitySet, CapabilitySets, UnshareFlags};
 
 use super::SandboxError;
+use super::observe::{Observations, Recording};
 use super::plan::{self, HostView, Inputs};
 use super::spec::SandboxSpec;
 
@@ -51,8 +52,9 @@ fn write_proc(name: &str, text: &str) -> Result<(), SandboxError> {
 
 /// In the PID namespace's first process: build and enter the command's root, go to
 /// its working directory (the same directory as before, checked by device and inode),
-/// name the host, and bring up `lo` in a new network namespace.
-pub fn setup(spec: &SandboxSpec) -> Result<(), SandboxError> {
+/// name the host, and bring up `lo` in a new network namespace. Returns what the plan
+/// saw of the host (a spare is checked against it when it is claimed).
+pub fn setup(spec: &SandboxSpec) -> Result<Observations, SandboxError> {
     let before = rustix::fs::stat(".").map_err(|e| SandboxError::step("cannot stat the cwd", e))?;
     let inputs = Inputs {
         roots: &spec.roots,
@@ -62,7 +64,8 @@ pub fn setup(spec: &SandboxSpec) -> Result<(), SandboxError> {
         hidden: &spec.hidden,
         network: spec.network,
     };
-    let steps = plan::plan(&inputs, &HostView);
+    let seen = Recording::new(&HostView);
+    let steps = plan::plan(&inputs, &seen);
     super::mount::build(&steps)?;
     enter_cwd(&spec.cwd, (before.st_dev, before.st_ino))?;
     rustix::system::sethostname(b"toolvisor")
@@ -70,11 +73,12 @@ pub fn setup(spec: &SandboxSpec) -> Result<(), SandboxError> {
     if !spec.network {
         loopback_up()?;
     }
-    Ok(())
+    Ok(seen.into_observations())
 }
 
-/// `chdir` to `cwd` inside the new root; it must be the directory we started in.
-fn enter_cwd(cwd: &Path, was: (u64, u64)) -> Result<(), SandboxError> {
+/// `chdir` to `cwd` inside the new root; it must be the directory we started in (by
+/// device and inode).
+pub fn enter_cwd(cwd: &Path, was: (u64, u64)) -> Result<(), SandboxError> {
     rustix::process::chdir(cwd).map_err(|e| {
         SandboxError::step(format!("cannot enter {} in the sandbox", cwd.display()), e)
     })?;

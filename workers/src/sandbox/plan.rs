@@ -11,6 +11,8 @@
 
 use std::path::{Path, PathBuf};
 
+pub use super::observe::Stamp;
+
 /// Where commands get their private, empty temp directory.
 pub const PRIVATE_TMP: &str = "/tmp";
 /// Also empty and private: the host's daemons keep their sockets here (`docker.sock`,
@@ -27,9 +29,10 @@ pub const DEV: &str = "/dev";
 const MODULES_DEPTH: usize = 4;
 
 /// What is at a path (not following a final symlink).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub enum Kind {
     /// Nothing there.
+    #[default]
     Missing,
     /// A directory.
     Dir,
@@ -45,6 +48,11 @@ pub trait View {
     fn kind(&self, p: &Path) -> Kind;
     /// Subdirectories of `p` (none when unreadable).
     fn subdirs(&self, p: &Path) -> Vec<PathBuf>;
+    /// What is at `p` and which object it is (views that know no identities: the
+    /// kind alone).
+    fn stamp(&self, p: &Path) -> Stamp {
+        Stamp::of_kind(self.kind(p))
+    }
 }
 
 /// The real file system.
@@ -52,12 +60,11 @@ pub struct HostView;
 
 impl View for HostView {
     fn kind(&self, p: &Path) -> Kind {
-        match std::fs::symlink_metadata(p) {
-            Ok(m) if m.is_dir() => Kind::Dir,
-            Ok(m) if m.file_type().is_symlink() => Kind::Symlink,
-            Ok(_) => Kind::File,
-            Err(_) => Kind::Missing,
-        }
+        Stamp::of_host(p).kind
+    }
+
+    fn stamp(&self, p: &Path) -> Stamp {
+        Stamp::of_host(p)
     }
 
     fn subdirs(&self, p: &Path) -> Vec<PathBuf> {

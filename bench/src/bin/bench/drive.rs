@@ -133,6 +133,18 @@ pub(super) async fn drive(
     clients: usize,
     secs: f64,
 ) -> Result<Run, String> {
+    drive_paced(socket, op, clients, secs, Duration::ZERO).await
+}
+
+/// [`drive`] with a pause of `gap` after each call (not counted in its latency): an
+/// agent's calls come between model turns, not back to back.
+pub(super) async fn drive_paced(
+    socket: &Path,
+    op: &Op,
+    clients: usize,
+    secs: f64,
+    gap: Duration,
+) -> Result<Run, String> {
     let warm = Duration::from_millis(300);
     let start = Instant::now() + warm;
     let end = start + Duration::from_secs_f64(secs);
@@ -154,6 +166,9 @@ pub(super) async fn drive(
                         run.hist.record(t.elapsed());
                         run.calls += 1;
                         run.failed += u64::from(!ok);
+                    }
+                    if !gap.is_zero() {
+                        tokio::time::sleep(gap).await;
                     }
                 }
             })
@@ -180,6 +195,11 @@ pub(super) async fn drive(
 
 /// `sh -c true`, spawned and waited for, back to back for `secs`.
 pub(super) fn bare_spawn(secs: f64) -> Result<Run, String> {
+    bare_spawn_of(secs, &["sh", "-c", "true"])
+}
+
+/// `argv`, spawned and waited for, back to back for `secs`.
+pub(super) fn bare_spawn_of(secs: f64, argv: &[&str]) -> Result<Run, String> {
     let end = Instant::now() + Duration::from_secs_f64(secs);
     let mut run = Run {
         secs,
@@ -187,10 +207,10 @@ pub(super) fn bare_spawn(secs: f64) -> Result<Run, String> {
     };
     while Instant::now() < end {
         let t = Instant::now();
-        let st = Command::new("sh")
-            .args(["-c", "true"])
+        let st = Command::new(argv[0])
+            .args(&argv[1..])
             .status()
-            .map_err(|e| format!("sh: {e}"))?;
+            .map_err(|e| format!("{}: {e}", argv[0]))?;
         run.hist.record(t.elapsed());
         run.calls += 1;
         run.failed += u64::from(!st.success());

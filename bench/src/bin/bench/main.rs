@@ -294,7 +294,7 @@ async fn table(a: &Args) -> Result<Table, String> {
 }
 
 fn usage() -> String {
-    "usage: toolvisor-bench table --never WS --always WS --echo SOCK --relay SOCK [--rg PATH] [--fd PATH] [--secs S] [--pattern RE]\n       toolvisor-bench lat --socket SOCK --op ping|read|ls|write|edit|true|echo-ping|echo-call [--path FILE] [--clients N] [--secs S]\n       toolvisor-bench spawn [--secs S]".into()
+    "usage: toolvisor-bench table --never WS --always WS --echo SOCK --relay SOCK [--rg PATH] [--fd PATH] [--secs S] [--pattern RE]\n       toolvisor-bench lat --socket SOCK --op ping|read|ls|write|edit|true|echo-ping|echo-call [--path FILE] [--clients N] [--secs S] [--gap-ms MS]\n       toolvisor-bench spawn [--secs S] [--shell sh|bash]".into()
 }
 
 /// `--key value` pairs after the subcommand.
@@ -384,11 +384,19 @@ async fn run() -> Result<(), String> {
             Ok(())
         }
         "spawn" => {
-            // The bare baseline of `run_command "true"`: `sh -c true` spawned and waited.
+            // The bare baseline of `run_command "true"`: `sh -c true` spawned and waited
+            // (`--shell bash`: `bash --noprofile --norc -c true`, the shell commands get).
             let secs = num("secs", 3.0)?;
-            let r = tokio::task::spawn_blocking(move || bare_spawn(secs))
-                .await
-                .map_err(|e| e.to_string())??;
+            let bash = m.get("shell").is_some_and(|s| s == "bash");
+            let r = tokio::task::spawn_blocking(move || {
+                if bash {
+                    bare_spawn_of(secs, &["bash", "--noprofile", "--norc", "-c", "true"])
+                } else {
+                    bare_spawn(secs)
+                }
+            })
+            .await
+            .map_err(|e| e.to_string())??;
             println!(
                 "{} spawns, {}, max {} ms",
                 r.calls,
@@ -425,11 +433,12 @@ async fn run() -> Result<(), String> {
                 "echo-call" => Op::EchoCall,
                 other => return Err(format!("unknown --op {other}")),
             };
-            let r = drive(
+            let r = drive_paced(
                 &socket,
                 &op,
                 num("clients", 1.0)? as usize,
                 num("secs", 3.0)?,
+                Duration::from_secs_f64(num("gap-ms", 0.0)? / 1000.0),
             )
             .await?;
             println!(

@@ -221,7 +221,9 @@ impl Jobs {
             .artifacts
             .create(&format!("job-{handle}"))
             .map_err(|e| ToolError::internal(format!("cannot create the output file: {e}")))?;
-        let (mut proc, cgroup) = super::run_command::launch(state, a, ctx, true, true)?;
+        let (mut proc, cgroup) = super::run_command::launch(state, a, ctx, true, true).await?;
+        // It runs on in the background: the next spare may start now.
+        state.spares.refill();
         let setup = tokio::time::Instant::now() + TERMINAL_WAIT;
         let terminal = proc.attach_terminal(setup).await?;
         let input = terminal.or_else(|| proc.stdin.take());
@@ -399,7 +401,7 @@ async fn run_job(
     let report = proc.report();
     let limit = super::limits::stopped_by(&ended, cgroup.as_ref(), &limits);
     // The group goes (killed and removed) with the job's last process.
-    drop(cgroup);
+    proc.retire(cgroup).await;
     log.file.seal();
     if let Ok(mut input) = job.input.try_lock() {
         *input = None;

@@ -6,7 +6,6 @@
 
 use std::collections::BTreeMap;
 use std::ffi::OsString;
-use std::io::Read;
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
@@ -26,8 +25,10 @@ use crate::reap::ShimArgs;
 use crate::reap::report::Report;
 use crate::sandbox::spec::{Rlimits, SandboxSpec};
 
+mod spare;
 mod supervise;
 
+pub(crate) use spare::Spares;
 pub(crate) use supervise::{Bounds, CpuWatch, Ended, Stop, sleep_until_opt, supervise};
 
 /// SIGTERM → SIGKILL grace (docs/PROTOCOL.md, deadlines and cancel).
@@ -68,6 +69,52 @@ pub(crate) struct ShimLauncher {
     /// the fallback, Landlock and the shim only.
     pub sandbox: Option<SandboxSpec>,
     pub rlimits: Rlimits,
+}
+
+impl ShimLauncher {
+    /// The shim's arguments for a command of `instance` in `cwd`, without the command.
+    fn args(&self, instance: &str, cwd: &Path, network: bool, fds: ShimFds) -> ShimArgs {
+        ShimArgs {
+            ppid: Some(std::process::id() as i32),
+            instance: (!instance.is_empty()).then(|| instance.to_owned()),
+            grace: GRACE,
+            confine: true,
+            write: self.writable.clone(),
+            sandbox: self.sandbox.as_ref().map(|t| t.for_command(cwd, network)),
+            rlimits: self.rlimits,
+            report_fd: fds.report,
+            control_fd: fds.control,
+            tty: None,
+            spare: false,
+            argv: Vec::new(),
+        }
+    }
+
+    /// The shim's command line for `a`, with `env` as its whole environment.
+    fn command(&self, a: &ShimArgs, env: &BTreeMap<String, String>) -> Result<Command, ToolError> {
+        let args = a.to_args().map_err(ToolError::internal)?;
+        let mut c = Command::new(&self.program);
+        c.args(&self.prefix).env_clear().envs(env);
+        match self.args_env {
+            Some(var) => {
+                let json =
+                    serde_json::to_string(&args).map_err(|e| ToolError::internal(e.to_string()))?;
+                c.env(var, json);
+            }
+            None => {
+                c.args(&args);
+            }
+        }
+        Ok(c)
+    }
+}
+
+/// The report pipe and the control channel of a shim about to start: the worker's
+/// ends, and the shim's (moved out of the way of fixed small numbers).
+fn shim_channels() -> std::io::Result<(std::io::PipeReader, OwnedFd, Control, OwnedFd)> {
+    let (r, w) = std::io::pipe()?;
+    let (control, end) = Control::pair()?;
+    Ok((r, high_fd(OwnedFd::from(w))?, control, high_fd(end)?))
 }
 
 /// What to run.
@@ -111,8 +158,72 @@ pub(crate) struct Running {
     /// The terminal's master side when the worker opened it itself (no shim).
     master: Option<OwnedFd>,
     /// Where the shim writes its [`Report`].
-    report: Option<std::io::PipeReader>,
+    report: ReportPipe,
     shim: bool,
+    /// It runs in its own namespaces (then the report tells when all of it is dead).
+    namespaces: bool,
+}
+
+/// The shim's report pipe, read as the report comes.
+#[derive(Default)]
+pub(crate) struct ReportPipe {
+    rx: Option<tokio::net::unix::pipe::Receiver>,
+    bytes: Vec<u8>,
+    read: Option<Option<Report>>,
+}
+
+/// The most of a report read.
+const REPORT_MAX: usize = 64 * 1024;
+
+impl ReportPipe {
+    fn new(r: std::io::PipeReader) -> Self {
+        let rx = tokio::net::unix::pipe::Receiver::from_owned_fd(OwnedFd::from(r)).ok();
+        ReportPipe {
+            rx,
+            ..ReportPipe::default()
+        }
+    }
+
+    /// Whether [`ReportPipe::next`] may still give a report.
+    fn pending(&self) -> bool {
+        self.rx.is_some() && self.read.is_none()
+    }
+
+    /// Wait for the report's line (or the pipe's end); cancellation-safe (what was
+    /// read stays).
+    async fn next(&mut self) -> Option<Report> {
+        use tokio::io::AsyncReadExt;
+        if let Some(rx) = self.rx.as_mut() {
+            let mut buf = [0u8; 1024];
+            while !self.bytes.contains(&b'\n') && self.bytes.len() < REPORT_MAX {
+                match rx.read(&mut buf).await {
+                    Ok(0) | Err(_) => break,
+                    Ok(n) => self.bytes.extend_from_slice(&buf[..n]),
+                }
+            }
+        }
+        self.finish()
+    }
+
+    /// The report from what was read, plus what can be read without waiting.
+    fn now(&mut self) -> Option<Report> {
+        if let (None, Some(rx)) = (&self.read, self.rx.as_ref()) {
+            let mut buf = [0u8; 1024];
+            while self.bytes.len() < REPORT_MAX {
+                match rx.try_read(&mut buf) {
+                    Ok(n @ 1..) => self.bytes.extend_from_slice(&buf[..n]),
+                    _ => break,
+                }
+            }
+        }
+        self.finish()
+    }
+
+    fn finish(&mut self) -> Option<Report> {
+        self.read
+            .get_or_insert_with(|| Report::parse(&self.bytes))
+            .clone()
+    }
 }
 
 impl Running {
@@ -146,15 +257,40 @@ impl Running {
         Ok(Some(Input::Terminal(term)))
     }
 
-    /// The shim's report, once it has exited (None: it wrote none, e.g. it was killed,
-    /// or no shim runs the command).
+    /// The shim's report, once it has written it (None: it wrote none, e.g. it was
+    /// killed, or no shim runs the command).
     pub(crate) fn report(&mut self) -> Option<Report> {
-        let mut r = self.report.take()?;
-        let fd = std::os::fd::AsFd::as_fd(&r);
-        let _ = rustix::io::ioctl_fionbio(fd, true);
-        let mut bytes = Vec::new();
-        let _ = std::io::Read::read_to_end(&mut (&mut r).take(64 * 1024), &mut bytes);
-        Report::parse(&bytes)
+        self.report.now()
+    }
+
+    /// Let go of a command that ended: its shim reaped and its cgroup removed. In its
+    /// own namespaces everything the command started is dead already (the shim reaped
+    /// the PID namespace's first process before its report, and a namespace's
+    /// processes die with that one), so this happens in the background, after the
+    /// call's result; otherwise the cgroup is emptied (killed) and removed before this
+    /// returns, the last guard against a process that escaped the shim.
+    pub(crate) async fn retire(self, cgroup: Option<CommandCgroup>) {
+        let Running {
+            mut child,
+            namespaces,
+            ..
+        } = self;
+        let done = async move {
+            if tokio::time::timeout(SHIM_BACKSTOP, child.wait())
+                .await
+                .is_err()
+            {
+                let _ = child.start_kill();
+            }
+            if let Some(cg) = cgroup {
+                let _ = tokio::task::spawn_blocking(move || drop(cg)).await;
+            }
+        };
+        if namespaces {
+            tokio::spawn(done);
+        } else {
+            done.await;
+        }
     }
 }
 
@@ -174,14 +310,8 @@ impl Launcher {
         let pipe_err = |e: std::io::Error| ToolError::internal(format!("cannot make a pipe: {e}"));
         let (report_read, report_write, control, control_end) = match self {
             Launcher::Shim(_) => {
-                let (r, w) = std::io::pipe().map_err(pipe_err)?;
-                let (control, end) = Control::pair().map_err(pipe_err)?;
-                (
-                    Some(r),
-                    Some(high_fd(OwnedFd::from(w)).map_err(pipe_err)?),
-                    Some(control),
-                    Some(high_fd(end).map_err(pipe_err)?),
-                )
+                let (r, w, control, end) = shim_channels().map_err(pipe_err)?;
+                (Some(r), Some(w), Some(control), Some(end))
             }
             Launcher::Direct => (None, None, None, None),
         };
@@ -236,7 +366,7 @@ impl Launcher {
             cgroup: spec.cgroup.map(CommandCgroup::joiner),
             terminal: direct_tty.is_some(),
         };
-        self.pre_exec(&mut cmd, child_setup);
+        pre_exec(&mut cmd, child_setup, self.is_shim());
         let mut child = cmd
             .spawn()
             .map_err(|e| ToolError::internal(format!("cannot start the command: {e}")))?;
@@ -261,8 +391,9 @@ impl Launcher {
             stdin,
             tty: spec.tty.is_some(),
             master: direct_tty.map(|(master, _)| master),
-            report: report_read,
+            report: report_read.map(ReportPipe::new).unwrap_or_default(),
             shim: self.is_shim(),
+            namespaces: self.namespaces(),
         })
     }
 
@@ -279,76 +410,52 @@ impl Launcher {
             }
             Launcher::Shim(s) => {
                 let a = ShimArgs {
-                    ppid: Some(std::process::id() as i32),
-                    instance: (!spec.instance.is_empty()).then(|| spec.instance.to_owned()),
-                    grace: GRACE,
-                    confine: true,
-                    write: s.writable.clone(),
-                    sandbox: s
-                        .sandbox
-                        .as_ref()
-                        .map(|t| t.for_command(spec.cwd_path, spec.network)),
-                    rlimits: s.rlimits,
-                    report_fd: fds.report,
-                    control_fd: fds.control,
                     tty: spec.tty,
                     argv: sh.map(str::to_owned).collect(),
+                    ..s.args(spec.instance, spec.cwd_path, spec.network, fds)
                 };
-                let args = a.to_args().map_err(ToolError::internal)?;
-                let mut c = Command::new(&s.program);
-                c.args(&s.prefix).env_clear().envs(spec.env);
-                match s.args_env {
-                    Some(var) => {
-                        let json = serde_json::to_string(&args)
-                            .map_err(|e| ToolError::internal(e.to_string()))?;
-                        c.env(var, json);
-                    }
-                    None => {
-                        c.args(&args);
-                    }
-                }
-                Ok(c)
+                s.command(&a, spec.env)
             }
         }
     }
+}
 
-    /// In the child before exec: enter the cwd, join the cgroup, hand the report pipe
-    /// and the control channel over (or, without a shim, take the terminal), arm the
-    /// parent-death signal and check the worker did not die before it was armed.
-    /// Async-signal-safe calls only.
-    fn pre_exec(&self, cmd: &mut Command, setup: ChildSetup) {
-        let parent = nix::unistd::getpid();
-        // The shim turns SIGTERM into an orderly tree kill; a bare `sh` gets SIGKILL.
-        let death = if self.is_shim() {
-            Signal::SIGTERM
-        } else {
-            Signal::SIGKILL
-        };
-        // SAFETY: fchdir, fcntl, open/write (the cgroup join), prctl and getppid are
-        // async-signal-safe; no allocation.
-        unsafe {
-            cmd.pre_exec(move || {
-                if libc::fchdir(setup.cwd) != 0 {
+/// In the child before exec: enter the cwd, join the cgroup, hand the report pipe and
+/// the control channel over (or, without a shim, take the terminal), arm the
+/// parent-death signal and check the worker did not die before it was armed.
+/// Async-signal-safe calls only.
+fn pre_exec(cmd: &mut Command, setup: ChildSetup, shim: bool) {
+    let parent = nix::unistd::getpid();
+    // The shim turns SIGTERM into an orderly tree kill; a bare `sh` gets SIGKILL.
+    let death = if shim {
+        Signal::SIGTERM
+    } else {
+        Signal::SIGKILL
+    };
+    // SAFETY: fchdir, fcntl, open/write (the cgroup join), prctl and getppid are
+    // async-signal-safe; no allocation.
+    unsafe {
+        cmd.pre_exec(move || {
+            if libc::fchdir(setup.cwd) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            for fd in setup.keep.into_iter().flatten() {
+                if libc::fcntl(fd, libc::F_SETFD, 0) < 0 {
                     return Err(std::io::Error::last_os_error());
                 }
-                for fd in setup.keep.into_iter().flatten() {
-                    if libc::fcntl(fd, libc::F_SETFD, 0) < 0 {
-                        return Err(std::io::Error::last_os_error());
-                    }
-                }
-                if setup.terminal {
-                    crate::reap::control::take_terminal()?;
-                }
-                if let Some(j) = &setup.cgroup {
-                    j.join_in_child()?;
-                }
-                nix::sys::prctl::set_pdeathsig(death)?;
-                if nix::unistd::getppid() != parent {
-                    return Err(std::io::Error::from_raw_os_error(libc::ESRCH));
-                }
-                Ok(())
-            });
-        }
+            }
+            if setup.terminal {
+                crate::reap::control::take_terminal()?;
+            }
+            if let Some(j) = &setup.cgroup {
+                j.join_in_child()?;
+            }
+            nix::sys::prctl::set_pdeathsig(death)?;
+            if nix::unistd::getppid() != parent {
+                return Err(std::io::Error::from_raw_os_error(libc::ESRCH));
+            }
+            Ok(())
+        });
     }
 }
 

@@ -133,6 +133,15 @@ pub(crate) async fn supervise(
                     k.after_exit();
                     drain_until = Some(Instant::now() + STREAM_DRAIN);
                 }
+                // Under the namespace sandbox the report comes once nothing the command
+                // started is left: its status need not wait for the shim's exit.
+                rep = r.report.next(), if status.is_none() && r.report.pending() => {
+                    if let Some(exit) = rep.and_then(|rep| rep.exit) {
+                        status = Some(Some(exit.status()));
+                        k.after_exit();
+                        drain_until = Some(Instant::now() + STREAM_DRAIN);
+                    }
+                }
                 _ = sleep_until_opt(deadline), if stop.is_none() && status.is_none() => {
                     stop = Some(Stop::Timeout);
                     k.terminate();

@@ -36,6 +36,24 @@ impl Pipes {
         })
     }
 
+    /// Two pipes the worker made itself (for a spare sandbox, which got the write ends).
+    pub(crate) fn split(
+        out: std::io::PipeReader,
+        err: std::io::PipeReader,
+    ) -> Result<Self, crate::ToolError> {
+        let rx = |p: std::io::PipeReader| {
+            tokio::net::unix::pipe::Receiver::from_owned_fd(std::os::fd::OwnedFd::from(p))
+                .map(|r| Box::new(r) as Pipe)
+                .map_err(|e| {
+                    crate::ToolError::internal(format!("cannot read the output pipe: {e}"))
+                })
+        };
+        Ok(Pipes {
+            out: Some(rx(out)?),
+            err: Some(rx(err)?),
+        })
+    }
+
     pub(crate) fn done(&self) -> bool {
         self.out.is_none() && self.err.is_none()
     }
