@@ -97,9 +97,9 @@ impl Actor for SessionActor {
         args: SessionArgs,
     ) -> Result<SessionState, ActorProcessingErr> {
         let (rd, wr) = args.stream.into_split();
-        let (out, rx) = Outbox::new();
+        let (out, drain) = Outbox::new(wr);
         let max = args.service.config().limits.max_frame_bytes;
-        tokio::spawn(write_loop(wr, rx, out.closed.clone(), myself.clone()));
+        tokio::spawn(write_loop(drain, out.closed.clone(), myself.clone()));
         let reader = tokio::spawn(read_loop(rd, max, myself.clone()));
         let id = args.service.next_session();
         tracing::debug!(session = %id, uid = args.uid, pid = ?args.pid, "connection");

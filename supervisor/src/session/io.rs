@@ -1,16 +1,15 @@
 //! A session's socket: the reader task that decodes frames for the actor (a frame must
-//! arrive within a deadline once begun) and the writer task that drains its outbox.
+//! arrive within a deadline once begun) and the writer task that writes what its
+//! outbox queued.
 
 use ractor::ActorRef;
 use tokio::io::AsyncReadExt;
-use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 use toolvisor_protocol::frame::{self, FrameError};
 use toolvisor_protocol::message::{ClientMessage, KNOWN_CLIENT_TYPES};
-use toolvisor_protocol::writer::FrameWriter;
+use toolvisor_protocol::writer::direct::Drain;
 
 use super::actor::SessionMsg;
-use super::outbox::Frame;
 
 /// How long a frame may take to arrive once its first byte has (see [`read_loop`]).
 const FRAME_DEADLINE: std::time::Duration = std::time::Duration::from_secs(10);
@@ -60,47 +59,18 @@ pub(super) async fn read_loop(
     }
 }
 
+/// The session's writer task: writes what the outbox queued until the connection
+/// ends (the outbox closed it, the client went, a write failed), then marks the
+/// outbox closed for everyone still holding it and tells the actor.
 pub(super) async fn write_loop(
-    wr: tokio::net::unix::OwnedWriteHalf,
-    mut rx: mpsc::Receiver<Frame>,
+    drain: Drain,
     closed: CancellationToken,
     session: ActorRef<SessionMsg>,
 ) {
-    let mut out = FrameWriter::new(wr);
-    // Streamed output's budget shares, given back once their bytes are written.
-    let mut written_budget = Vec::new();
-    loop {
-        let first = tokio::select! {
-            m = rx.recv() => m,
-            _ = closed.cancelled() => None,
-        };
-        let Some(first) = first else { break };
-        // An empty frame is the outbox's "close after flush" mark.
-        let mut last = first.bytes.is_empty();
-        out.push_encoded(&first.bytes);
-        written_budget.extend(first.budget);
-        while !last && out.has_room() {
-            match rx.try_recv() {
-                Ok(more) => {
-                    last = more.bytes.is_empty();
-                    out.push_encoded(&more.bytes);
-                    written_budget.extend(more.budget);
-                }
-                Err(_) => break,
-            }
-        }
-        // A client that stopped reading leaves this write pending forever; the outbox
-        // closing (it overflowed) must still end the connection.
-        let wrote = tokio::select! {
-            r = out.flush() => r.is_ok(),
-            _ = closed.cancelled() => false,
-        };
-        if !wrote || last {
-            break;
-        }
-        written_budget.clear();
+    tokio::select! {
+        _ = drain.run() => {}
+        _ = closed.cancelled() => {}
     }
-    let _ = out.shutdown().await;
     closed.cancel();
     let _ = session.cast(SessionMsg::Closed);
 }

@@ -57,17 +57,20 @@ mod tests {
     use toolvisor_protocol::frame;
 
     #[tokio::test]
-    async fn an_id_is_free_before_its_result_is_queued() {
+    async fn an_id_is_free_before_its_result_is_sent() {
+        let (a, mut b) = tokio::net::UnixStream::pair().unwrap();
+        let (_rd, wr) = a.into_split();
+        let (out, drain) = Outbox::new(wr);
+        tokio::spawn(drain.run());
         let open = OpenCalls::default();
-        let (out, mut rx) = Outbox::new();
         let id = Id::from("c1");
         open.insert(id.clone(), CancellationToken::new());
         assert!(open.contains(&id));
         let result = super::super::actor::overloaded(id.clone(), "test");
         open.finish(&out, result);
         assert!(!open.contains(&id), "freed");
-        let queued = rx.recv().await.unwrap();
-        let msg = frame::decode_value(&queued.bytes[4..]).unwrap();
+        let body = frame::read_frame(&mut b, 1 << 20).await.unwrap().unwrap();
+        let msg = frame::decode_value(&body).unwrap();
         assert_eq!(msg["type"].as_str(), Some("result"));
         assert_eq!(msg["id"].as_str(), Some("c1"));
     }
