@@ -84,7 +84,11 @@ pub fn main(group: &str) -> i32 {
             return EXIT_SOFTWARE;
         }
     };
-    runtime.block_on(serve(control, Arc::new(init), resolver, landlock, cgroups))
+    // On a runtime thread, not the main one: the thread that sees the socket become
+    // readable then runs the frame loop itself (`block_on` here would take a
+    // cross-thread wake-up per frame).
+    let served = runtime.spawn(serve(control, Arc::new(init), resolver, landlock, cgroups));
+    runtime.block_on(served).unwrap_or(EXIT_SOFTWARE)
 }
 
 /// Remove the temp files dead edit workers left, before answering `ready`; without a
