@@ -1,16 +1,22 @@
 #!/usr/bin/env bash
-# Benchmarks: toolvisor against bare baselines, measured side by side in one run, as
-# ONE table (ratio against the target and PASS/MISS per row). The baselines are a
-# bare MessagePack echo server over a Unix socket (1 hop), the same behind a relay
-# (2 hops), `rg`/`fd` for grep/glob, and a bare `sh -c true`. The table, the command,
-# the date, the machine and the commit go into docs/PERFORMANCE.md between the
+# Benchmarks: toolvisor against bare baselines and against other MCP servers, measured
+# side by side in one run, as ONE table (ratio against the target and PASS/MISS per
+# row). The native baselines are a bare MessagePack echo server over a Unix socket
+# (1 hop), the same behind a relay (2 hops), `rg`/`fd` for grep/glob over a pinned
+# corpus, and a bare `sh -c true`. Through MCP (the official TypeScript SDK as the one
+# client, scripts/bench_mcp.mjs), `toolvisor mcp` with audit fsync never and always
+# beside @modelcontextprotocol/server-filesystem and Desktop Commander. The table, the
+# command, the date, the machine and the commit go into docs/PERFORMANCE.md between the
 # `bench:begin` and `bench:end` markers (the analysis around them is kept).
 #
-#   scripts/bench.sh [--secs S] [--no-doc]
+#   scripts/bench.sh [--secs S] [--no-doc] [--no-mcp]
 #
-# Each latency/throughput measurement runs S seconds (default 3) after a 0.3 s
-# warm-up. The whole run takes about 3 minutes plus the build. rg and fd are
-# installed with apt-get when missing (where that is possible); else their rows say n/a.
+# Each native latency/throughput measurement runs S seconds (default 3) after a 0.3 s
+# warm-up. MCP_N (default 200) calls per case, server and round, MCP_ROUNDS (default 3)
+# rounds. The whole run takes about 6 minutes plus the build. rg and fd are installed
+# with apt-get when missing (where that is possible), else their rows say n/a; the MCP
+# peers are installed with npm into target/bench-mcp/ when npm is present, else (or
+# with --no-mcp) the MCP rows say n/a and why.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT="$PWD"
@@ -18,11 +24,13 @@ CMDLINE="scripts/bench.sh${*:+ $*}"
 
 SECS=3
 DOC=1
+MCP=1
 while [ $# -gt 0 ]; do
     case "$1" in
         --secs) SECS="${2:?--secs needs a value}"; shift 2 ;;
         --no-doc) DOC=0; shift ;;
-        -h|--help) sed -n '2,13p' "$0"; exit 0 ;;
+        --no-mcp) MCP=0; shift ;;
+        -h|--help) sed -n '2,19p' "$0"; exit 0 ;;
         *) echo "bench.sh: unknown argument $1" >&2; exit 2 ;;
     esac
 done
@@ -63,13 +71,39 @@ trap cleanup EXIT
 # Two workspaces: audit fsync never and always. The `never` one gets the corpus.
 NEVER="$TMP/never"
 ALWAYS="$TMP/always"
-mkdir -p "$NEVER" "$ALWAYS"
-SRC="${CORPUS_SRC:-$HOME/.cargo/registry/src}"
-if [ -d "$SRC" ]; then
-    cp -r "$SRC" "$NEVER/corpus"
+mkdir -p "$NEVER/corpus" "$ALWAYS"
+
+# The grep/glob corpus: a fixed set of crates at pinned versions from the cargo registry,
+# so every run searches the same files and `unsafe fn` matches fewer lines than any cap
+# (toolvisor and rg must print the same lines, or the row says COUNTS DIFFER).
+# CORPUS_SRC=DIR copies DIR instead.
+CORPUS_CRATES="tokio-1.54.1 libc-0.2.191 linux-raw-sys-0.12.1 rustix-1.1.6 nix-0.31.3
+regex-automata-0.4.19 regex-syntax-0.8.12 syn-2.0.119 web-sys-0.3.107 windows-sys-0.61.2
+tracing-0.1.44 rustls-0.23.46 encoding_rs-0.8.44 bstr-1.14.0 zerocopy-0.8.63"
+REGISTRY="$HOME/.cargo/registry/src"
+# The crate directory in any registry index under ~/.cargo/registry/src (empty if none).
+crate_dir() {
+    local d
+    for d in "$REGISTRY"/*/"$1"; do
+        [ -d "$d" ] && { echo "$d"; return; }
+    done
+}
+if [ -n "${CORPUS_SRC:-}" ]; then
+    cp -r "$CORPUS_SRC/." "$NEVER/corpus/"
+    CORPUS_DESC="a copy of $CORPUS_SRC (CORPUS_SRC)"
 else
-    echo "bench.sh: $SRC not found: the grep/glob rows run on an empty corpus" >&2
-    mkdir -p "$NEVER/corpus"
+    have=()
+    for c in $CORPUS_CRATES; do
+        d="$(crate_dir "$c")"
+        if [ -n "$d" ]; then
+            cp -r "$d" "$NEVER/corpus/"
+            have+=("$c")
+        else
+            echo "bench.sh: WARNING: $c is not in $REGISTRY: the corpus is smaller than the pinned one (\`cargo fetch\` a project that depends on it)" >&2
+        fi
+    done
+    [ "${#have[@]}" -gt 0 ] || echo "bench.sh: WARNING: none of the pinned crates is in $REGISTRY: the grep/glob rows run on an empty corpus" >&2
+    CORPUS_DESC="the crates ${have[*]:-(none)} from the cargo registry"
 fi
 # Ignore files would hide different files from each tool (rg and fd honour .gitignore
 # only inside a git repository, toolvisor everywhere): drop them.
@@ -110,6 +144,62 @@ action = "allow"
 TOML
 done
 
+# The MCP side by side (before the native servers start, so they do not compete): two
+# fixture workspaces with the same configuration as the native ones, the peers on the
+# `never` one. Every failure here is a reason in the table, never a failed bench.
+MCP_ARG=(--mcp-skip "skipped with --no-mcp")
+if [ "$MCP" = 1 ]; then
+    MCP_ARG=(--mcp-skip "node or npm not found")
+    if command -v node >/dev/null && command -v npm >/dev/null; then
+        MCP_ARG=(--mcp "$TMP/mcp.json")
+        PEERS="$ROOT/target/bench-mcp"
+        SDK="@modelcontextprotocol/sdk@1.32.2"
+        FSPKG="@modelcontextprotocol/server-filesystem@2026.8.31"
+        DCPKG="@wonderwhy-er/desktop-commander@0.2.52"
+        if [ "$(cat "$PEERS/.packages" 2>/dev/null)" != "$SDK $FSPKG $DCPKG" ]; then
+            mkdir -p "$PEERS"
+            echo "bench.sh: installing $SDK $FSPKG $DCPKG into $PEERS" >&2
+            npm_install() {
+                PUPPETEER_SKIP_DOWNLOAD=1 timeout 600 npm install --prefix "$PEERS" --no-audit \
+                    --no-fund --ignore-scripts "$@" >"$TMP/npm.log" 2>&1
+            }
+            if npm_install "$SDK" "$FSPKG" "$DCPKG"; then
+                echo "$SDK $FSPKG $DCPKG" >"$PEERS/.packages"
+            else
+                # Without Desktop Commander its rows say it is not installed.
+                echo "bench.sh: npm install failed ($(tail -n1 "$TMP/npm.log")); trying without Desktop Commander" >&2
+                npm_install "$SDK" "$FSPKG" ||
+                    MCP_ARG=(--mcp-skip "npm install failed: $(grep -m1 -i 'err' "$TMP/npm.log" || tail -n1 "$TMP/npm.log")")
+            fi
+        fi
+    fi
+fi
+if [ "${MCP_ARG[0]}" = --mcp ]; then
+    MN="$TMP/mcp-never"
+    MA="$TMP/mcp-always"
+    TOKIO="$(crate_dir tokio-1.54.1)"
+    if [ -z "$TOKIO" ]; then
+        TOKIO="$(ls -d "$REGISTRY"/*/tokio-1.* 2>/dev/null | tail -n1 || true)"
+        echo "bench.sh: WARNING: tokio-1.54.1 is not in $REGISTRY: the MCP glob/grep tree is ${TOKIO:-empty}" >&2
+    fi
+    for ws in "$MN" "$MA"; do
+        mkdir -p "$ws/dir100" "$ws/medium"
+        head -c 4096 /dev/zero | tr '\0' 'a' | fold -w 63 >"$ws/small.txt"
+        truncate -s 4096 "$ws/small.txt"
+        for i in $(seq -w 1 100); do echo "entry $i" >"$ws/dir100/file$i.txt"; done
+        [ -z "$TOKIO" ] || cp -r "$TOKIO/." "$ws/medium/"
+        find "$ws/medium" \( -name .gitignore -o -name .ignore \) -delete
+    done
+    cp "$NEVER/toolvisor.toml" "$MN/toolvisor.toml"
+    cp "$ALWAYS/toolvisor.toml" "$MA/toolvisor.toml"
+    echo "bench.sh: MCP side by side (toolvisor mcp, server-filesystem, Desktop Commander)" >&2
+    if ! TV="$BIN" NM="$PEERS/node_modules" NEVER="$MN" ALWAYS="$MA" HOME_DC="$TMP/dc-home" \
+        N="${MCP_N:-200}" ROUNDS="${MCP_ROUNDS:-3}" OUT="$TMP/mcp.json" \
+        timeout 1800 node scripts/bench_mcp.mjs 2>"$TMP/mcp.log"; then
+        MCP_ARG=(--mcp-skip "scripts/bench_mcp.mjs failed: $(tail -n1 "$TMP/mcp.log")")
+    fi
+fi
+
 "$ECHO" serve --socket "$TMP/echo.sock" 2>"$TMP/echo.log" &
 PIDS+=($!)
 "$ECHO" serve --socket "$TMP/echo4k.sock" --reply-bytes 4096 2>"$TMP/echo4k.log" &
@@ -123,8 +213,14 @@ PIDS+=($!)
 PIDS+=($!)
 for _ in $(seq 100); do [ -S "$TMP/echo.sock" ] && [ -S "$TMP/relay.sock" ] && break; sleep 0.05; done
 
+# Which guarantees the served workspaces run with, for the table's note.
+for _ in $(seq 200); do [ -S "$NEVER/.toolvisor/toolvisor.sock" ] && break; sleep 0.05; done
+GUARDS="$("$BIN" --workspace "$NEVER" status 2>/dev/null | grep -E '^(guards|sandbox):' | paste -sd';' - || true)"
+GUARDS="policy mode auto with allow rules for run_command, write_file and edit_file; audit on (a record before and after every call), fsync as each row says; ${GUARDS:-toolvisor status: n/a}"
+
 "$DRIVER" table --never "$NEVER" --always "$ALWAYS" --echo "$TMP/echo.sock" \
-    --relay "$TMP/relay.sock" --rg "$RG" --fd "$FD" --secs "$SECS" | tee "$TMP/table.md"
+    --relay "$TMP/relay.sock" --rg "$RG" --fd "$FD" --secs "$SECS" --pattern "unsafe fn" \
+    --corpus "$CORPUS_DESC" --guards "$GUARDS" "${MCP_ARG[@]}" | tee "$TMP/table.md"
 
 if [ "$DOC" = 1 ]; then
     DOCFILE="$ROOT/docs/PERFORMANCE.md"

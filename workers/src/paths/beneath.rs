@@ -32,6 +32,18 @@ fn resolve_flags() -> ResolveFlags {
     ResolveFlags::BENEATH | ResolveFlags::NO_MAGICLINKS
 }
 
+/// Open `rel` beneath `dir` with `openat2`, refusing every symlink on the way (`ELOOP`),
+/// the last component included: what is opened is exactly the lexical path `rel`.
+/// `ENOSYS` where `openat2` is not available (callers check first).
+pub(crate) fn open_beneath_no_symlinks(
+    dir: BorrowedFd<'_>,
+    rel: &Path,
+    flags: OFlags,
+) -> Result<OwnedFd, Errno> {
+    let how = resolve_flags() | ResolveFlags::NO_SYMLINKS;
+    rustix::fs::openat2(dir, rel, flags | OFlags::NOFOLLOW, Mode::empty(), how)
+}
+
 /// Open `rel` beneath `dir`: with `openat2` when available, else one component at a time.
 pub(crate) fn open_confined(
     dir: BorrowedFd<'_>,

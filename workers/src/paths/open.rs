@@ -11,6 +11,7 @@ use std::path::{Component, Path, PathBuf};
 use rustix::fs::{Mode, OFlags};
 use rustix::io::Errno;
 
+use super::beneath::open_beneath_no_symlinks;
 use super::protect::protected_error;
 use super::{Resolved, Resolver, errno_error, map_errno, open_confined};
 use crate::ToolError;
@@ -28,6 +29,26 @@ impl Resolver {
             .map_err(|e| map_errno(e, r))?;
         self.check_protected_fd(&fd, r)?;
         regular_file(fd, &r.display)
+    }
+
+    /// [`Self::open_read`] and the file's size, for the files a walk found: one
+    /// `openat2` that also refuses symlinks on the way (`RESOLVE_NO_SYMLINKS`), so what
+    /// it opens is exactly the lexical path, and the lexical protected check is also
+    /// the real-path check: no `/proc` readlink per file. With a symlink on the way (a
+    /// walk of a symlinked directory, or a path changed since the walk) or without
+    /// `openat2`, the full [`Self::open_read`], which checks the real path.
+    pub fn open_walked(&self, r: &Resolved) -> Result<(File, u64), ToolError> {
+        if self.openat2 {
+            self.check_protected(r)?;
+            match open_beneath_no_symlinks(self.root_fd(r.root), &r.rel, read_flags()) {
+                Ok(fd) => return regular_file_len(fd, &r.display),
+                Err(Errno::LOOP) => {}
+                Err(e) => return Err(map_errno(e, r)),
+            }
+        }
+        let file = self.open_read(r)?;
+        let st = rustix::fs::fstat(&file).map_err(|e| errno_error(e, &r.display))?;
+        Ok((file, st.st_size as u64))
     }
 
     /// The real path of `fd` relative to root `root` (None when it cannot be read or
@@ -144,9 +165,14 @@ pub(super) fn read_flags() -> OFlags {
 /// `fd` as a `File` when it is a regular file; a directory or another kind of file
 /// (FIFO, device, socket) is `InvalidParams`.
 pub(super) fn regular_file(fd: OwnedFd, display: &str) -> Result<File, ToolError> {
+    regular_file_len(fd, display).map(|(file, _)| file)
+}
+
+/// [`regular_file`] and the file's size, from the same `fstat`.
+fn regular_file_len(fd: OwnedFd, display: &str) -> Result<(File, u64), ToolError> {
     let st = rustix::fs::fstat(&fd).map_err(|e| errno_error(e, display))?;
     match rustix::fs::FileType::from_raw_mode(st.st_mode) {
-        rustix::fs::FileType::RegularFile => Ok(File::from(fd)),
+        rustix::fs::FileType::RegularFile => Ok((File::from(fd), st.st_size as u64)),
         rustix::fs::FileType::Directory => Err(ToolError::invalid(format!(
             "`{display}` is a directory, not a file"
         ))),

@@ -116,6 +116,15 @@ fn opens_and_maps_errors() {
 }
 
 fn symlink_cases(r: &Resolver, f: &Fixture) {
+    symlink_cases_with(r, f, read);
+}
+
+/// Symlinks out of the root, opened with `read`: `PathOutsideWorkspace`.
+fn symlink_cases_with(
+    r: &Resolver,
+    f: &Fixture,
+    read: fn(&Resolver, &str) -> Result<String, ToolError>,
+) {
     std::os::unix::fs::symlink(&f.outside, f.ws.join("out")).unwrap();
     std::os::unix::fs::symlink("../outside/secret", f.ws.join("rel")).unwrap();
     assert_eq!(kind(read(r, "out/secret")), ErrorType::PathOutsideWorkspace);
@@ -169,6 +178,57 @@ fn protected_paths_are_refused_even_through_symlinks() {
         let st = r.resolve("st/new.txt").unwrap();
         assert_eq!(kind(r.open_parent(&st, false)), ErrorType::PermissionError);
     }
+}
+
+/// `open_walked`, the open of the search tools for what a walk found, read to the end.
+fn read_walked(r: &Resolver, path: &str) -> Result<String, ToolError> {
+    let (mut file, len) = r.open_walked(&r.resolve(path)?)?;
+    let mut s = String::new();
+    file.read_to_string(&mut s).unwrap();
+    assert_eq!(len, s.len() as u64, "the size is the file's");
+    Ok(s)
+}
+
+#[test]
+fn walked_opens_are_confined_and_refuse_protected_paths() {
+    for openat2 in [true, false] {
+        let f = fixture();
+        let state = f.ws.join(".toolvisor");
+        std::fs::create_dir(&state).unwrap();
+        std::fs::write(state.join("audit.jsonl"), "x").unwrap();
+        std::os::unix::fs::symlink(".toolvisor", f.ws.join("st")).unwrap();
+        std::os::unix::fs::symlink("src/a.rs", f.ws.join("ok")).unwrap();
+        let mut r = resolver(&f, std::slice::from_ref(&state));
+        r.openat2 = openat2 && r.has_openat2();
+        assert_eq!(read_walked(&r, "src/a.rs").unwrap(), "inside");
+        assert_eq!(
+            kind(read_walked(&r, "src")),
+            ErrorType::InvalidParams,
+            "a directory"
+        );
+        assert_eq!(
+            kind(read_walked(&r, ".toolvisor/audit.jsonl")),
+            ErrorType::PermissionError
+        );
+        // Through a symlink: the full open, which checks the real path (the fallback
+        // refuses every symlink).
+        let (through, inside) = (read_walked(&r, "st/audit.jsonl"), read_walked(&r, "ok"));
+        if r.openat2 {
+            assert_eq!(kind(through), ErrorType::PermissionError);
+            assert_eq!(inside.unwrap(), "inside");
+        } else {
+            assert_eq!(kind(through), ErrorType::PathOutsideWorkspace);
+            assert_eq!(kind(inside), ErrorType::PathOutsideWorkspace);
+        }
+        symlink_cases_with(&r, &f, read_walked);
+    }
+}
+
+#[test]
+fn race_symlink_flip_never_leaks_the_outside_to_walked_opens() {
+    let f = fixture();
+    let r = resolver(&f, &[]);
+    race_with(&r, &f, 5000, read_walked);
 }
 
 fn read_artifact(r: &Resolver, path: &str) -> Result<String, ToolError> {
@@ -316,6 +376,16 @@ fn open_dir_create_makes_parents_beneath_the_root() {
 /// A thread flips `ws/d` between a real directory and a symlink to the outside
 /// while this thread opens `d/f`: every open reads the inside file or is refused.
 fn race(r: &Resolver, f: &Fixture, rounds: usize) {
+    race_with(r, f, rounds, read);
+}
+
+/// [`race`] with another way to open and read.
+fn race_with(
+    r: &Resolver,
+    f: &Fixture,
+    rounds: usize,
+    read: fn(&Resolver, &str) -> Result<String, ToolError>,
+) {
     let d = f.ws.join("d");
     let real = f.ws.join("d_real");
     std::fs::create_dir(&real).unwrap();

@@ -5,7 +5,8 @@
 //! heap (plus counts), and the heaps are merged and sorted at the end. `maxResults`
 //! applies first, then the search truncation (`limits.search_max` / `search_keep`).
 //!
-//! Each file is opened through the confined resolver (never by path), and searched as an
+//! Each file is opened through the confined resolver (never by path; without a readlink
+//! per file where no symlink is on the way), and searched as an
 //! fd; files with a NUL byte are skipped as binary; invalid UTF-8 is converted lossily.
 //! `caseSensitive` defaults to false. `filePattern` is a glob matched against the file
 //! name, or the workspace-relative path when it contains `/`.
@@ -146,10 +147,11 @@ impl<'a> Search<'a> {
         }
     }
 
-    /// Search one file, opened through the resolver; unreadable files are skipped.
+    /// Search one file, opened through the resolver (confined, protected paths
+    /// refused); unreadable files are skipped.
     fn search(&mut self, found: &Found) {
         let r = self.ctx.resolver.make(self.root, found.rel.clone());
-        let Ok(file) = self.ctx.resolver.open_read(&r) else {
+        let Ok((file, len)) = self.ctx.resolver.open_walked(&r) else {
             return;
         };
         let (cancel, path) = (&self.ctx.cancel, r.display);
@@ -172,10 +174,7 @@ impl<'a> Search<'a> {
             keep_smallest(heap, held, m);
             Ok(!cancel.is_cancelled())
         });
-        let big = file
-            .metadata()
-            .is_ok_and(|m| m.len() > self.line_max as u64);
-        let _ = if big {
+        let _ = if len > self.line_max as u64 {
             let reader = LineCut::new(&file, self.line_max, cuts);
             self.searcher.search_reader(&self.matcher, reader, sink)
         } else {

@@ -7,6 +7,7 @@
 
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
+use std::sync::atomic::{AtomicUsize, Ordering};
 
 use ignore::{DirEntry, WalkBuilder, WalkState};
 
@@ -69,7 +70,10 @@ where
         return walk_one_level(ctx, dir, opts, &root_path, make());
     }
     let done = Mutex::new(Vec::new());
-    builder(ctx, &dir.host, opts).build_parallel().run(|| {
+    let share = WalkShare::enter();
+    let mut b = builder(ctx, &dir.host, opts);
+    b.threads(share.threads());
+    b.build_parallel().run(|| {
         let mut slot = Slot {
             visitor: Some(make()),
             done: &done,
@@ -119,7 +123,6 @@ fn walk_one_level<V: Visitor>(
 /// The configured `WalkBuilder` for `host_dir`.
 fn builder(ctx: &ToolContext, host_dir: &Path, opts: &WalkOptions) -> WalkBuilder {
     let mut b = WalkBuilder::new(host_dir);
-    let threads = std::thread::available_parallelism().map_or(2, |n| n.get().min(4));
     b.hidden(!opts.include_hidden)
         .git_ignore(true)
         .git_exclude(true)
@@ -128,9 +131,13 @@ fn builder(ctx: &ToolContext, host_dir: &Path, opts: &WalkOptions) -> WalkBuilde
         .parents(true)
         .require_git(false)
         .follow_links(false)
-        .max_depth(opts.max_depth)
-        .threads(threads);
-    let protected = ctx.resolver.protected.clone();
+        .max_depth(opts.max_depth);
+    // Only the protected paths below the walked directory can be met (one that holds
+    // it was refused when the directory was opened): most walks check none per entry.
+    let protected: Vec<PathBuf> = (ctx.resolver.protected.iter())
+        .filter(|p| p.starts_with(host_dir))
+        .cloned()
+        .collect();
     b.filter_entry(move |e| {
         e.file_name() != ".git" && !protected.iter().any(|p| e.path().starts_with(p))
     });
@@ -152,6 +159,42 @@ fn found_of(e: &DirEntry, root_path: &Path, base: &Path) -> Option<Found> {
         under: e.path().strip_prefix(base).ok()?.to_path_buf(),
         kind,
     })
+}
+
+/// Parallel walks running in this worker process right now.
+static WALKS: AtomicUsize = AtomicUsize::new(0);
+
+/// A walk's share of the walker threads: `min(ncpu, 4)` divided among the walks
+/// running at once in this process (at least one each). Under many concurrent greps
+/// each walk gets one thread, so a worker never runs more CPU-bound threads than
+/// walks, and the machine keeps room for the supervisor.
+struct WalkShare {
+    threads: usize,
+}
+
+impl WalkShare {
+    fn enter() -> Self {
+        let running = WALKS.fetch_add(1, Ordering::AcqRel) + 1;
+        let budget = std::thread::available_parallelism().map_or(2, |n| n.get().min(4));
+        WalkShare {
+            threads: share_of(budget, running),
+        }
+    }
+
+    fn threads(&self) -> usize {
+        self.threads
+    }
+}
+
+/// Walker threads of one walk among `running`: `budget` shared, at least one.
+fn share_of(budget: usize, running: usize) -> usize {
+    (budget / running.max(1)).max(1)
+}
+
+impl Drop for WalkShare {
+    fn drop(&mut self) {
+        WALKS.fetch_sub(1, Ordering::AcqRel);
+    }
 }
 
 /// Hands a thread's visitor back when the walk drops the thread's closure.
@@ -178,6 +221,16 @@ mod tests {
     use super::super::testutil::ws;
     use proptest::prelude::*;
     use serde_json::json;
+
+    #[test]
+    fn walks_share_the_thread_budget() {
+        assert_eq!(super::share_of(2, 1), 2);
+        assert_eq!(super::share_of(2, 2), 1);
+        assert_eq!(super::share_of(4, 2), 2);
+        assert_eq!(super::share_of(4, 3), 1);
+        assert_eq!(super::share_of(2, 16), 1);
+        assert_eq!(super::share_of(1, 0), 1);
+    }
 
     proptest! {
         #![proptest_config(ProptestConfig::with_cases(32))]

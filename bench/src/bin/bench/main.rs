@@ -4,7 +4,9 @@
 //!
 //! Usage:
 //!   toolvisor-bench table --never WS --always WS --echo SOCK --relay SOCK
-//!        [--rg PATH] [--fd PATH] [--secs 3] [--pattern REGEX]
+//!        [--rg PATH] [--fd PATH] [--secs 3] [--pattern REGEX] [--corpus TEXT]
+//!        [--mcp FILE.json | --mcp-skip REASON] [--guards TEXT]
+//!   toolvisor-bench search --never WS [--rg PATH] [--fd PATH] [--pattern REGEX]
 //!   toolvisor-bench lat --socket SOCK --op ping|read|echo-ping|echo-call
 //!        [--path FILE] [--clients N] [--secs S]
 //!
@@ -14,6 +16,7 @@
 //! `toolvisor-echo relay` in front of an echo server that answers 4 KiB (2 hops).
 //! `lat` is one latency measurement, for digging into a single row.
 
+use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::process::{Command, ExitCode, Stdio};
 use std::sync::Arc;
@@ -31,10 +34,12 @@ use toolvisor_protocol::frame;
 use toolvisor_protocol::message::{CallRequest, ClientMessage, ServerMessage, Status, Topic};
 
 mod drive;
+mod mcp;
 mod probes;
 mod report;
 
 use drive::*;
+use mcp::*;
 use probes::*;
 use report::*;
 
@@ -47,6 +52,12 @@ struct Args {
     fd: Option<PathBuf>,
     secs: f64,
     pattern: String,
+    /// What the search corpus is (for the table's note).
+    corpus: String,
+    /// The MCP side by side (issue 15), from `scripts/bench_mcp.mjs`.
+    mcp: McpSource,
+    /// The guarantees the served workspaces run with (`toolvisor status`), for a note.
+    guards: Option<String>,
 }
 
 fn socket_of(ws: &Path) -> PathBuf {
@@ -156,7 +167,7 @@ async fn table(a: &Args) -> Result<Table, String> {
     );
 
     eprintln!("issue 2: grep and glob");
-    search_rows(a, &never, &mut t).await;
+    search_rows(a, &a.never, &mut t).await;
 
     eprintln!("issue 3: commands, writes, memory");
     let bare = tokio::task::spawn_blocking(move || bare_spawn(secs))
@@ -273,35 +284,60 @@ async fn table(a: &Args) -> Result<Table, String> {
             Some(Target::AtLeast(0.4)),
         );
     }
-    match ping_under_grep(&never, &a.pattern).await {
-        Ok((ping, greps)) => t.push_abs(
-            6,
-            "`ping` p99 while 16 clients grep the corpus",
-            format!("{} ({greps} greps done)", lat(&ping)),
-            String::new(),
-            (ping.p99().as_secs_f64() * 1000.0, "ms"),
-            Target::AtMost(5.0),
-        ),
-        Err(e) => t.failed(
-            6,
-            "ping while 16 clients grep",
-            &e,
-            Some(Target::AtMost(5.0)),
-        ),
+    ping_grep_row(&never, &a.pattern, &mut t).await;
+
+    eprintln!("issue 15: through MCP beside server-filesystem and Desktop Commander");
+    mcp_rows(&a.mcp, &mut t);
+    if let Some(g) = &a.guards {
+        t.notes.push(format!(
+            "Guarantees on in every toolvisor row (native and MCP): {g}."
+        ));
     }
     t.notes.push("Ratio = toolvisor / baseline (p50 for latency rows, calls/s for throughput rows); rows with an absolute target show the value itself.".into());
     Ok(t)
 }
 
 fn usage() -> String {
-    "usage: toolvisor-bench table --never WS --always WS --echo SOCK --relay SOCK [--rg PATH] [--fd PATH] [--secs S] [--pattern RE]\n       toolvisor-bench lat --socket SOCK --op ping|read|ls|write|edit|true|echo-ping|echo-call [--path FILE] [--clients N] [--secs S] [--gap-ms MS]\n       toolvisor-bench spawn [--secs S] [--shell sh|bash]".into()
+    "usage: toolvisor-bench table --never WS --always WS --echo SOCK --relay SOCK [--rg PATH] [--fd PATH] [--secs S] [--pattern RE] [--corpus TEXT] [--mcp FILE.json | --mcp-skip REASON] [--guards TEXT]\n       toolvisor-bench search --never WS [--rg PATH] [--fd PATH] [--pattern RE] [--corpus TEXT]   (grep, glob, ping under grep)\n       toolvisor-bench mcp --mcp FILE.json   (the MCP rows alone)\n       toolvisor-bench lat --socket SOCK --op ping|read|ls|write|edit|true|echo-ping|echo-call [--path FILE] [--clients N] [--secs S] [--gap-ms MS]\n       toolvisor-bench spawn [--secs S] [--shell sh|bash]".into()
+}
+
+/// The arguments of `table` (and of `search`, which needs only `--never`).
+fn table_args(m: &HashMap<String, String>, servers: bool) -> Result<Args, String> {
+    let path = |k: &str| -> Result<PathBuf, String> {
+        match m.get(k) {
+            Some(v) => Ok(PathBuf::from(v)),
+            None if !servers => Ok(PathBuf::new()),
+            None => Err(format!("--{k} is required\n{}", usage())),
+        }
+    };
+    let opt = |k: &str| m.get(k).filter(|v| !v.is_empty()).map(PathBuf::from);
+    let text = |k: &str, d: &str| m.get(k).cloned().unwrap_or_else(|| d.into());
+    Ok(Args {
+        never: path("never")?,
+        always: path("always")?,
+        echo: path("echo")?,
+        relay: path("relay")?,
+        rg: opt("rg"),
+        fd: opt("fd"),
+        secs: m
+            .get("secs")
+            .map_or(Ok(3.0), |v| v.parse().map_err(|e| format!("--secs: {e}")))?,
+        pattern: text("pattern", "unsafe fn"),
+        corpus: text("corpus", "the workspace's corpus/"),
+        mcp: match (m.get("mcp"), m.get("mcp-skip")) {
+            (Some(f), _) => McpSource::File(PathBuf::from(f)),
+            (None, Some(why)) => McpSource::Skipped(why.clone()),
+            (None, None) => McpSource::None,
+        },
+        guards: m.get("guards").cloned(),
+    })
 }
 
 /// `--key value` pairs after the subcommand.
-fn pairs() -> Result<(String, std::collections::HashMap<String, String>), String> {
+fn pairs() -> Result<(String, HashMap<String, String>), String> {
     let mut it = std::env::args().skip(1);
     let cmd = it.next().ok_or_else(usage)?;
-    let mut m = std::collections::HashMap::new();
+    let mut m = HashMap::new();
     while let Some(k) = it.next() {
         let key = k
             .strip_prefix("--")
@@ -366,21 +402,27 @@ async fn run() -> Result<(), String> {
     };
     match cmd.as_str() {
         "table" => {
-            let opt = |k: &str| m.get(k).filter(|v| !v.is_empty()).map(PathBuf::from);
-            let a = Args {
-                never: PathBuf::from(get("never")?),
-                always: PathBuf::from(get("always")?),
-                echo: PathBuf::from(get("echo")?),
-                relay: PathBuf::from(get("relay")?),
-                rg: opt("rg"),
-                fd: opt("fd"),
-                secs: num("secs", 3.0)?,
-                pattern: m
-                    .get("pattern")
-                    .cloned()
-                    .unwrap_or_else(|| "unsafe fn".into()),
-            };
+            let a = table_args(&m, true)?;
             table(&a).await?.print();
+            Ok(())
+        }
+        "search" => {
+            // The grep and glob rows alone, for digging into them.
+            let a = table_args(&m, false)?;
+            prepare(&a.never)?;
+            wait_ready(&socket_of(&a.never), Duration::from_secs(30)).await?;
+            let mut t = Table::default();
+            search_rows(&a, &a.never, &mut t).await;
+            ping_grep_row(&socket_of(&a.never), &a.pattern, &mut t).await;
+            t.print();
+            Ok(())
+        }
+        "mcp" => {
+            // The MCP rows alone, from a JSON of scripts/bench_mcp.mjs.
+            let a = table_args(&m, false)?;
+            let mut t = Table::default();
+            mcp_rows(&a.mcp, &mut t);
+            t.print();
             Ok(())
         }
         "spawn" => {
@@ -415,7 +457,7 @@ async fn run() -> Result<(), String> {
                         .unwrap_or_else(|| "file4k.txt".into()),
                 ),
                 "true" => Op::call("run_command", |_| json!({ "command": "true" })),
-                // What scripts/bench-mcp.sh compares through MCP, on its fixtures.
+                // On fixtures like scripts/bench_mcp.mjs's (dir100/, scratch/native_*.txt).
                 "ls" => Op::call("ls", |_| json!({ "path": "dir100" })),
                 "write" => Op::call("write_file", |_| {
                     let content = format!("{}\n", "w".repeat(4095));

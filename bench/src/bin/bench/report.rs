@@ -15,6 +15,8 @@ pub(super) struct Row {
     pub(super) target: String,
     /// `Some(pass)` when the row has a target.
     pub(super) pass: Option<bool>,
+    /// Shown instead of PASS/MISS when set: the row does not compare like with like.
+    pub(super) flag: Option<String>,
 }
 
 #[derive(Default)]
@@ -49,7 +51,16 @@ impl Table {
             unit: "×",
             target,
             pass,
+            flag: None,
         });
+    }
+
+    /// Mark the last row as not comparable (shown instead of PASS/MISS, and on stderr).
+    pub(super) fn flag_last(&mut self, why: &str) {
+        if let Some(r) = self.rows.last_mut() {
+            eprintln!("  !!! {}: {why}", r.what);
+            r.flag = Some(format!("**{why}**"));
+        }
     }
 
     /// A row whose target is an absolute value in `unit`, not a ratio.
@@ -96,10 +107,11 @@ impl Table {
                     unit => format!("{x:.0} {unit}"),
                 }),
                 r.target,
-                match r.pass {
-                    Some(true) => "PASS",
-                    Some(false) => "**MISS**",
-                    None => "",
+                match (&r.flag, r.pass) {
+                    (Some(flag), _) => flag.as_str(),
+                    (None, Some(true)) => "PASS",
+                    (None, Some(false)) => "**MISS**",
+                    (None, None) => "",
                 }
             );
         }
