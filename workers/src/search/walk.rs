@@ -5,6 +5,8 @@
 //! with `include_hidden`, never `.git`, never a protected path, no symlink followed. The
 //! order in which threads find entries is random, so callers sort what they collect.
 
+use std::ffi::OsStr;
+use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -155,10 +157,30 @@ fn found_of(e: &DirEntry, root_path: &Path, base: &Path) -> Option<Found> {
         _ => Kind::Other,
     };
     Some(Found {
-        rel: e.path().strip_prefix(root_path).ok()?.to_path_buf(),
-        under: e.path().strip_prefix(base).ok()?.to_path_buf(),
+        rel: below(e.path(), root_path)?.to_path_buf(),
+        under: below(e.path(), base)?.to_path_buf(),
         kind,
     })
+}
+
+/// `path` relative to `dir`, when `dir` is a prefix of it: [`Path::strip_prefix`] by
+/// bytes first (walk entries are `dir` joined with names, so their bytes start with
+/// `dir`'s; comparing components per entry cost more than the rest of the entry).
+fn below<'a>(path: &'a Path, dir: &Path) -> Option<&'a Path> {
+    let (p, d) = (path.as_os_str().as_bytes(), dir.as_os_str().as_bytes());
+    let rest = p.strip_prefix(d).and_then(|rest| match rest {
+        [] => Some(rest),
+        [b'/', tail @ ..] if !d.ends_with(b"/") => Some(tail),
+        _ if d.ends_with(b"/") => Some(rest),
+        _ => None,
+    });
+    // Only names (no empty or `.` component, no trailing `/`) read the same both ways.
+    let plain =
+        |r: &[u8]| r.is_empty() || r.split(|b| *b == b'/').all(|c| !c.is_empty() && c != b".");
+    match rest {
+        Some(rest) if plain(rest) => Some(Path::new(OsStr::from_bytes(rest))),
+        _ => path.strip_prefix(dir).ok(),
+    }
 }
 
 /// Parallel walks running in this worker process right now.
@@ -221,6 +243,33 @@ mod tests {
     use super::super::testutil::ws;
     use proptest::prelude::*;
     use serde_json::json;
+
+    #[test]
+    fn below_is_strip_prefix() {
+        use std::path::Path;
+        for (path, dir) in [
+            ("/ws/a/b.rs", "/ws"),
+            ("/ws/a/b.rs", "/ws/"),
+            ("/ws/a/b.rs", "/ws/a"),
+            ("/ws", "/ws"),
+            ("/wsx/a", "/ws"),
+            ("/ws//a", "/ws"),
+            ("/ws/./a", "/ws"),
+            ("/a", "/"),
+            ("/", "/"),
+            ("/ws/a", "/other"),
+            ("/ws/a/", "/ws"),
+            ("/ws/.", "/ws"),
+            ("/ws/..", "/ws"),
+        ] {
+            let (p, d) = (Path::new(path), Path::new(dir));
+            assert_eq!(
+                super::below(p, d),
+                p.strip_prefix(d).ok(),
+                "{path} below {dir}"
+            );
+        }
+    }
 
     #[test]
     fn walks_share_the_thread_budget() {

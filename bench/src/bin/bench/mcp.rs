@@ -240,7 +240,7 @@ fn mcp_note(v: &Value) -> String {
         .collect::<Vec<_>>()
         .join(", ");
     format!(
-        "MCP rows (issue 15): one MCP client (the official TypeScript SDK {}, node {}, stdio) drives `toolvisor mcp` on two workspaces (audit fsync never / always; the bridge starts each daemon), server-filesystem {} and Desktop Commander {}; {} rounds interleaving the servers, {} calls per case, server and round ({} for glob and grep) after 5 warm-up calls; ratio = toolvisor p50 / the fastest peer's p50 that has the case. RSS of each server's process tree at the end: {rss}.",
+        "MCP rows (issue 15): one MCP client (the official TypeScript SDK {}, node {}, stdio) drives `toolvisor mcp` on two workspaces (audit fsync never / always; the bridge starts each daemon), server-filesystem {} and Desktop Commander {}; rounds interleaving the servers: {}, each with {} calls per case and server ({} for glob and grep) after 5 warm-up calls; ratio = toolvisor p50 / the fastest peer's p50 that has the case. RSS of each server's process tree at the end: {rss}.",
         s("/versions/sdk"),
         s("/versions/node"),
         s("/versions/filesystem"),
