@@ -216,7 +216,7 @@ for _ in $(seq 100); do [ -S "$TMP/echo.sock" ] && [ -S "$TMP/relay.sock" ] && b
 # Which guarantees the served workspaces run with, for the table's note.
 for _ in $(seq 200); do [ -S "$NEVER/.toolvisor/toolvisor.sock" ] && break; sleep 0.05; done
 GUARDS="$("$BIN" --workspace "$NEVER" status 2>/dev/null | grep -E '^(guards|sandbox):' |
-    sed 's/ protected .*//' | paste -sd';' - | sed 's/;/; /g' || true)"
+    sed -E 's/,? protected .*//' | paste -sd';' - | sed 's/;/; /g' || true)"
 GUARDS="policy mode auto with allow rules for run_command, write_file and edit_file; audit on (a record before and after every call), fsync as each row says; ${GUARDS:-toolvisor status: n/a}"
 
 "$DRIVER" table --never "$NEVER" --always "$ALWAYS" --echo "$TMP/echo.sock" \
