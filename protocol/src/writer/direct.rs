@@ -1,12 +1,12 @@
 //! A connection written by whoever has a frame, at once, when nothing is queued.
 //!
-//! [`write_queued`](super::write_queued) hands every frame to one writer task: one
-//! thread hand-off per frame even when the socket is idle. [`DirectWriter`] writes the
+//! Handing every frame to one writer task costs a thread hand-off per frame even when
+//! the socket is idle. [`DirectWriter`] writes the
 //! frame itself with a non-blocking `write` when no earlier frame is still waiting;
 //! only what the socket does not take at once (a full buffer, a frame written in part)
 //! goes to the queue, and while the queue holds anything every later frame queues
 //! behind it, so frames never interleave and keep their order. The writer task
-//! drains the queue, coalescing what it finds (as `write_queued` does).
+//! drains the queue, coalescing what it finds.
 //!
 //! Ending: [`DirectWriter::close_after_flush`] closes the writing half once what is
 //! queued is written; [`DirectWriter::abort`] closes it now (a peer that stopped

@@ -30,8 +30,9 @@ use toolvisor_protocol::worker::{
     AnnouncedTool, CONTROL_FD, FromWorker, KNOWN_TO_WORKER, McpServerInit, Outcome, ToWorker,
     WorkerInit,
 };
-use toolvisor_protocol::writer::write_queued;
+use toolvisor_protocol::writer::direct::DirectWriter;
 use toolvisor_protocol::{ErrorBody, ErrorType, frame};
+use toolvisor_workers::context::Outgoing;
 
 use catalog::{Catalog, Listed};
 
@@ -119,8 +120,9 @@ async fn serve(control: StdUnixStream, init: WorkerInit) -> i32 {
         }
     };
     let (mut rd, wr) = stream.into_split();
-    let (tx, rx) = mpsc::channel::<FromWorker>(256);
-    let writer = tokio::spawn(write_loop(wr, rx));
+    let (direct, drain) = DirectWriter::new(wr);
+    let tx = Outgoing::new(direct);
+    let writer = tokio::spawn(drain.run());
     let current: Current = Arc::new(RwLock::new(listed.catalog));
     let tools = listed.announced;
     let ready = FromWorker::Ready {
@@ -128,7 +130,7 @@ async fn serve(control: StdUnixStream, init: WorkerInit) -> i32 {
         guards: Guards::default(),
         tools: tools.clone(),
     };
-    if tx.send(ready).await.is_err() {
+    if !tx.send(&ready).await {
         return EXIT_SERVER;
     }
     let running: Running = Arc::default();
@@ -193,7 +195,7 @@ struct Relist {
     peer: Peer<RoleClient>,
     server: McpServerInit,
     current: Current,
-    tx: mpsc::Sender<FromWorker>,
+    tx: Outgoing,
     deadline: Duration,
 }
 
@@ -206,7 +208,7 @@ async fn relist(r: Relist, mut changed: mpsc::Receiver<()>, mut announced: Vec<A
                 announced = listed.announced.clone();
                 *r.current.write().unwrap_or_else(|p| p.into_inner()) = listed.catalog;
                 let tools = listed.announced;
-                if r.tx.send(FromWorker::Tools { tools }).await.is_err() {
+                if !r.tx.send(&FromWorker::Tools { tools }).await {
                     return;
                 }
             }
@@ -241,7 +243,7 @@ fn on_message(
     peer: &Peer<RoleClient>,
     running: &Running,
     current: &Current,
-    tx: &mpsc::Sender<FromWorker>,
+    tx: &Outgoing,
     init: &WorkerInit,
 ) {
     match msg {
@@ -267,7 +269,7 @@ fn on_message(
                 };
                 outcome::fit(&mut o, &limits);
                 lock(&running).remove(&call);
-                let _ = tx.send(FromWorker::Done { call, outcome: o }).await;
+                tx.send_now(&FromWorker::Done { call, outcome: o });
             });
         }
         ToWorker::Cancel { call } => {
@@ -335,13 +337,4 @@ fn crashed(why: &str) -> Outcome {
         ErrorType::WorkerCrashed,
         format!("the MCP server went away during the call: {why}"),
     ))
-}
-
-async fn write_loop(wr: tokio::net::unix::OwnedWriteHalf, rx: mpsc::Receiver<FromWorker>) {
-    write_queued(wr, rx, |out, msg| {
-        if let Err(e) = out.push(&msg) {
-            tracing::error!("worker: cannot encode a frame: {e}");
-        }
-    })
-    .await
 }
