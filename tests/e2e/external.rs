@@ -5,7 +5,7 @@
 //! result that does not decode) or crashes hurts only itself.
 //! Skipped (with a note) where `python3` is not on PATH.
 
-use std::path::PathBuf;
+use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
@@ -16,10 +16,6 @@ use toolvisor_protocol::{ClientMessage, ErrorType, ServerMessage, Status};
 use crate::harness::*;
 
 const T: Duration = Duration::from_secs(60);
-
-fn repo() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-}
 
 fn have_python() -> bool {
     let ok = Command::new("python3")
@@ -34,23 +30,23 @@ fn have_python() -> bool {
     ok
 }
 
-/// A `[workers.NAME]` table running `script` with the Python package importable.
-fn group(name: &str, script: &str, extra: &str) -> String {
+/// A `[workers.NAME]` table running `script` with the Python package importable from
+/// `lib` (a copy inside the workspace, [`python_client_in`]).
+fn group(name: &str, script: &str, lib: &Path, extra: &str) -> String {
     format!(
         "[workers.{name}]\ncommand = [\"python3\", {script:?}]\nenv = {{ PYTHONPATH = {pp:?} }}\n{extra}\n",
-        pp = repo().join("clients/python/src").display().to_string(),
+        pp = lib.display().to_string(),
     )
 }
 
-fn words() -> String {
-    group(
-        "words",
-        &repo()
-            .join("examples/workers/words.py")
-            .display()
-            .to_string(),
-        "risk = \"low\"",
-    )
+/// A workspace whose config (`words` worker, then `extra`) runs the example worker.
+fn words_workspace(extra: &str) -> tempfile::TempDir {
+    let dir = tempfile::tempdir().unwrap();
+    let lib = python_client_in(dir.path());
+    let script = lib.join("words.py").display().to_string();
+    let config = format!("{}{extra}", group("words", &script, &lib, "risk = \"low\""));
+    std::fs::write(dir.path().join("toolvisor.toml"), config).unwrap();
+    dir
 }
 
 async fn listing(s: &Server) -> Vec<Value> {
@@ -91,7 +87,7 @@ fn an_external_worker_serves_its_announced_tools_like_a_builtin_group() {
     if !have_python() {
         return;
     }
-    let s = Server::start(&words());
+    let s = Server::start_in(words_workspace(""));
     s.write("notes.txt", "a\nb\nc\n");
     block(T, async {
         let t = wait_listed(&s, "word_count").await;
@@ -146,11 +142,9 @@ fn rules_name_external_tools_and_a_killed_worker_comes_back_with_them() {
     if !have_python() {
         return;
     }
-    let config = format!(
-        "{}[[policy.rules]]\ntool = \"line_*\"\naction = \"deny\"\nmessage = \"no line counting\"\n",
-        words()
-    );
-    let s = Server::start(&config);
+    let s = Server::start_in(words_workspace(
+        "[[policy.rules]]\ntool = \"line_*\"\naction = \"deny\"\nmessage = \"no line counting\"\n",
+    ));
     block(T, async {
         wait_listed(&s, "line_count").await;
         let r = s.call("line_count", json!({"path": "x"})).await;
@@ -197,7 +191,8 @@ fn a_lying_worker_loses_only_its_lies() {
     let dir = tempfile::tempdir().unwrap();
     let script = dir.path().join("liar.py");
     std::fs::write(&script, LIAR).unwrap();
-    let config = group("liar", &script.display().to_string(), "");
+    let lib = python_client_in(dir.path());
+    let config = group("liar", &script.display().to_string(), &lib, "");
     std::fs::write(dir.path().join("toolvisor.toml"), config).unwrap();
     let s = Server::start_in(dir);
     block(T, async {
@@ -258,9 +253,10 @@ fn a_worker_that_dies_at_start_fails_alone() {
     let dir = tempfile::tempdir().unwrap();
     let script = dir.path().join("dies.py");
     std::fs::write(&script, "import sys\nsys.exit(3)\n").unwrap();
+    let lib = python_client_in(dir.path());
     let config = format!(
         "[supervisor]\nrestart_max = 2\nbackoff_initial_ms = 10\nbackoff_max_ms = 20\n{}",
-        group("dies", &script.display().to_string(), "")
+        group("dies", &script.display().to_string(), &lib, "")
     );
     std::fs::write(dir.path().join("toolvisor.toml"), config).unwrap();
     let (mut child, _log) = spawn_serve(dir.path());

@@ -608,3 +608,24 @@ pub async fn next_interaction(c: &mut Client) -> String {
         .expect("a confirm_required");
     ix
 }
+
+/// A copy of the Python client package (and the example workers) inside `ws`, so that
+/// scripts run by the daemon find it wherever the checkout is: commands and sandboxed
+/// workers get a private `/tmp`, so a checkout under `/tmp` is not theirs to read.
+/// Returns the directory to put on `PYTHONPATH`.
+pub fn python_client_in(ws: &Path) -> PathBuf {
+    let repo = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let lib = ws.join("pyclient");
+    let pkg = lib.join("toolvisor");
+    std::fs::create_dir_all(&pkg).expect("pyclient dir");
+    let src = repo.join("clients/python/src/toolvisor");
+    for e in std::fs::read_dir(&src).expect("python client sources") {
+        let p = e.expect("entry").path();
+        if p.extension().is_some_and(|x| x == "py") {
+            std::fs::copy(&p, pkg.join(p.file_name().expect("name"))).expect("copy");
+        }
+    }
+    std::fs::copy(repo.join("examples/workers/words.py"), lib.join("words.py"))
+        .expect("copy words.py");
+    lib
+}

@@ -17,6 +17,7 @@ mod envelope;
 mod exec;
 mod external;
 mod fairness;
+mod first_hour;
 mod jobs;
 mod limits;
 mod mcp;

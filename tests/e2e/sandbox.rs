@@ -9,7 +9,7 @@
 
 use std::io::Read;
 use std::os::unix::fs::MetadataExt;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::time::Duration;
 
 use serde_json::{Value, json};
@@ -453,11 +453,6 @@ for m in [{"type": "grant", "id": "g", "tools": ["run_command"], "ttl_ms": 60000
 print(" ".join(out))
 "#;
 
-/// The Python package's sources: `priv.py` borrows its MessagePack codec.
-fn scripts_dir() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("clients/python/src")
-}
-
 #[test]
 fn the_fallback_still_serves_says_so_and_commands_cannot_grant_confirm_or_restart() {
     let s = Server::start(&format!(
@@ -480,7 +475,7 @@ fn the_fallback_still_serves_says_so_and_commands_cannot_grant_confirm_or_restar
         let direct = format!(
             "python3 priv.py {} {}",
             socket.display(),
-            scripts_dir().display()
+            python_client_in(s.ws()).display()
         );
         let r = s.call("run_command", run(&direct)).await;
         assert_eq!(r.status, Status::Ok, "{r:?}");
@@ -533,7 +528,7 @@ fn in_the_sandbox_the_socket_is_not_there_to_connect_to() {
         let cmd = format!(
             "python3 priv.py {} {}",
             s.socket().display(),
-            scripts_dir().display()
+            python_client_in(s.ws()).display()
         );
         let r = s.call("run_command", run(&cmd)).await;
         assert_eq!(r.status, Status::Error, "{r:?}");

@@ -417,7 +417,7 @@ fn operator_restart_revives_a_failed_worker_only_once() {
 }
 
 #[test]
-fn sighup_during_calls_lets_them_finish_then_replaces_every_worker() {
+fn sighup_that_changes_what_workers_start_with_lets_calls_finish_then_replaces_every_worker() {
     let mut s = Server::start(ALLOW_ALL);
     s.write("a.txt", "alpha\nbeta\n");
     block(T, async {
@@ -436,6 +436,11 @@ fn sighup_during_calls_lets_them_finish_then_replaces_every_worker() {
             ));
         }
         wait_in_flight(&s, "exec", 2).await;
+        // A key every worker starts with: each one is replaced.
+        s.write(
+            "toolvisor.toml",
+            &format!("{ALLOW_ALL}\n[limits]\nfile_max = 70000\n"),
+        );
         signal(s.pid(), Signal::SIGHUP);
         // Calls sent during the restart wait for a ready worker, then run.
         calls.push(spawn_call(

@@ -20,7 +20,7 @@ pub struct CallRequest {
     /// to.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub trace_id: Option<String>,
-    /// A shorter deadline than the tool's default (never a longer one than its maximum).
+    /// The call's deadline instead of its group's default (never longer than its maximum).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub timeout_ms: Option<u64>,
     /// Send `output` while the tool runs (commands only).

@@ -43,7 +43,7 @@ pub fn def() -> ToolDef {
                 json!({
                     "command": {"type": "string", "minLength": 1, "description": "The command line, run by bash -c."},
                     "cwd": {"type": "string", "description": "Working directory inside the workspace (default: its root)."},
-                    "timeout": {"type": "integer", "minimum": 1, "description": "Milliseconds before the command is killed (default 30000)."},
+                    "timeout": {"type": "integer", "minimum": 1, "description": "Milliseconds before the command is killed (default: the call's deadline, workers.exec.default_timeout_ms unless the call sets timeout_ms)."},
                     "background": {"type": "boolean", "description": "Start and return at once with meta.process; read its output with read_output, type into it with write_input."},
                     "env": {"type": "object", "additionalProperties": {"type": "string"}, "description": "Extra environment variables."},
                     "stdin": {"type": "string", "maxLength": super::MAX_INPUT_BYTES, "description": "Text written to the command's standard input, which is then closed (with tty: typed, then end-of-file)."},

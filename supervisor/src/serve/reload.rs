@@ -2,7 +2,9 @@
 //! workers), apply every key that can change while serving (the policy with its
 //! `confirm_timeout_ms`, limits, timeouts, queue sizes, worker counts, restart policy,
 //! `[audit]`, `[edit]`, the drain grace and open-call limit, the workspace roots), then
-//! restart every worker after its calls end, one worker of a group at a time. A changed
+//! restart every worker after its calls end, one worker of a group at a time — except
+//! an exec worker the reload changed nothing for, which keeps its background processes
+//! (`WorkerActorState::reload_changes_nothing`). A changed
 //! `count` grows the group (new workers start with the new configuration) or shrinks it
 //! (the highest indices retire once their calls end).
 

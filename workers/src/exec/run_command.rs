@@ -123,9 +123,7 @@ pub(crate) async fn run(
     if a.yield_after.is_none() {
         a.yield_after = ctx.init.exec.yield_ms.map(Duration::from_millis);
     }
-    let timeout = a.timeout.unwrap_or(DEFAULT_TIMEOUT);
-    let own = std::time::Instant::now() + timeout;
-    let deadline = ctx.deadline.map_or(own, |d| d.min(own));
+    let (deadline, own_timeout) = command_deadline(a.timeout, ctx.deadline);
     let (mut running, cgroup) =
         launch(state, &a, ctx, ctx.output.is_none(), a.stdin.is_some()).await?;
     let terminal = running.attach_terminal(deadline.into()).await?;
@@ -195,9 +193,7 @@ pub(crate) async fn run(
         )));
     }
     let (content, truncated) = capture.finish(super::workspace(ctx));
-    let own_timeout = ctx.deadline.is_none_or(|d| own <= d);
-    let shown_timeout = if own_timeout { Some(timeout) } else { None };
-    let mut out = outcome(content, &ended, shown_timeout);
+    let mut out = outcome(content, &ended, own_timeout);
     if let Some(limit) = super::limits::stopped_by(&ended, cgroup.as_ref(), limits) {
         let e = super::limits::error(limit, limits);
         out.display = format!("{}\n[{}]", out.content, e.message);
@@ -211,6 +207,23 @@ pub(crate) async fn run(
     out.truncated = truncated;
     running.retire(cgroup).await;
     Ok(out)
+}
+
+/// When the command must end, and its own `timeout` when that is what ends it (for the
+/// message). The call's deadline (`timeout_ms`, else the group's `default_timeout_ms`,
+/// set by the supervisor) bounds it; the tool's own `timeout` argument can only shorten
+/// it. [`DEFAULT_TIMEOUT`] applies only to a call that came with no deadline at all.
+fn command_deadline(
+    own: Option<Duration>,
+    call: Option<std::time::Instant>,
+) -> (std::time::Instant, Option<Duration>) {
+    let now = std::time::Instant::now();
+    match (own.map(|t| (now + t, t)), call) {
+        (Some((at, t)), Some(d)) if at <= d => (at, Some(t)),
+        (_, Some(d)) => (d, None),
+        (Some((at, t)), None) => (at, Some(t)),
+        (None, None) => (now + DEFAULT_TIMEOUT, Some(DEFAULT_TIMEOUT)),
+    }
 }
 
 /// Start the command of `a` (in its working directory, with its environment and a
@@ -388,4 +401,40 @@ pub(crate) fn exit_parts(status: Option<ExitStatus>) -> (Option<i32>, Option<i32
 /// `SIGTERM` etc. for messages.
 pub(crate) fn signal_name(sig: i32) -> &'static str {
     nix::sys::signal::Signal::try_from(sig).map_or("unknown signal", |s| s.as_str())
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::{Duration, Instant};
+
+    use super::{DEFAULT_TIMEOUT, command_deadline};
+
+    #[test]
+    fn the_calls_deadline_bounds_a_command_without_a_timeout_of_its_own() {
+        let call = Instant::now() + Duration::from_secs(600);
+        let (at, own) = command_deadline(None, Some(call));
+        assert_eq!((at, own), (call, None), "not cut to the 30 s default");
+    }
+
+    #[test]
+    fn the_tools_own_timeout_only_shortens_the_calls_deadline() {
+        let call = Instant::now() + Duration::from_secs(600);
+        let short = Duration::from_secs(5);
+        let (at, own) = command_deadline(Some(short), Some(call));
+        assert!(at < call);
+        assert_eq!(own, Some(short));
+        let near = Instant::now() + Duration::from_millis(50);
+        assert_eq!(
+            command_deadline(Some(Duration::from_secs(60)), Some(near)),
+            (near, None)
+        );
+    }
+
+    #[test]
+    fn a_call_with_no_deadline_gets_the_default() {
+        let before = Instant::now();
+        let (at, own) = command_deadline(None, None);
+        assert!(at >= before + DEFAULT_TIMEOUT);
+        assert_eq!(own, Some(DEFAULT_TIMEOUT));
+    }
 }

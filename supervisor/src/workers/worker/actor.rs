@@ -148,6 +148,11 @@ pub struct WorkerActorState {
     waiters: Vec<ractor::RpcReplyPort<()>>,
     /// Why the current process was killed on purpose, if it was.
     kill_reason: Option<&'static str>,
+    /// A reload changed what the next process starts with (its `init`, its
+    /// environment): only then does a reload replace the running one. A reload that
+    /// changed nothing the process holds (rules, timeouts, limits the supervisor
+    /// applies) leaves it, and the background processes it runs, alone.
+    stale: bool,
 }
 
 impl Drop for WorkerActorState {
@@ -182,6 +187,7 @@ impl Actor for WorkerActor {
             planned: None,
             waiters: Vec::new(),
             kill_reason: None,
+            stale: false,
         })
     }
 
@@ -301,10 +307,32 @@ impl WorkerActorState {
     }
 
     fn reconfigure(&mut self, r: Reconfig) {
-        let index = self.args.init.index;
-        self.args.init = WorkerInit { index, ..r.init };
+        let init = WorkerInit {
+            index: self.args.init.index,
+            generation: self.args.init.generation,
+            ..r.init
+        };
+        if init != self.args.init || r.passthrough != self.args.spec.passthrough {
+            self.stale = true;
+        }
+        self.args.init = init;
         self.args.spec.passthrough = r.passthrough;
         self.args.policy.reconfigure(r.supervisor);
+    }
+
+    /// Whether a reload finds nothing to replace: an exec worker (the one group whose
+    /// process holds state a restart loses: background processes) that runs, started
+    /// with what the reloaded configuration would start it with. Other groups are
+    /// replaced on every reload (the `meta` worker rescans skills, an MCP worker lists
+    /// its server's tools again).
+    fn reload_changes_nothing(&self) -> bool {
+        self.args.shared.group == toolvisor_protocol::tools::EXEC
+            && !self.stale
+            && self.child_pid.is_some()
+            && matches!(
+                self.args.shared.state(),
+                WorkerState::Ready | WorkerState::Starting
+            )
     }
 
     async fn start(&mut self, myself: &ActorRef<WorkerMsg>) {
@@ -319,6 +347,7 @@ impl WorkerActorState {
         }
         self.generation += 1;
         self.kill_reason = None;
+        self.stale = false;
         let generation = self.generation;
         self.args.shared.set_state(WorkerState::Starting);
         self.args.shared.set_retry_at(None);

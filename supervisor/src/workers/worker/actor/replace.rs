@@ -67,6 +67,13 @@ impl WorkerActorState {
         if reason == RestartReason::Memory && self.args.shared.state() != WorkerState::Ready {
             return; // the watchdog looks again next time
         }
+        if reason == RestartReason::Reload && self.reload_changes_nothing() {
+            tracing::info!(group = %self.args.shared.group, index = self.args.shared.index, "the reload changed nothing this worker was started with: it goes on");
+            if let Some(r) = reply {
+                let _ = r.send(());
+            }
+            return;
+        }
         self.waiters.extend(reply);
         if self.stopping {
             self.answer_waiters();
