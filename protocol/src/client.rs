@@ -6,7 +6,7 @@ use crate::message::{CallRequest, ClientMessage, KNOWN_SERVER_TYPES, ServerMessa
 use crate::{DEFAULT_MAX_FRAME_BYTES, Id, PROTOCOL_VERSION};
 use std::collections::VecDeque;
 use std::path::Path;
-use tokio::io::AsyncWriteExt;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::UnixStream;
 use tokio::net::unix::{OwnedReadHalf, OwnedWriteHalf};
 
@@ -50,9 +50,56 @@ pub struct CallTranscript {
     pub result: Option<ToolResult>,
 }
 
+/// Frames read off the socket. Bytes that are not yet a whole frame are kept here, not
+/// on a reading future's stack, so a read given up half-way (a `select!` with a
+/// keyboard or a timer) loses nothing: each await is one `read_buf`, which either
+/// appended what it read or was cancelled having read nothing.
+struct Frames {
+    rd: OwnedReadHalf,
+    partial: Vec<u8>,
+}
+
+impl Frames {
+    /// The next frame's body; `None` when the server closed between frames.
+    async fn next(&mut self) -> Result<Option<Vec<u8>>, FrameError> {
+        loop {
+            if let Some(body) = self.whole_frame()? {
+                return Ok(Some(body));
+            }
+            self.partial.reserve(8192);
+            if self.rd.read_buf(&mut self.partial).await? == 0 {
+                return match self.partial.is_empty() {
+                    true => Ok(None),
+                    false => Err(FrameError::Truncated),
+                };
+            }
+        }
+    }
+
+    /// A whole frame's body off the front of `partial`, if one is there.
+    fn whole_frame(&mut self) -> Result<Option<Vec<u8>>, FrameError> {
+        let Some(head) = self.partial.first_chunk::<4>() else {
+            return Ok(None);
+        };
+        let len = u32::from_be_bytes(*head) as usize;
+        if len > DEFAULT_MAX_FRAME_BYTES {
+            return Err(FrameError::TooLarge {
+                len,
+                max: DEFAULT_MAX_FRAME_BYTES,
+            });
+        }
+        if self.partial.len() < 4 + len {
+            return Ok(None);
+        }
+        let body = self.partial[4..4 + len].to_vec();
+        self.partial.drain(..4 + len);
+        Ok(Some(body))
+    }
+}
+
 /// One connection to the supervisor.
 pub struct Client {
-    rd: OwnedReadHalf,
+    frames: Frames,
     wr: OwnedWriteHalf,
     /// Messages read while waiting for something else.
     backlog: VecDeque<ServerMessage>,
@@ -71,7 +118,10 @@ impl Client {
             })?;
         let (rd, wr) = stream.into_split();
         let mut client = Client {
-            rd,
+            frames: Frames {
+                rd,
+                partial: Vec::new(),
+            },
             wr,
             backlog: VecDeque::new(),
             session: String::new(),
@@ -111,10 +161,9 @@ impl Client {
         self.read_one().await
     }
 
+    /// The next message from the socket (cancel-safe, see [`Frames`]).
     async fn read_one(&mut self) -> Result<ServerMessage, ClientError> {
-        let body = frame::read_frame(&mut self.rd, DEFAULT_MAX_FRAME_BYTES)
-            .await?
-            .ok_or(ClientError::Closed)?;
+        let body = self.frames.next().await?.ok_or(ClientError::Closed)?;
         Ok(frame::decode(&body, KNOWN_SERVER_TYPES)?)
     }
 
@@ -201,7 +250,7 @@ impl Client {
     /// directly could. Messages already read come first. Needs a tokio runtime.
     pub fn split(self) -> (Sender, Incoming) {
         let Client {
-            mut rd,
+            mut frames,
             wr,
             backlog,
             ..
@@ -216,7 +265,7 @@ impl Client {
             loop {
                 // A message that does not decode leaves the stream in step (its frame
                 // was whole): it is passed on and reading goes on.
-                let (next, end) = match frame::read_frame(&mut rd, DEFAULT_MAX_FRAME_BYTES).await {
+                let (next, end) = match frames.next().await {
                     Ok(Some(body)) => (
                         frame::decode(&body, KNOWN_SERVER_TYPES).map_err(Into::into),
                         false,

@@ -264,7 +264,7 @@ pub fn outcome_line(fields: &serde_json::Map<String, Value>) -> String {
 
 /// What to say when the result comes while the question is still on screen (the
 /// `confirm_answered` event can arrive after it): what the result says happened.
-fn ended_line(r: &ToolResult) -> String {
+pub(crate) fn ended_line(r: &ToolResult) -> String {
     match r.error.as_ref().map(|e| e.kind) {
         None => "→ approved elsewhere".to_owned(),
         Some(ErrorType::ConfirmationTimeout) => {

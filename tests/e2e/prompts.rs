@@ -278,3 +278,39 @@ fn escape_sequences_in_a_question_are_shown_not_obeyed() {
     term.send(b"\x03");
     term.wait_exit(D);
 }
+
+/// `call --interactive` asks on its terminal like `call`: another connection's answer
+/// withdraws the prompt and says who gave it, and the denied command never starts (a
+/// late `n` typed here decided nothing, and nothing is attached).
+#[test]
+fn an_interactive_calls_prompt_answered_elsewhere_is_withdrawn() {
+    let s = Server::start("");
+    let mut term = Pty::spawn(
+        s.ws(),
+        &[
+            "call",
+            "--interactive",
+            "run_command",
+            r#"{"command": "echo attached-$((6*7)); cat"}"#,
+        ],
+    );
+    term.wait_screen(PROMPT, D);
+    block(T, async {
+        let mut other = Client::connect(&s.socket(), "e2e-denier", false)
+            .await
+            .unwrap();
+        let q = next_question(&mut other).await;
+        answer(&mut other, text(&q, "interaction"), false).await;
+    });
+    let status = term.wait_exit(D);
+    let screen = term.screen();
+    // Who answered comes with `confirm_answered`; the result can overtake it.
+    assert!(
+        screen.contains("→ denied by e2e-denier (session s")
+            || screen.contains("→ denied elsewhere"),
+        "{screen}"
+    );
+    assert!(!screen.contains("[y/N]"), "the prompt stayed:\n{screen}");
+    assert!(!status.success(), "{}", term.screen());
+    assert!(!term.screen().contains("attached-42"), "{}", term.screen());
+}
