@@ -1303,3 +1303,46 @@ fn with_the_hosts_network_only_the_jobs_own_sockets_count() {
     });
     drop(theirs);
 }
+
+/// The error for another session's process says a person's grant lifts it; a
+/// single-use grant does both things at once — passes the question `kill_process`
+/// asks and vouches for the takeover — instead of being spent on the first.
+#[test]
+fn a_single_use_grant_both_passes_the_question_and_takes_over_the_process() {
+    let s = Server::start("[[policy.rules]]\ntool = \"run_command\"\naction = \"allow\"\n");
+    block(T, async {
+        let mut owner = s.client().await;
+        let mut other = s.client().await;
+        let h = start(
+            &mut owner,
+            "s",
+            json!({"command": "sleep 300", "background": true}),
+        )
+        .await;
+        let grant = ClientMessage::Grant {
+            id: "g".into(),
+            tools: vec!["kill_process".into()],
+            trace_id: None,
+            paths: None,
+            ttl_ms: 60_000,
+            reusable: Some(false),
+        };
+        let mut person = s.client().await;
+        let token = match person.request(&grant, &"g".into()).await.expect("grant") {
+            ServerMessage::Token { token, .. } => token,
+            other => panic!("{other:?}"),
+        };
+        let mut req = CallRequest::new("k", "kill_process", json!({"process": h}));
+        req.confirm_token = Some(token);
+        let r = other
+            .call(req, |_, _| {})
+            .await
+            .expect("call")
+            .result
+            .expect("result");
+        assert_eq!(r.status, Status::Ok, "{r:?}");
+        let reason = r.meta["policy"]["reason"].as_str().unwrap_or_default();
+        assert!(reason.contains("passed by a grant token"), "it asked: {r:?}");
+        assert_ne!(row(&mut owner, &h).await["state"], json!("running"));
+    });
+}

@@ -55,7 +55,7 @@ impl Service {
             worker: worker_of_handle(call.tool, &call.req.args),
             session: call.session.id.clone(),
             network,
-            takeover: self.takeover(call),
+            takeover: call.takeover,
         };
         let end = pool.run(job, call.cancel).await;
         if let Some(f) = forwarder {
@@ -130,16 +130,20 @@ impl Service {
     /// tool acts on processes and the call carries a grant token for it that fits —
     /// grants come from people (`grant` is refused to commands, a model cannot send
     /// one). The worker enforces ownership; this only lifts it.
-    fn takeover(&self, call: &Call<'_>) -> bool {
-        let Some(token) = call.req.confirm_token.as_deref() else {
+    pub(crate) fn takeover(
+        &self,
+        req: &toolvisor_protocol::message::CallRequest,
+        tool: &ToolDef,
+    ) -> bool {
+        let Some(token) = req.confirm_token.as_deref() else {
             return false;
         };
         let use_ = TokenUse {
-            tool: &call.tool.name,
-            trace_id: call.req.trace_id.as_deref(),
+            tool: &tool.name,
+            trace_id: req.trace_id.as_deref(),
             locations: &[],
         };
-        call.tool.acts_on_process && self.grants().vouches(token, &use_, Instant::now())
+        tool.acts_on_process && self.grants().vouches(token, &use_, Instant::now())
     }
 }
 

@@ -39,6 +39,10 @@ pub(crate) struct Call<'a> {
     pub req: &'a CallRequest,
     pub tool: &'a ToolDef,
     pub cancel: &'a CancellationToken,
+    /// The call carries a person's grant that lets it act on another session's
+    /// background process. Read before the gate, which may spend a single-use grant to
+    /// skip a question: the same grant is what vouches for the takeover.
+    pub takeover: bool,
 }
 
 /// Where a call ran: its group and the worker's pid.
@@ -137,6 +141,7 @@ impl Service {
             req: &req,
             tool: &tool,
             cancel: &cancel,
+            takeover: self.takeover(&req, &tool),
         };
         let (decision, gate) = self.gate(&call, &rec.call_id).await;
         let reason = decision.reason.clone();
