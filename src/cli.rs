@@ -25,9 +25,6 @@ pub struct Cli {
     /// The configuration file (default: <workspace>/toolvisor.toml when present).
     #[arg(long, global = true, value_name = "FILE")]
     pub config: Option<PathBuf>,
-    /// Log format of `serve` (and of its workers, which log to the same stderr).
-    #[arg(long, global = true, value_enum, default_value_t = LogFormat::Text, env = LOG_FORMAT_VAR)]
-    pub log_format: LogFormat,
     #[command(subcommand)]
     pub command: Command,
 }
@@ -41,7 +38,11 @@ pub enum LogFormat {
 #[derive(Subcommand, Debug)]
 pub enum Command {
     /// Run the service in the foreground (Ctrl-C drains and stops; twice skips the drain).
-    Serve,
+    Serve {
+        /// How the service logs (its workers log to the same stderr, the same way).
+        #[arg(long, value_enum, default_value_t = LogFormat::Text, env = LOG_FORMAT_VAR)]
+        log_format: LogFormat,
+    },
     /// Write a commented starter toolvisor.toml and .toolvisor/.gitignore here.
     Init {
         /// Replace an existing toolvisor.toml.
@@ -94,7 +95,8 @@ pub enum Command {
     },
     /// Restart the workers (of one group), one at a time, after their calls end.
     Restart {
-        /// `search`, `edit` or `exec` (default: every group).
+        /// `search`, `edit`, `exec`, `web`, `state`, `meta`, an external group
+        /// (`[workers.NAME]`) or an MCP server's (`mcp:NAME`); default: every group.
         group: Option<String>,
     },
     /// Answer confirmations as agents ask (pending ones first); waits for the daemon.
@@ -163,6 +165,7 @@ pub enum PolicyCommand {
     /// Say what the policy would do with a call, part by part, without running it or
     /// asking anyone. With --config, decide under that file (no daemon needed).
     Explain {
+        /// The tool to decide (its name or an alias), as a call would name it.
         tool: String,
         /// The arguments as a JSON object.
         args: Option<String>,
@@ -259,7 +262,7 @@ pub fn main() {
         Command::Worker { group } => {
             // Workers log to the supervisor's stderr (inherited), e.g. the background
             // jobs a planned restart kills; RUST_LOG passes through to them.
-            init_tracing(cli.log_format);
+            init_tracing(worker_log_format());
             if group.starts_with(toolvisor_supervisor::config::mcp::GROUP_PREFIX) {
                 crate::mcp::worker::main(group)
             } else {
@@ -267,8 +270,8 @@ pub fn main() {
             }
         }
         Command::Reap { argv } => toolvisor_workers::reap::main(argv.clone()),
-        Command::Serve => {
-            hand_log_format_to_workers(cli.log_format);
+        Command::Serve { log_format } => {
+            hand_log_format_to_workers(*log_format);
             run(&cli)
         }
         _ => {
@@ -291,6 +294,14 @@ fn hand_log_format_to_workers(format: LogFormat) {
     unsafe { std::env::set_var(LOG_FORMAT_VAR, value) };
 }
 
+/// A worker logs the way the service that started it does ([`LOG_FORMAT_VAR`]).
+fn worker_log_format() -> LogFormat {
+    match std::env::var(LOG_FORMAT_VAR).as_deref() {
+        Ok("json") => LogFormat::Json,
+        _ => LogFormat::Text,
+    }
+}
+
 /// Client commands die quietly on a closed stdout (`toolvisor tools | head`), like
 /// other Unix tools, instead of panicking in `println!`. Rust starts with SIGPIPE
 /// ignored; the service keeps it so (a client hanging up must not kill it).
@@ -302,13 +313,13 @@ fn default_sigpipe() {
 }
 
 fn run(cli: &Cli) -> i32 {
-    let serve = matches!(cli.command, Command::Serve);
-    if serve {
+    let serve = matches!(cli.command, Command::Serve { .. });
+    if let Command::Serve { log_format } = cli.command {
         // Before anything can fail, so even a bad config is logged in the chosen format.
-        init_tracing(cli.log_format);
+        init_tracing(log_format);
     }
     let how = match cli.command {
-        Command::Serve | Command::Init { .. } => Discovery::Here,
+        Command::Serve { .. } | Command::Init { .. } => Discovery::Here,
         _ => Discovery::Nearest,
     };
     let resolved = resolve(
@@ -333,7 +344,7 @@ fn run(cli: &Cli) -> i32 {
         eprintln!("toolvisor: note: {note}");
     }
     match &cli.command {
-        Command::Serve => serve_cmd(r),
+        Command::Serve { .. } => serve_cmd(r),
         Command::Init { force } => crate::commands::init::run(&r, *force),
         Command::Audit { command } => audit(command, &r),
         Command::Policy { command } => crate::commands::policy::run(command, &r),

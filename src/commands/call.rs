@@ -65,7 +65,11 @@ pub async fn run(r: &Resolved, o: Options) -> Result<i32, ClientError> {
     let mut view = CallView::new(&o.tool, &session, interactive);
     let (result, streamed) = view.follow(&mut tx, rx).await?;
     drop(view);
-    Ok(print_result(&result, o.json, streamed))
+    let code = print_result(&result, o.json, streamed);
+    if !o.json && o.tool == toolvisor_protocol::tools::run_command::NAME {
+        say_process(&result);
+    }
+    Ok(code)
 }
 
 /// A question on screen and the interaction it belongs to.
@@ -106,7 +110,7 @@ impl CallView {
         &mut self,
         tx: &mut Sender,
         mut rx: Incoming,
-    ) -> Result<(ToolResult, bool), ClientError> {
+    ) -> Result<(ToolResult, Streamed), ClientError> {
         let mut tick = tokio::time::interval(FRAME);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
         loop {
@@ -115,7 +119,8 @@ impl CallView {
                 m = rx.recv() => {
                     let m = m.unwrap_or(Err(ClientError::Closed))?;
                     if let Some(result) = self.on_message(m)? {
-                        return Ok((result, self.streamed));
+                        let streamed = self.streamed.then_some(self.at_line_start);
+                        return Ok((result, streamed));
                     }
                 }
                 line = next_line(&mut self.keys), if asking => self.on_answer(tx, line).await?,
@@ -288,7 +293,11 @@ fn for_stdout(text: &str, tty: bool) -> std::borrow::Cow<'_, str> {
     std::borrow::Cow::Owned(crate::term::sanitize(&text.replace("\r\n", "\n"), true))
 }
 
-fn print_result(result: &ToolResult, json: bool, streamed: bool) -> i32 {
+/// Whether output was streamed while the call ran, and if so whether it ended at the
+/// start of a line.
+type Streamed = Option<bool>;
+
+fn print_result(result: &ToolResult, json: bool, streamed: Streamed) -> i32 {
     if json {
         println!(
             "{}",
@@ -299,7 +308,7 @@ fn print_result(result: &ToolResult, json: bool, streamed: bool) -> i32 {
     // A failure's own text ("Error: …") is said once, on stderr, below; anything
     // else in `content` is output (a failed command's, say) and belongs on stdout.
     let error_text = result.status != Status::Ok && result.content.starts_with("Error: ");
-    if (!streamed || result.truncated.is_some()) && !error_text {
+    if (streamed.is_none() || result.truncated.is_some()) && !error_text {
         print!(
             "{}",
             for_stdout(&result.content, std::io::stdout().is_terminal())
@@ -307,6 +316,9 @@ fn print_result(result: &ToolResult, json: bool, streamed: bool) -> i32 {
         if !result.content.ends_with('\n') && !result.content.is_empty() {
             println!();
         }
+    } else if streamed == Some(false) {
+        // Streamed output without a final newline: the error line starts its own.
+        println!();
     }
     let _ = std::io::stdout().flush();
     if result.status == Status::Ok {
@@ -324,6 +336,21 @@ fn print_result(result: &ToolResult, json: bool, streamed: bool) -> i32 {
         );
     }
     1
+}
+
+/// The handle of a background process `run_command` started, when what was printed
+/// does not name it (a start with `ready` prints the output so far): later calls need
+/// it.
+fn say_process(result: &ToolResult) {
+    let Some(handle) = result.meta.get("process").and_then(Value::as_str) else {
+        return;
+    };
+    if result.meta.get("running") == Some(&Value::Bool(true)) && !result.content.contains(handle) {
+        eprintln!(
+            "toolvisor: background process {} is running (read_output, write_input and kill_process take it as \"process\")",
+            crate::term::sanitize(handle, false)
+        );
+    }
 }
 
 #[cfg(test)]

@@ -111,7 +111,7 @@ async fn dispatch(cmd: &Command, r: &Resolved) -> Result<i32, ClientError> {
             };
             grant(&mut c, &msg).await
         }
-        Command::Serve
+        Command::Serve { .. }
         | Command::Init { .. }
         | Command::Worker { .. }
         | Command::Reap { .. }

@@ -93,3 +93,57 @@ fn a_reload_applies_the_edit_and_leaves_background_processes_running() {
         "no exec worker exited"
     );
 }
+
+/// `audit verify` where no log was ever written says so and fails: verifying nothing
+/// is not "OK".
+#[test]
+fn audit_verify_without_a_log_fails_and_says_why() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("toolvisor.toml"), "").unwrap();
+    let out = toolvisor(dir.path(), &["audit", "verify"]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(1), "{text}");
+    assert!(text.contains("no audit log"), "{text}");
+}
+
+/// On a terminal, a command's output without a final newline ends its own line: the
+/// error line that follows starts a new one. A background start with `ready` (which
+/// prints the output so far) still says its handle.
+#[test]
+fn the_cli_keeps_output_and_error_apart_and_says_a_background_handle() {
+    let s = Server::start(ALLOW_ALL);
+    let mut term = Pty::spawn(
+        s.ws(),
+        &[
+            "call",
+            "run_command",
+            r#"{"command": "printf no-newline; exit 3"}"#,
+        ],
+    );
+    assert!(!term.wait_exit(D).success());
+    let screen = term.screen();
+    assert!(
+        screen.lines().any(|l| l.trim_end() == "no-newline"),
+        "glued:\n{screen}"
+    );
+    assert!(
+        screen
+            .lines()
+            .any(|l| l.starts_with("toolvisor: error (ShellExecutionError)")),
+        "{screen}"
+    );
+    let mut term = Pty::spawn(
+        s.ws(),
+        &[
+            "call",
+            "run_command",
+            r#"{"command": "echo up; sleep 60", "background": true, "ready": {"regex": "up"}}"#,
+        ],
+    );
+    assert!(term.wait_exit(D).success(), "{}", term.screen());
+    let screen = term.screen();
+    assert!(
+        screen.contains("background process w0-1 is running"),
+        "{screen}"
+    );
+}

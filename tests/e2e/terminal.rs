@@ -1342,7 +1342,10 @@ fn a_single_use_grant_both_passes_the_question_and_takes_over_the_process() {
             .expect("result");
         assert_eq!(r.status, Status::Ok, "{r:?}");
         let reason = r.meta["policy"]["reason"].as_str().unwrap_or_default();
-        assert!(reason.contains("passed by a grant token"), "it asked: {r:?}");
+        assert!(
+            reason.contains("passed by a grant token"),
+            "it asked: {r:?}"
+        );
         assert_ne!(row(&mut owner, &h).await["state"], json!("running"));
     });
 }

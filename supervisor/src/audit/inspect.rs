@@ -36,6 +36,14 @@ pub fn verify_cmd(state_dir: &Path, files: &[PathBuf], out: &mut dyn Write) -> i
             lines.push(format!("FAILED: first bad seq {seq}"));
             1
         }
+        None if report.segments == 0 => {
+            lines.push(format!(
+                "FAILED: no audit log in {}: nothing to verify (has the service run on this \
+                 workspace? `toolvisor serve` writes it)",
+                state_dir.display()
+            ));
+            1
+        }
         None => {
             let range = match (report.first_seq, report.last_seq) {
                 (Some(a), Some(b)) => format!("seq {a}..{b}"),

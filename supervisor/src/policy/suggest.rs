@@ -82,7 +82,10 @@ pub fn how_to_allow(decision: &Decision, tool: &str) -> String {
             decision.reason
         );
     }
-    let grant = format!("run `toolvisor grant --tool {tool}` and pass its token as confirm_token");
+    let grant = format!(
+        "run `toolvisor grant --tool {tool}` and pass its token as the call's confirm_token \
+         (`toolvisor call --token TOKEN`)"
+    );
     match &decision.suggestion {
         Some(rule) => format!(
             "{tool} needs confirmation ({}). To allow it, add to toolvisor.toml:\n{rule}or {grant}.",
