@@ -20,6 +20,7 @@ mod fairness;
 mod first_hour;
 mod jobs;
 mod limits;
+mod loopback;
 mod mcp;
 mod policy;
 mod policy_corpus;

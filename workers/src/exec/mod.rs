@@ -47,6 +47,8 @@ pub struct ExecState {
     cgroups: Arc<Cgroups>,
     /// The sandbox built ahead of the next command.
     spares: launch::Spares,
+    /// Each session's shared loopback.
+    loopbacks: launch::Loopbacks,
     artifacts: Arc<Artifacts>,
     jobs: jobs::Jobs,
 }
@@ -103,23 +105,29 @@ impl ExecState {
     fn with_launcher(init: &WorkerInit, launcher: Launcher, cgroups: Cgroups) -> Self {
         let cgroups = Arc::new(cgroups);
         let shim_env = env::build(std::env::vars(), &init.exec, None, false);
-        let spares = match shim_env {
-            Ok(shim_env) if init.group == tools::EXEC => launch::Spares::new(
-                &launcher,
-                Arc::clone(&cgroups),
-                init.roots
-                    .private
-                    .canonicalize()
-                    .unwrap_or_else(|_| init.roots.private.clone()),
-                shim_env,
-                init.exec.instance.clone(),
+        let root = init
+            .roots
+            .private
+            .canonicalize()
+            .unwrap_or_else(|_| init.roots.private.clone());
+        let (spares, loopbacks) = match shim_env {
+            Ok(shim_env) if init.group == tools::EXEC => (
+                launch::Spares::new(
+                    &launcher,
+                    Arc::clone(&cgroups),
+                    root.clone(),
+                    shim_env.clone(),
+                    init.exec.instance.clone(),
+                ),
+                launch::Loopbacks::new(&launcher, root, shim_env),
             ),
-            _ => launch::Spares::default(),
+            _ => Default::default(),
         };
         ExecState {
             launcher,
             cgroups,
             spares,
+            loopbacks,
             artifacts: Artifacts::new(&init.state_dir, &init.limits),
             jobs: jobs::Jobs::new(init),
         }
@@ -155,6 +163,7 @@ impl ExecState {
     pub async fn shutdown(&self) {
         self.spares.close();
         self.jobs.shutdown().await;
+        self.loopbacks.close();
     }
 }
 

@@ -239,6 +239,16 @@ pub(crate) async fn launch(
 ) -> Result<(Running, Option<CommandCgroup>), ToolError> {
     let (cwd, cwd_path) = super::open_cwd(ctx, a.cwd)?;
     let env = super::env::build(std::env::vars(), &ctx.init.exec, a.env, a.tty.is_some())?;
+    // The session's loopback: joined when it has one, started for a command that may
+    // become a background process (a later command must reach what it listens on).
+    state.loopbacks.sweep(|s| state.jobs.busy(s));
+    let loopback = match ctx.network {
+        true => None,
+        false => {
+            let may_last = a.background || a.yield_after.is_some();
+            state.loopbacks.get(&ctx.session, may_last).await?
+        }
+    };
     let mut spec = Spec {
         command: a.command,
         env: &env,
@@ -247,6 +257,7 @@ pub(crate) async fn launch(
         instance: &ctx.init.exec.instance,
         merged,
         network: ctx.network,
+        loopback: loopback.as_deref(),
         cgroup: None,
         stdin_pipe,
         tty: a.tty,

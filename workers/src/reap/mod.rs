@@ -25,6 +25,7 @@
 //! with the tree found through `/proc`.
 
 pub mod control;
+pub mod holder;
 mod pidns;
 pub mod report;
 mod signals;
@@ -82,6 +83,9 @@ pub struct ShimArgs {
     /// Build the sandbox now and wait for the command on the control channel
     /// ([`spare`]); `argv` is then empty.
     pub spare: bool,
+    /// Hold a session's loopback instead of running a command ([`holder`]); `argv` is
+    /// then empty.
+    pub holder: bool,
     /// The command and its arguments.
     pub argv: Vec<String>,
 }
@@ -110,7 +114,7 @@ pub enum ShimArgsError {
     UnknownOption(String),
     /// No command after `--` (or one with `--spare`).
     #[error(
-        "usage: toolvisor reap [OPTIONS] -- COMMAND [ARGS...] | toolvisor reap [OPTIONS] --spare --"
+        "usage: toolvisor reap [OPTIONS] -- COMMAND [ARGS...] | toolvisor reap [OPTIONS] --spare -- | toolvisor reap [OPTIONS] --holder --"
     )]
     NoCommand,
     /// A part of the arguments that does not serialise.
@@ -152,6 +156,9 @@ impl ShimArgs {
         }
         if self.spare {
             out.push("--spare".to_owned());
+        }
+        if self.holder {
+            out.push("--holder".to_owned());
         }
         out.push("--".to_owned());
         out.extend(self.argv.iter().cloned());
@@ -233,10 +240,11 @@ pub fn parse(args: Vec<String>) -> Result<ShimArgs, ShimArgsError> {
                     Some(parse_size(&v).ok_or(ShimArgsError::BadNumber("--tty (ROWSxCOLS)"))?);
             }
             "--spare" => out.spare = true,
+            "--holder" => out.holder = true,
             other => return Err(ShimArgsError::UnknownOption(other.to_owned())),
         }
     }
-    if out.argv.is_empty() != out.spare {
+    if out.argv.is_empty() != (out.spare || out.holder) {
         return Err(ShimArgsError::NoCommand);
     }
     Ok(out)
@@ -263,6 +271,9 @@ pub fn main(args: Vec<String>) -> i32 {
 
 /// Run the shim with parsed arguments.
 pub fn run(a: &ShimArgs) -> i32 {
+    if a.holder {
+        return holder::run(a);
+    }
     if let Err(e) = nix::sys::prctl::set_child_subreaper(true) {
         eprintln!("toolvisor reap: cannot become a child subreaper: {e}");
     }
@@ -535,6 +546,7 @@ pub(crate) mod tests {
             control_fd: Some(11),
             tty: Some((24, 80)),
             spare: false,
+            holder: false,
             argv: vec!["sh".into(), "-c".into(), "true".into()],
         };
         assert_eq!(parse(a.to_args().unwrap()).unwrap(), a);

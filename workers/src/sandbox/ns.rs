@@ -13,7 +13,8 @@ use super::observe::{Observations, Recording};
 use super::plan::{self, HostView, Inputs};
 use super::spec::SandboxSpec;
 
-/// The namespaces every sandboxed command gets (the network one unless allowed).
+/// The namespaces every sandboxed command gets (the network one unless allowed, or
+/// joined: its session's).
 fn flags(network: bool) -> UnshareFlags {
     let mut f = UnshareFlags::NEWUSER
         | UnshareFlags::NEWNS
@@ -37,12 +38,66 @@ pub fn unshare(spec: &SandboxSpec) -> Result<(), SandboxError> {
         )));
     }
     let (uid, gid) = (rustix::process::getuid(), rustix::process::getgid());
+    if let Some([user, net]) = spec.netns {
+        join_loopback(user, net)?;
+    }
     // SAFETY: no `FILES` flag, and the shim has one thread: nothing shares fds with us.
-    unsafe { rustix::thread::unshare_unsafe(flags(spec.network)) }
+    unsafe { rustix::thread::unshare_unsafe(flags(spec.network || spec.netns.is_some())) }
         .map_err(|e| SandboxError::step("cannot create namespaces", e))?;
+    map_ids(uid.as_raw(), gid.as_raw())
+}
+
+fn map_ids(uid: u32, gid: u32) -> Result<(), SandboxError> {
     write_proc("setgroups", "deny")?;
-    write_proc("uid_map", &format!("{0} {0} 1\n", uid.as_raw()))?;
-    write_proc("gid_map", &format!("{0} {0} 1\n", gid.as_raw()))
+    write_proc("uid_map", &format!("{uid} {uid} 1\n"))?;
+    write_proc("gid_map", &format!("{gid} {gid} 1\n"))
+}
+
+/// Join a session's loopback: the holder's user namespace, then its network namespace
+/// (inherited descriptors, closed here). In that order because `setns` into a network
+/// namespace needs CAP_SYS_ADMIN over the user namespace owning it, which joining the
+/// owner gives (the caller's euid owns it); the user namespace the command gets next is
+/// nested in it and uses the network namespace without any capability over it. Any
+/// failure fails the command: it never runs with a network namespace it should not.
+fn join_loopback(user: i32, net: i32) -> Result<(), SandboxError> {
+    use std::os::fd::FromRawFd;
+    if user <= 2 || net <= 2 || user == net {
+        return Err(SandboxError::Refused(format!(
+            "bad descriptors for the session's loopback ({user}, {net})"
+        )));
+    }
+    // SAFETY: the worker passed these two descriptors to us for this purpose alone.
+    let (user, net) = unsafe {
+        (
+            std::os::fd::OwnedFd::from_raw_fd(user),
+            std::os::fd::OwnedFd::from_raw_fd(net),
+        )
+    };
+    for (fd, kind, what) in [
+        (&user, libc::CLONE_NEWUSER, "user"),
+        (&net, libc::CLONE_NEWNET, "network"),
+    ] {
+        // SAFETY: setns on a descriptor we own; the namespace type is checked by the
+        // kernel against the descriptor (a wrong one fails with EINVAL).
+        if unsafe { libc::setns(fd.as_raw_fd(), kind) } != 0 {
+            return Err(SandboxError::step(
+                format!("cannot join the session's {what} namespace"),
+                std::io::Error::last_os_error(),
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// For a session's loopback holder: new user and network namespaces only (uid and gid
+/// mapped unchanged), with `lo` up. Call it single-threaded.
+pub fn unshare_loopback() -> Result<(), SandboxError> {
+    let (uid, gid) = (rustix::process::getuid(), rustix::process::getgid());
+    // SAFETY: no `FILES` flag, and the holder has one thread.
+    unsafe { rustix::thread::unshare_unsafe(UnshareFlags::NEWUSER | UnshareFlags::NEWNET) }
+        .map_err(|e| SandboxError::step("cannot create the session's namespaces", e))?;
+    map_ids(uid.as_raw(), gid.as_raw())?;
+    loopback_up()
 }
 
 fn write_proc(name: &str, text: &str) -> Result<(), SandboxError> {
@@ -70,7 +125,8 @@ pub fn setup(spec: &SandboxSpec) -> Result<Observations, SandboxError> {
     enter_cwd(&spec.cwd, (before.st_dev, before.st_ino))?;
     rustix::system::sethostname(b"toolvisor")
         .map_err(|e| SandboxError::step("cannot set the host name", e))?;
-    if !spec.network {
+    // A joined session loopback is up already (and not ours to configure).
+    if !spec.network && spec.netns.is_none() {
         loopback_up()?;
     }
     Ok(seen.into_observations())

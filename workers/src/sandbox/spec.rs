@@ -29,6 +29,10 @@ pub struct SandboxSpec {
     pub hidden: Vec<PathBuf>,
     /// Share the host's network namespace instead of a new one with only `lo`.
     pub network: bool,
+    /// Descriptors (inherited) of the session's loopback holder's user and network
+    /// namespaces: the command joins them instead of a network namespace of its own
+    /// (the worker passes none with `network`).
+    pub netns: Option<[i32; 2]>,
     /// The command's working directory (a host path inside a root).
     pub cwd: PathBuf,
     /// Test hook (`TOOLVISOR_SANDBOX_TEST_FAIL`): fail the setup the way a host that
@@ -64,6 +68,7 @@ impl SandboxSpec {
             read_only: s.config_file.iter().cloned().collect(),
             hidden: s.hidden.clone(),
             network: s.network,
+            netns: None,
             cwd: PathBuf::new(),
             fail: std::env::var(TEST_FAIL_VAR).is_ok_and(|v| v == "command"),
         }

@@ -130,6 +130,14 @@ impl Jobs {
             })
     }
 
+    /// Whether `session` has a background process still running (its loopback is kept).
+    pub(crate) fn busy(&self, session: &str) -> bool {
+        self.lock()
+            .jobs
+            .iter()
+            .any(|j| !j.finished() && j.owner == session)
+    }
+
     /// A new handle, when there is room for one more running job.
     fn reserve(&self, session: &str) -> Result<String, ToolError> {
         let mut t = self.lock();

@@ -25,9 +25,11 @@ use crate::reap::ShimArgs;
 use crate::reap::report::Report;
 use crate::sandbox::spec::{Rlimits, SandboxSpec};
 
+mod loopback;
 mod spare;
 mod supervise;
 
+pub(crate) use loopback::{Holder, Loopbacks};
 pub(crate) use spare::Spares;
 pub(crate) use supervise::{Bounds, CpuWatch, Ended, Stop, sleep_until_opt, supervise};
 
@@ -80,12 +82,16 @@ impl ShimLauncher {
             grace: GRACE,
             confine: true,
             write: self.writable.clone(),
-            sandbox: self.sandbox.as_ref().map(|t| t.for_command(cwd, network)),
+            sandbox: self.sandbox.as_ref().map(|t| SandboxSpec {
+                netns: fds.netns.filter(|_| !network),
+                ..t.for_command(cwd, network)
+            }),
             rlimits: self.rlimits,
             report_fd: fds.report,
             control_fd: fds.control,
             tty: None,
             spare: false,
+            holder: false,
             argv: Vec::new(),
         }
     }
@@ -134,6 +140,9 @@ pub(crate) struct Spec<'a> {
     pub merged: bool,
     /// The rule that allowed the call gives the command the host's network.
     pub network: bool,
+    /// The session's loopback the command joins (else, without `network`, it gets a
+    /// network namespace of its own).
+    pub loopback: Option<&'a Holder>,
     /// The command's cgroup, joined by the shim before it starts.
     pub cgroup: Option<&'a CommandCgroup>,
     /// Give the command a pipe for its standard input (else `/dev/null`; a terminal
@@ -318,6 +327,7 @@ impl Launcher {
         let fds = ShimFds {
             report: report_write.as_ref().map(|w| w.as_raw_fd()),
             control: control_end.as_ref().map(|c| c.as_raw_fd()),
+            netns: spec.loopback.filter(|_| !spec.network).map(Holder::fds),
         };
         let mut cmd = self.command(spec, fds)?;
         // Without a shim the worker opens the terminal itself.
@@ -362,7 +372,7 @@ impl Launcher {
         cmd.kill_on_drop(true);
         let child_setup = ChildSetup {
             cwd: spec.cwd.as_raw_fd(),
-            keep: [fds.report, fds.control],
+            keep: fds.keep(),
             cgroup: spec.cgroup.map(CommandCgroup::joiner),
             terminal: direct_tty.is_some(),
         };
@@ -470,13 +480,24 @@ fn high_fd(fd: OwnedFd) -> std::io::Result<OwnedFd> {
 struct ShimFds {
     report: Option<i32>,
     control: Option<i32>,
+    /// The session loopback's user and network namespaces.
+    netns: Option<[i32; 2]>,
+}
+
+impl ShimFds {
+    /// Every descriptor to keep open across `exec`.
+    fn keep(&self) -> [Option<i32>; 4] {
+        let [user, net] = self.netns.map_or([None, None], |[u, n]| [Some(u), Some(n)]);
+        [self.report, self.control, user, net]
+    }
 }
 
 /// What the forked child does before `exec` (see [`Launcher::pre_exec`]).
 struct ChildSetup {
     cwd: i32,
-    /// The report pipe's write end and the control channel, to keep across `exec`.
-    keep: [Option<i32>; 2],
+    /// The report pipe's write end, the control channel and the session loopback's
+    /// namespaces, to keep across `exec`.
+    keep: [Option<i32>; 4],
     cgroup: Option<Joiner>,
     /// Make the terminal on the standard streams the controlling one (no shim).
     terminal: bool,

@@ -7,8 +7,9 @@
 //! builds the sandbox for the workspace root, drops every privilege, and sends
 //! [`READY`](crate::reap::control::READY) with what its mount plan saw of the host.
 //! A call claims it when nothing the spare was made for differs: no terminal, the
-//! same network choice, a command that fits one packet, younger than [`MAX_AGE`], and
-//! every observation of the plan still true ([`Observations::changed`]). It then gets
+//! same network choice (never a session's shared loopback: a spare has its own), a
+//! command that fits one packet, younger than [`MAX_AGE`], and every observation of
+//! the plan still true ([`Observations::changed`]). It then gets
 //! the command and its standard streams; everything after (report, status, control
 //! channel, kill path) is the ordinary shim's. Anything else — or a spare that died,
 //! failed or refused — and the call starts its command the ordinary way: prewarming
@@ -142,7 +143,8 @@ impl Spares {
             return Ok(None);
         };
         let network = inner.shim.sandbox.as_ref().is_some_and(|t| t.network);
-        if spec.tty.is_some() || (spec.network && !network) {
+        // A spare has a network namespace of its own: never for a session's loopback.
+        if spec.tty.is_some() || (spec.network && !network) || spec.loopback.is_some() {
             return Ok(None);
         }
         let Some(body) = go_body(spec) else {
@@ -280,6 +282,7 @@ impl Spare {
         let fds = ShimFds {
             report: Some(report_w.as_raw_fd()),
             control: Some(control_end.as_raw_fd()),
+            netns: None,
         };
         let a = ShimArgs {
             spare: true,
@@ -293,7 +296,7 @@ impl Spare {
             .kill_on_drop(true);
         let setup = ChildSetup {
             cwd: root.as_raw_fd(),
-            keep: [fds.report, fds.control],
+            keep: fds.keep(),
             cgroup: cgroup.as_ref().map(CommandCgroup::joiner),
             terminal: false,
         };

@@ -1,0 +1,311 @@
+//! One loopback per session: the exec worker's side of the holders
+//! ([`crate::reap::holder`]) that keep a session's network namespace alive, so that a
+//! port one of the session's background processes listens on is reachable from the
+//! session's later commands, and from no other session's (see docs/SANDBOX.md, "One
+//! loopback per session").
+//!
+//! A holder is started the first time a session runs a command that may become a
+//! background process (`background`, or a foreground command with a `yield_ms`); from
+//! then on every command of that session joins its namespaces (without the host
+//! network: a command a rule gives the host's network keeps it). A session that never
+//! had a background process has nothing to reach, so its commands keep a namespace of
+//! their own (and can use the spare sandbox). A holder is let go once its session has
+//! no running background process and has made no call for [`IDLE`]; all of them end with
+//! the worker (their parent-death signal, and killed when dropped).
+
+use std::collections::{BTreeMap, HashMap};
+use std::io::IoSliceMut;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use nix::sys::socket::{ControlMessageOwned, MsgFlags, recvmsg, send};
+use tokio::io::Interest;
+use tokio::io::unix::AsyncFd;
+use tokio::process::Child;
+use tokio::time::Instant;
+
+use super::{ChildSetup, Launcher, ShimArgs, ShimFds, ShimLauncher, high_fd, pre_exec};
+use crate::ToolError;
+use crate::exec::control::Control;
+use crate::reap::control::{ACK, READY};
+use crate::reap::holder::{CONNECT, FAILED};
+
+/// How long a session's holder is kept with no call and no running background process.
+pub(crate) const IDLE: Duration = Duration::from_secs(600);
+/// How long a holder may take to set its namespaces up.
+const READY_WAIT: Duration = Duration::from_secs(10);
+/// How long a holder may take to answer a connection request.
+#[allow(dead_code)] // `expose` uses it (next).
+const CONNECT_WAIT: Duration = Duration::from_secs(5);
+
+/// The holders of one exec worker (none when commands get no namespaces of their own,
+/// or all get the host's network).
+#[derive(Clone, Debug, Default)]
+pub(crate) struct Loopbacks {
+    inner: Option<Arc<Inner>>,
+}
+
+#[derive(Debug)]
+struct Inner {
+    shim: ShimLauncher,
+    /// Where a holder starts (it never looks at it).
+    root: PathBuf,
+    env: BTreeMap<String, String>,
+    holders: Mutex<HashMap<String, Arc<Holder>>>,
+    /// One holder started at a time: two calls of a new session get the same one.
+    starting: tokio::sync::Mutex<()>,
+}
+
+/// One session's holder: its process, its channel, and its namespaces' descriptors.
+#[derive(Debug)]
+pub(crate) struct Holder {
+    /// Killed when the holder is dropped (its namespaces live on while a command of
+    /// the session still runs in them).
+    _child: Child,
+    /// The holder ends when this closes.
+    #[allow(dead_code)] // `expose` uses it (next).
+    channel: tokio::sync::Mutex<AsyncFd<OwnedFd>>,
+    user: OwnedFd,
+    net: OwnedFd,
+    used: Mutex<Instant>,
+}
+
+impl Loopbacks {
+    /// Holders for `launcher`'s commands when they get namespaces of their own, without
+    /// the host's network for all, from the real binary (a test shim hosted in the test
+    /// binary cannot be a holder); none otherwise.
+    pub(crate) fn new(
+        launcher: &Launcher,
+        root: PathBuf,
+        env: BTreeMap<String, String>,
+    ) -> Loopbacks {
+        let shim = match launcher {
+            Launcher::Shim(s)
+                if s.sandbox.as_ref().is_some_and(|t| !t.network) && s.args_env.is_none() =>
+            {
+                s
+            }
+            _ => return Loopbacks::default(),
+        };
+        let inner = Inner {
+            shim: (**shim).clone(),
+            root,
+            env,
+            holders: Mutex::new(HashMap::new()),
+            starting: tokio::sync::Mutex::new(()),
+        };
+        Loopbacks {
+            inner: Some(Arc::new(inner)),
+        }
+    }
+
+    /// The loopback of `session`: its holder, started now when `start` (the command may
+    /// become a background process) and it has none. None without holders, for a call
+    /// with no session, or when the session has none and `start` is false. A holder that
+    /// cannot be started fails the call (the command must not run apart from the
+    /// session's loopback).
+    pub(crate) async fn get(
+        &self,
+        session: &str,
+        start: bool,
+    ) -> Result<Option<Arc<Holder>>, ToolError> {
+        let Some(inner) = &self.inner else {
+            return Ok(None);
+        };
+        if session.is_empty() {
+            return Ok(None);
+        }
+        if let Some(h) = inner.find(session) {
+            return Ok(Some(h));
+        }
+        if !start {
+            return Ok(None);
+        }
+        let _one = inner.starting.lock().await;
+        if let Some(h) = inner.find(session) {
+            return Ok(Some(h));
+        }
+        let holder = Arc::new(Holder::start(inner).await.map_err(|e| {
+            ToolError::internal(format!(
+                "the session's shared loopback could not be set up, so the command did not \
+                 run: {e}"
+            ))
+        })?);
+        inner.lock().insert(session.to_owned(), Arc::clone(&holder));
+        tracing::debug!("a loopback holder started for session {session}");
+        Ok(Some(holder))
+    }
+
+    /// Let go of the holders of sessions idle for [`IDLE`] that `busy` says run no
+    /// background process.
+    pub(crate) fn sweep(&self, busy: impl Fn(&str) -> bool) {
+        let Some(inner) = &self.inner else { return };
+        let now = Instant::now();
+        inner
+            .lock()
+            .retain(|session, h| busy(session) || now.duration_since(h.last_used()) < IDLE);
+    }
+
+    /// Drop every holder (worker shutdown).
+    pub(crate) fn close(&self) {
+        if let Some(inner) = &self.inner {
+            inner.lock().clear();
+        }
+    }
+}
+
+impl Inner {
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, Arc<Holder>>> {
+        self.holders.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn find(&self, session: &str) -> Option<Arc<Holder>> {
+        let h = self.lock().get(session).cloned()?;
+        *h.used.lock().unwrap_or_else(|e| e.into_inner()) = Instant::now();
+        Some(h)
+    }
+}
+
+impl Holder {
+    /// The user and network namespaces' descriptors, for a shim to inherit.
+    pub(crate) fn fds(&self) -> [i32; 2] {
+        [self.user.as_raw_fd(), self.net.as_raw_fd()]
+    }
+
+    fn last_used(&self) -> Instant {
+        *self.used.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// `toolvisor reap --holder`, and its [`READY`] with the namespaces.
+    async fn start(inner: &Inner) -> Result<Holder, String> {
+        let root = std::fs::File::open(&inner.root)
+            .map(OwnedFd::from)
+            .map_err(|e| format!("cannot open the workspace: {e}"))?;
+        let (control, end) = Control::pair().map_err(|e| format!("cannot make a socket: {e}"))?;
+        let end = high_fd(end).map_err(|e| format!("cannot make a socket: {e}"))?;
+        let Control::Channel(channel) = control else {
+            return Err("no channel".into());
+        };
+        let fds = ShimFds {
+            report: None,
+            control: Some(end.as_raw_fd()),
+            netns: None,
+        };
+        let a = ShimArgs {
+            ppid: Some(std::process::id() as i32),
+            grace: super::GRACE,
+            control_fd: fds.control,
+            holder: true,
+            ..ShimArgs::default()
+        };
+        let mut cmd = inner.shim.command(&a, &inner.env).map_err(|e| e.message)?;
+        cmd.stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .process_group(0)
+            .kill_on_drop(true);
+        let setup = ChildSetup {
+            cwd: root.as_raw_fd(),
+            keep: fds.keep(),
+            cgroup: None,
+            terminal: false,
+        };
+        pre_exec(&mut cmd, setup, false);
+        let child = cmd
+            .spawn()
+            .map_err(|e| format!("cannot start the holder: {e}"))?;
+        drop((cmd, end));
+        let channel = channel.into_inner();
+        let ready = tokio::time::timeout(READY_WAIT, recv(&channel)).await;
+        let (packet, fds) = match ready {
+            Ok(Some(p)) => p,
+            Ok(None) => return Err("the holder ended before it was ready".into()),
+            Err(_) => return Err("the holder did not get ready in time".into()),
+        };
+        match (packet.split_first(), <[OwnedFd; 2]>::try_from(fds)) {
+            (Some((&READY, _)), Ok([user, net])) => Ok(Holder {
+                _child: child,
+                channel: tokio::sync::Mutex::new(channel),
+                user: high_fd(user).map_err(|e| e.to_string())?,
+                net: high_fd(net).map_err(|e| e.to_string())?,
+                used: Mutex::new(Instant::now()),
+            }),
+            (Some((&FAILED, why)), _) => Err(String::from_utf8_lossy(why).into_owned()),
+            _ => Err("the holder answered something else than ready".into()),
+        }
+    }
+
+    /// A TCP socket connected to `127.0.0.1:port` inside the session's namespace, made
+    /// by the holder (the worker itself is outside it).
+    #[allow(dead_code)] // `expose` uses it (next).
+    pub(crate) async fn connect(&self, port: u16) -> Result<std::net::TcpStream, String> {
+        let channel = self.channel.lock().await;
+        let request = format!("{}{port}", CONNECT as char);
+        channel
+            .async_io(Interest::WRITABLE, |f| {
+                send(
+                    f.as_raw_fd(),
+                    request.as_bytes(),
+                    MsgFlags::MSG_NOSIGNAL | MsgFlags::MSG_DONTWAIT,
+                )
+                .map_err(std::io::Error::from)
+            })
+            .await
+            .map_err(|e| format!("the session's loopback holder is gone: {e}"))?;
+        let answer = tokio::time::timeout(CONNECT_WAIT, recv(&channel))
+            .await
+            .map_err(|_| "the session's loopback holder did not answer".to_owned())?
+            .ok_or_else(|| "the session's loopback holder is gone".to_owned())?;
+        match (answer.0.split_first(), answer.1.into_iter().next()) {
+            (Some((&ACK, b"0")), Some(fd)) => Ok(std::net::TcpStream::from(fd)),
+            (Some((&ACK, errno)), _) => {
+                let errno = std::str::from_utf8(errno)
+                    .ok()
+                    .and_then(|e| e.parse().ok())
+                    .unwrap_or(libc::EIO);
+                Err(std::io::Error::from_raw_os_error(errno).to_string())
+            }
+            _ => Err("the session's loopback holder answered something else".into()),
+        }
+    }
+}
+
+/// One packet and the descriptors it carried; None when the holder's end is closed.
+async fn recv(fd: &AsyncFd<OwnedFd>) -> Option<(Vec<u8>, Vec<OwnedFd>)> {
+    fd.async_io(Interest::READABLE, |f| {
+        recv_one(f.as_raw_fd()).ok_or_else(|| std::io::ErrorKind::WouldBlock.into())
+    })
+    .await
+    .ok()
+    .flatten()
+}
+
+/// Read one packet without blocking: None when it would block, Some(None) at the end.
+#[allow(clippy::option_option)]
+fn recv_one(fd: RawFd) -> Option<Option<(Vec<u8>, Vec<OwnedFd>)>> {
+    let mut buf = vec![0u8; 4096];
+    let mut iov = [IoSliceMut::new(&mut buf)];
+    let mut space = nix::cmsg_space!([RawFd; 2]);
+    let flags = MsgFlags::MSG_DONTWAIT | MsgFlags::MSG_CMSG_CLOEXEC;
+    let msg = match recvmsg::<()>(fd, &mut iov, Some(&mut space), flags) {
+        Ok(m) => m,
+        Err(nix::errno::Errno::EAGAIN | nix::errno::Errno::EINTR) => return None,
+        Err(_) => return Some(None),
+    };
+    let mut passed = Vec::new();
+    if let Ok(cmsgs) = msg.cmsgs() {
+        for c in cmsgs {
+            if let ControlMessageOwned::ScmRights(fds) = c {
+                // SAFETY: the kernel just installed these descriptors for us.
+                passed.extend(fds.into_iter().map(|f| unsafe { OwnedFd::from_raw_fd(f) }));
+            }
+        }
+    }
+    let n = msg.bytes;
+    if n == 0 {
+        return Some(None);
+    }
+    Some(Some((buf[..n].to_vec(), passed)))
+}
