@@ -124,3 +124,90 @@ action = "allow"
     });
     drop(host);
 }
+
+#[test]
+fn expose_under_a_granting_rule_publishes_the_port_on_the_host_until_the_process_ends() {
+    let config = r#"
+[[policy.rules]]
+tool = "run_command"
+action = "allow"
+expose = true
+
+[[policy.rules]]
+tool = "*"
+action = "allow"
+"#;
+    let s = Server::start(config);
+    s.write("page.txt", "hello from the session");
+    let port = free_port();
+    block(T, async {
+        if !s.guards().await.namespaces {
+            return;
+        }
+        let mut c = s.client().await;
+        let mut args = serve_command(port);
+        args["expose"] = json!([port]);
+        let r = call_on(&mut c, "serve", "run_command", args).await;
+        assert_eq!(r.status, Status::Ok, "{r:?}");
+        assert_eq!(
+            r.meta["exposed"],
+            json!([format!("127.0.0.1:{port}")]),
+            "{r:?}"
+        );
+        let process = r.meta["process"].as_str().unwrap().to_owned();
+        let page = tokio::task::spawn_blocking(move || host_fetch(port))
+            .await
+            .unwrap();
+        assert!(
+            page.as_deref()
+                .is_some_and(|p| p.contains("hello from the session")),
+            "the host did not get the page: {page:?}"
+        );
+        // The session's own commands still reach it on their loopback.
+        let r = call_on(&mut c, "fetch", "run_command", fetch_command(port)).await;
+        assert!(r.content.contains("hello from the session"), "{r:?}");
+        // Once the process ends, the port is no longer published.
+        let r = call_on(
+            &mut c,
+            "kill",
+            "kill_process",
+            json!({ "process": process }),
+        )
+        .await;
+        assert_eq!(r.status, Status::Ok, "{r:?}");
+        let end = std::time::Instant::now() + Duration::from_secs(10);
+        loop {
+            let gone = tokio::task::spawn_blocking(move || host_fetch(port).is_none())
+                .await
+                .unwrap();
+            if gone {
+                break;
+            }
+            assert!(
+                std::time::Instant::now() < end,
+                "still published after the end"
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    });
+}
+
+#[test]
+fn expose_without_a_rule_granting_it_needs_confirmation() {
+    let s = Server::start(ALLOW_ALL);
+    let port = free_port();
+    block(T, async {
+        let mut c = s.client().await;
+        let mut args = serve_command(port);
+        args["expose"] = json!([port]);
+        let r = call_on(&mut c, "serve", "run_command", args).await;
+        assert_eq!(
+            r.error.as_ref().map(|e| e.kind),
+            Some(toolvisor_protocol::ErrorType::ConfirmationRequired),
+            "{r:?}"
+        );
+        assert!(r.content.contains("expose"), "{r:?}");
+    });
+    // Nothing was started, nothing published.
+    assert_eq!(host_fetch(port), None);
+}

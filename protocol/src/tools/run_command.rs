@@ -56,10 +56,17 @@ pub fn def() -> ToolDef {
                         "description": "With background: return once the output matches regex, or something listens on port, or timeout_ms passes (meta.ready).",
                         "properties": {
                             "regex": {"type": "string", "minLength": 1, "description": "Regular expression tested on each line of output."},
-                            "port": {"type": "integer", "minimum": 1, "maximum": 65535, "description": "A TCP port the process listens on when it is up (in its own network namespace)."},
+                            "port": {"type": "integer", "minimum": 1, "maximum": 65535, "description": "A TCP port the process listens on when it is up (on the session's loopback)."},
                             "timeout_ms": {"type": "integer", "minimum": 1, "description": "How long to wait at most (default 30000)."}
                         },
                         "additionalProperties": false
+                    },
+                    "expose": {
+                        "type": "array",
+                        "items": {"type": "integer", "minimum": 1, "maximum": 65535},
+                        "minItems": 1,
+                        "uniqueItems": true,
+                        "description": "With background: publish these ports the process listens on (on the session's loopback, which the session's later commands reach without it) at 127.0.0.1:PORT on the host, until it ends (meta.exposed). Asks unless a rule grants expose."
                     }
                 }),
                 &["command"],
@@ -87,6 +94,9 @@ fn check(args: &Value) -> Result<(), String> {
     if background && args.get("yield_ms").is_some() {
         return Err("yield_ms is for a foreground command (background returns at once)".into());
     }
+    if args.get("expose").is_some() && !background {
+        return Err("expose publishes a background process's ports: add background: true".into());
+    }
     let sized = args.get("rows").is_some() || args.get("cols").is_some();
     if sized && args.get("tty").and_then(Value::as_bool) != Some(true) {
         return Err("rows and cols are the size of a terminal: add tty: true".into());
@@ -108,6 +118,13 @@ fn describe(_: &ToolDef, a: &Map<String, Value>, paths: &[String]) -> String {
     }
     if flag(a, "background") {
         out.push_str(" in the background");
+    }
+    if let Some(ports) = a.get("expose").and_then(Value::as_array) {
+        let ports: Vec<String> = ports.iter().map(Value::to_string).collect();
+        out.push_str(&format!(
+            ", publishing port {} on the host's 127.0.0.1",
+            ports.join(", ")
+        ));
     }
     if a.get("stdin").and_then(Value::as_str).is_some() {
         out.push_str(" with input");

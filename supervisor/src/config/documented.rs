@@ -15,6 +15,7 @@ fn everything() -> Config {
     rule.risk = Some(toolvisor_protocol::tools::Risk::Low);
     rule.message = Some("m".into());
     rule.network = Some(true);
+    rule.expose = Some(Expose::Ports(vec![8000]));
     rule.conditions.push(Condition {
         param: "command".into(),
         operator: Operator::StartsWith,

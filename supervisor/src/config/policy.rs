@@ -92,6 +92,31 @@ pub struct Rule {
     /// An `allow` of `run_command` by this rule gives the command the host's network.
     #[serde(default)]
     pub network: Option<bool>,
+    /// An `allow` of `run_command` by this rule may publish the background process's
+    /// ports (`expose`) on the host's loopback: all (`true`) or these.
+    #[serde(default)]
+    pub expose: Option<Expose>,
+}
+
+/// A rule's `expose`: every port, or a list. Without it, a call that exposes a port
+/// asks (it widens what reaches the command: the host's loopback).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(untagged)]
+pub enum Expose {
+    /// `expose = true` (every port) or `false` (none, like leaving it out).
+    All(bool),
+    /// `expose = [8000, 8080]`.
+    Ports(Vec<u16>),
+}
+
+impl Expose {
+    /// Whether the rule lets a call publish `port`.
+    pub fn grants(&self, port: u16) -> bool {
+        match self {
+            Expose::All(all) => *all,
+            Expose::Ports(ports) => ports.contains(&port),
+        }
+    }
 }
 
 impl Rule {
@@ -105,6 +130,7 @@ impl Rule {
             conditions: Vec::new(),
             hazards: Hazards::default(),
             network: None,
+            expose: None,
         }
     }
 }

@@ -133,6 +133,27 @@ impl Policy {
                 ));
             }
         }
+        let exposed = exposed_ports(facts.args);
+        if !exposed.is_empty() {
+            let granted = |r: &&CompiledRule| {
+                r.action == Action::Allow
+                    && r.expose
+                        .as_ref()
+                        .is_some_and(|e| exposed.iter().all(|&p| e.grants(p)))
+            };
+            if rules.is_empty() || !rules.iter().all(granted) {
+                let ports: Vec<String> = exposed.iter().map(u16::to_string).collect();
+                let by = rules
+                    .iter()
+                    .find(|r| !granted(r))
+                    .map_or("no rule".to_owned(), |r| r.id());
+                return Some(format!(
+                    "the call publishes port {} on the host's loopback (expose), which {by} \
+                     does not grant (a rule's `expose`); that needs confirmation",
+                    ports.join(", ")
+                ));
+            }
+        }
         if !facts.dangerous_env.is_empty()
             && let Some(r) = rules.iter().find(|r| !r.tests_env())
         {
@@ -248,6 +269,19 @@ impl Verdict<'_> {
             self.action = Action::Ask;
         }
     }
+}
+
+/// The ports a `run_command` call asks to publish on the host (`expose`).
+fn exposed_ports(args: &serde_json::Map<String, serde_json::Value>) -> Vec<u16> {
+    args.get("expose")
+        .and_then(serde_json::Value::as_array)
+        .map(|a| {
+            a.iter()
+                .filter_map(serde_json::Value::as_u64)
+                .map(|p| u16::try_from(p).unwrap_or(0))
+                .collect()
+        })
+        .unwrap_or_default()
 }
 
 /// Every rule that allowed a part grants the network (a part allowed without a rule

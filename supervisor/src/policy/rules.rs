@@ -145,6 +145,8 @@ pub struct CompiledRule {
     pub hazards_allow: bool,
     /// `network = true`: a command this rule allows gets the host's network.
     pub network: bool,
+    /// `expose`: the ports a call this rule allows may publish on the host's loopback.
+    pub expose: Option<crate::config::Expose>,
 }
 
 impl CompiledRule {
@@ -324,6 +326,7 @@ impl RuleSet {
                 tests,
                 hazards_allow: rule.hazards == Hazards::Allow,
                 network: rule.network == Some(true),
+                expose: rule.expose.clone(),
             });
             if rule.tool == "*" {
                 set.star.push(index);

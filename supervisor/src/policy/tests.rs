@@ -1110,3 +1110,41 @@ fn deep_and_long_commands_ask_without_exhausting_the_stack() {
     let actions = t.join().expect("no stack overflow");
     assert!(actions.iter().all(|a| *a == Ask), "{actions:?}");
 }
+
+#[test]
+fn expose_asks_unless_every_allowing_rule_grants_the_ports() {
+    let call =
+        |ports: Value| json!({ "command": "npm run dev", "background": true, "expose": ports });
+    let mut some = rule("run_command", Action::Allow, vec![]);
+    some.expose = Some(crate::config::Expose::Ports(vec![8000]));
+    let p = policy(Mode::Auto, vec![some]);
+    assert_eq!(
+        decide(&p, "run_command", call(json!([8000]))).action,
+        Action::Allow
+    );
+    let d = decide(&p, "run_command", call(json!([8000, 9000])));
+    assert_eq!(d.action, Action::Ask, "{d:?}");
+    assert!(
+        d.reason.contains("8000, 9000") && d.reason.contains("expose"),
+        "{}",
+        d.reason
+    );
+    let mut all = rule("run_command", Action::Allow, vec![]);
+    all.expose = Some(crate::config::Expose::All(true));
+    let p = policy(Mode::Auto, vec![all]);
+    assert_eq!(
+        decide(&p, "run_command", call(json!([9000]))).action,
+        Action::Allow
+    );
+    // A rule that allows the command but says nothing of expose: the call asks.
+    let p = policy(Mode::Yolo, vec![rule("run_command", Action::Allow, vec![])]);
+    let d = decide(&p, "run_command", call(json!([8000])));
+    assert_eq!(d.action, Action::Ask, "{d:?}");
+    // Without expose nothing changes.
+    let d = decide(
+        &p,
+        "run_command",
+        json!({ "command": "npm run dev", "background": true }),
+    );
+    assert_eq!(d.action, Action::Allow, "{d:?}");
+}

@@ -16,6 +16,7 @@ mod ansi;
 pub mod cgroup;
 mod control;
 mod env;
+mod expose;
 mod input;
 mod jobs;
 mod launch;

@@ -37,6 +37,8 @@ pub(crate) struct RunArgs<'a> {
     pub yield_after: Option<Duration>,
     /// With `background`: wait until the job is up.
     pub ready: Option<ReadySpec>,
+    /// With `background`: ports to publish on the host's loopback.
+    pub expose: Vec<u16>,
 }
 
 /// A terminal's size when the call gives none.
@@ -71,6 +73,24 @@ impl<'a> RunArgs<'a> {
                  process returns at once already",
             ));
         }
+        let expose: Vec<u16> = match args.get("expose") {
+            None => Vec::new(),
+            Some(_) if !background => {
+                return Err(ToolError::invalid(
+                    "expose publishes a background process's ports: add background: true",
+                ));
+            }
+            Some(v) => v
+                .as_array()
+                .map(|a| {
+                    a.iter()
+                        .filter_map(Value::as_u64)
+                        .filter_map(|p| u16::try_from(p).ok())
+                        .filter(|&p| p > 0)
+                        .collect()
+                })
+                .unwrap_or_default(),
+        };
         let stdin = args.get("stdin").and_then(Value::as_str);
         if let Some(s) = stdin {
             super::jobs::check_input_size(s.len(), "stdin")?;
@@ -85,6 +105,7 @@ impl<'a> RunArgs<'a> {
             tty: terminal_size(args)?,
             yield_after: ms("yield_ms"),
             ready,
+            expose,
         })
     }
 }

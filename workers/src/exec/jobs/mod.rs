@@ -229,6 +229,17 @@ impl Jobs {
             .artifacts
             .create(&format!("job-{handle}"))
             .map_err(|e| ToolError::internal(format!("cannot create the output file: {e}")))?;
+        // The host side of `expose` first: a port taken on the host fails the call
+        // before the process starts. Without a session loopback (the host's network,
+        // or no namespaces) the process's ports are the host's already.
+        let loopback = match (a.expose.is_empty(), ctx.network) {
+            (false, false) => state.loopbacks.get(&ctx.session, true).await?,
+            _ => None,
+        };
+        let listeners = match &loopback {
+            Some(_) => Some(super::expose::Listeners::bind(&a.expose).await?),
+            None => None,
+        };
         let (mut proc, cgroup) = super::run_command::launch(state, a, ctx, true, true).await?;
         // It runs on in the background: the next spare may start now.
         state.spares.refill();
@@ -247,14 +258,29 @@ impl Jobs {
             limits: ctx.init.exec.sandbox.limits.clone(),
         };
         let job = self.admit(handle, new, file, (0, &ctx.session));
-        if let Some(r) = &a.ready {
-            return Ok(self.wait_ready(&job, r, ctx).await);
+        if let (Some(l), Some(h)) = (listeners, loopback) {
+            l.forward(h, job.done.subscribe());
         }
-        let mut out = Outcome::ok(format!(
-            "Started background process {} (pid {})",
-            job.handle, job.pid
-        ));
-        out.meta = job.meta();
+        let mut out = match &a.ready {
+            Some(r) => self.wait_ready(&job, r, ctx).await,
+            None => {
+                let mut out = Outcome::ok(format!(
+                    "Started background process {} (pid {})",
+                    job.handle, job.pid
+                ));
+                out.meta = job.meta();
+                out
+            }
+        };
+        if !a.expose.is_empty() {
+            let exposed = super::expose::addresses(&a.expose);
+            out.display = format!(
+                "{}\n[exposed on the host: {}]",
+                out.display,
+                exposed.join(", ")
+            );
+            out.meta.insert("exposed".into(), json!(exposed));
+        }
         Ok(out)
     }
 

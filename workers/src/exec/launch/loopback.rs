@@ -37,7 +37,6 @@ pub(crate) const IDLE: Duration = Duration::from_secs(600);
 /// How long a holder may take to set its namespaces up.
 const READY_WAIT: Duration = Duration::from_secs(10);
 /// How long a holder may take to answer a connection request.
-#[allow(dead_code)] // `expose` uses it (next).
 const CONNECT_WAIT: Duration = Duration::from_secs(5);
 
 /// The holders of one exec worker (none when commands get no namespaces of their own,
@@ -65,7 +64,6 @@ pub(crate) struct Holder {
     /// the session still runs in them).
     _child: Child,
     /// The holder ends when this closes.
-    #[allow(dead_code)] // `expose` uses it (next).
     channel: tokio::sync::Mutex<AsyncFd<OwnedFd>>,
     user: OwnedFd,
     net: OwnedFd,
@@ -239,7 +237,6 @@ impl Holder {
 
     /// A TCP socket connected to `127.0.0.1:port` inside the session's namespace, made
     /// by the holder (the worker itself is outside it).
-    #[allow(dead_code)] // `expose` uses it (next).
     pub(crate) async fn connect(&self, port: u16) -> Result<std::net::TcpStream, String> {
         let channel = self.channel.lock().await;
         let request = format!("{}{port}", CONNECT as char);
