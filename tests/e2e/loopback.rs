@@ -87,6 +87,36 @@ fn a_sessions_later_command_reaches_its_background_server_and_no_one_else_does()
 }
 
 #[test]
+fn a_foreground_command_that_yields_serves_the_sessions_later_commands() {
+    let s = Server::start(ALLOW_ALL);
+    s.write("page.txt", "hello from the session");
+    let port = free_port();
+    block(T, async {
+        if !s.guards().await.namespaces {
+            return;
+        }
+        let mut c = s.client().await;
+        let serve = json!({
+            "command": format!("exec python3 -m http.server {port} --bind 127.0.0.1"),
+            "yield_ms": 1000,
+        });
+        let r = call_on(&mut c, "serve", "run_command", serve).await;
+        assert_eq!(r.meta["running"], json!(true), "it did not yield: {r:?}");
+        // It was up well before it yielded; retry a little anyway (a slow host).
+        let mut got = String::new();
+        for _ in 0..20 {
+            let r = call_on(&mut c, "fetch", "run_command", fetch_command(port)).await;
+            got = r.content;
+            if got.contains("hello from the session") {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(250)).await;
+        }
+        assert!(got.contains("hello from the session"), "{got}");
+    });
+}
+
+#[test]
 fn a_command_with_the_host_network_keeps_it_in_a_session_with_a_loopback() {
     let config = r#"
 [[policy.rules]]

@@ -557,6 +557,14 @@ pub(crate) mod tests {
             ..a
         };
         assert_eq!(parse(spare.to_args().unwrap()).unwrap(), spare);
+        let holder = ShimArgs {
+            spare: false,
+            holder: true,
+            sandbox: None,
+            ..spare.clone()
+        };
+        assert_eq!(parse(holder.to_args().unwrap()).unwrap(), holder);
+        assert!(parse(["--holder", "--", "sh"].map(String::from).to_vec()).is_err());
         assert!(parse(["--spare", "--", "sh"].map(String::from).to_vec()).is_err());
         assert!(parse(["--"].map(String::from).to_vec()).is_err());
     }
