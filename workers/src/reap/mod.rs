@@ -23,6 +23,11 @@
 //! With `--sandbox SPEC` ([`pidns`]) the command runs in new namespaces and its tree is
 //! the PID namespace; without ([`tree`]), under Landlock (`--confine --write P...`)
 //! with the tree found through `/proc`.
+//!
+//! With `--holder` ([`holder`]) it runs no command: it holds one session's loopback (a
+//! user and a network namespace with `lo` up) that the session's commands join, because
+//! a shim can join a namespace only by a descriptor of it, and something must keep it
+//! alive between commands.
 
 pub mod control;
 pub mod holder;
