@@ -34,6 +34,8 @@ use crate::reap::holder::{CONNECT, FAILED};
 
 /// How long a session's holder is kept with no call and no running background process.
 pub(crate) const IDLE: Duration = Duration::from_secs(600);
+/// The most holders kept at once (beyond, idle ones go first, oldest first).
+const MAX_HOLDERS: usize = 256;
 /// How long a holder may take to set its namespaces up.
 const READY_WAIT: Duration = Duration::from_secs(10);
 /// How long a holder may take to answer a connection request.
@@ -137,13 +139,24 @@ impl Loopbacks {
     }
 
     /// Let go of the holders of sessions idle for [`IDLE`] that `busy` says run no
-    /// background process.
+    /// background process; past [`MAX_HOLDERS`], of the least recently used such ones
+    /// too, so that many short sessions cannot pile up processes.
     pub(crate) fn sweep(&self, busy: impl Fn(&str) -> bool) {
         let Some(inner) = &self.inner else { return };
         let now = Instant::now();
-        inner
-            .lock()
-            .retain(|session, h| busy(session) || now.duration_since(h.last_used()) < IDLE);
+        let mut holders = inner.lock();
+        holders.retain(|session, h| busy(session) || now.duration_since(h.last_used()) < IDLE);
+        while holders.len() >= MAX_HOLDERS {
+            let oldest = holders
+                .iter()
+                .filter(|(session, _)| !busy(session))
+                .min_by_key(|(_, h)| h.last_used())
+                .map(|(session, _)| session.clone());
+            match oldest {
+                Some(session) => holders.remove(&session),
+                None => break,
+            };
+        }
     }
 
     /// Drop every holder (worker shutdown).
