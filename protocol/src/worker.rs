@@ -24,8 +24,9 @@ pub const MARKER_VAR: &str = "TOOLVISOR_INSTANCE";
 /// `<prefix>daemon`), so the supervisor can tell a command's process by its cgroup.
 pub const COMMAND_CGROUP_PREFIX: &str = "toolvisor-";
 
-/// Test hook: `probe` or `command` makes the command sandbox fail to set up there
-/// (docs/SANDBOX.md). The supervisor passes it to workers.
+/// Test hook: `probe` or `command` makes the command sandbox fail to set up there, and
+/// `holder` a session's loopback holder (docs/SANDBOX.md). The supervisor passes it to
+/// workers.
 pub const SANDBOX_TEST_FAIL_VAR: &str = "TOOLVISOR_SANDBOX_TEST_FAIL";
 
 /// Test hook: a comma-separated list of `ip:port` that `web_fetch` treats as public

@@ -241,3 +241,35 @@ fn expose_without_a_rule_granting_it_needs_confirmation() {
     // Nothing was started, nothing published.
     assert_eq!(host_fetch(port), None);
 }
+
+#[test]
+fn a_session_loopback_that_cannot_be_set_up_fails_the_call_and_runs_nothing() {
+    let s = Server::start_with_env(ALLOW_ALL, &[("TOOLVISOR_SANDBOX_TEST_FAIL", "holder")]);
+    block(T, async {
+        if !s.guards().await.namespaces {
+            return;
+        }
+        let mut c = s.client().await;
+        let bg = json!({ "command": "touch ran-bg", "background": true });
+        let r = call_on(&mut c, "bg", "run_command", bg).await;
+        assert_eq!(r.status, Status::Error, "{r:?}");
+        let msg = &r.error.as_ref().unwrap().message;
+        assert!(
+            msg.contains("loopback could not be set up")
+                && msg.contains("did not run")
+                && msg.contains("refused"),
+            "{msg}"
+        );
+        // A session with nothing to share still runs its commands (their own lo).
+        let r = call_on(
+            &mut c,
+            "fg",
+            "run_command",
+            json!({ "command": "touch ran" }),
+        )
+        .await;
+        assert_eq!(r.status, Status::Ok, "{r:?}");
+    });
+    assert!(!s.ws().join("ran-bg").exists(), "the command ran");
+    assert!(s.ws().join("ran").exists());
+}

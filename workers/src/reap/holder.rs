@@ -42,7 +42,15 @@ pub fn run(a: &ShimArgs) -> i32 {
         eprintln!("toolvisor reap --holder: no control channel (--control-fd)");
         return EX_SETUP;
     };
-    let namespaces = match enter() {
+    // The test hook (`--sandbox` with `fail`): refuse like a host without namespaces.
+    let namespaces = match a.sandbox.as_ref().filter(|s| s.fail) {
+        Some(_) => Err(SandboxError::Refused(format!(
+            "new network namespaces are refused (test hook {})",
+            crate::sandbox::spec::TEST_FAIL_VAR
+        ))),
+        None => enter(),
+    };
+    let namespaces = match namespaces {
         Ok(n) => n,
         Err(e) => {
             let _ = channel.send_packet(FAILED, e.to_string().as_bytes());

@@ -31,6 +31,7 @@ use crate::ToolError;
 use crate::exec::control::Control;
 use crate::reap::control::{ACK, READY};
 use crate::reap::holder::{CONNECT, FAILED};
+use crate::sandbox::spec::{SandboxSpec, TEST_FAIL_VAR};
 
 /// How long a session's holder is kept with no call and no running background process.
 pub(crate) const IDLE: Duration = Duration::from_secs(600);
@@ -54,6 +55,8 @@ struct Inner {
     /// Where a holder starts (it never looks at it).
     root: PathBuf,
     env: BTreeMap<String, String>,
+    /// Test hook (`TOOLVISOR_SANDBOX_TEST_FAIL=holder`): every holder fails to set up.
+    fail: bool,
     holders: Mutex<HashMap<String, Arc<Holder>>>,
     /// One holder started at a time: two calls of a new session get the same one.
     starting: tokio::sync::Mutex<()>,
@@ -93,6 +96,7 @@ impl Loopbacks {
             shim: (**shim).clone(),
             root,
             env,
+            fail: std::env::var(TEST_FAIL_VAR).is_ok_and(|v| v == "holder"),
             holders: Mutex::new(HashMap::new()),
             starting: tokio::sync::Mutex::new(()),
         };
@@ -209,6 +213,10 @@ impl Holder {
             grace: super::GRACE,
             control_fd: fds.control,
             holder: true,
+            sandbox: inner.fail.then(|| SandboxSpec {
+                fail: true,
+                ..SandboxSpec::default()
+            }),
             ..ShimArgs::default()
         };
         let mut cmd = inner.shim.command(&a, &inner.env).map_err(|e| e.message)?;
