@@ -18,6 +18,7 @@ mod exec;
 mod external;
 mod fairness;
 mod first_hour;
+mod hidden;
 mod jobs;
 mod limits;
 mod mcp;

@@ -59,7 +59,18 @@ pub fn main(group: &str) -> i32 {
     }
     let cgroups = ExecState::cgroups(&init);
     let landlock = crate::sandbox::confine(&init, &cgroups.bases());
-    let resolver = match Resolver::new(&init.roots, &init.protected) {
+    let roots = [
+        Some(init.roots.private.as_path()),
+        init.roots.shared.as_deref(),
+        init.roots.public.as_deref(),
+    ];
+    let roots: Vec<&std::path::Path> = roots.into_iter().flatten().collect();
+    let mut refused = init.protected.clone();
+    refused.extend(crate::sandbox::hidden::inside(
+        &init.exec.sandbox.hidden,
+        &roots,
+    ));
+    let resolver = match Resolver::new(&init.roots, &refused) {
         Ok(r) => Arc::new(
             r.with_artifacts(&init.state_dir)
                 .with_edit_protection(&init.exec.sandbox.protected),

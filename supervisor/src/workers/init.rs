@@ -87,6 +87,37 @@ pub fn worker_init(
     })
 }
 
+/// The daemon's home directory (`~/` in `workers.exec.hidden`).
+fn home() -> Option<PathBuf> {
+    std::env::var_os("HOME")
+        .map(PathBuf::from)
+        .filter(|h| h.is_absolute())
+}
+
+/// [`DEFAULT_HIDDEN`](crate::config::DEFAULT_HIDDEN) and `extra` as absolute
+/// patterns: `~/x` under `home` (dropped without one), a relative one under every root.
+/// Globs stay globs: the sandbox matches them when it builds each command's view.
+pub fn hidden_paths(extra: &[String], roots: &Roots, home: Option<&Path>) -> Vec<PathBuf> {
+    let defaults = crate::config::DEFAULT_HIDDEN.iter().copied();
+    let mut out = Vec::new();
+    for h in defaults.chain(extra.iter().map(String::as_str)) {
+        if let Some(rest) = h.strip_prefix("~/") {
+            out.extend(home.map(|home| home.join(rest)));
+        } else if Path::new(h).is_absolute() {
+            out.push(PathBuf::from(h));
+        } else {
+            let each = [
+                Some(&roots.private),
+                roots.shared.as_ref(),
+                roots.public.as_ref(),
+            ];
+            out.extend(each.into_iter().flatten().map(|r| r.join(h)));
+        }
+    }
+    out.dedup();
+    out
+}
+
 /// `p` with its directory resolved (the file itself may not exist yet: the socket).
 fn canonical(p: &Path) -> PathBuf {
     if let Ok(c) = p.canonicalize() {
@@ -124,6 +155,8 @@ fn sandbox_settings(
     if !socket.starts_with(&state) {
         hidden.push(socket);
     }
+    let roots = workspace_roots(&paths.workspace, config)?;
+    hidden.extend(hidden_paths(&exec.hidden, &roots, home().as_deref()));
     Ok(SandboxSettings {
         namespaces,
         network: exec.network,

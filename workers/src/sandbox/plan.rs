@@ -48,6 +48,15 @@ pub trait View {
     fn kind(&self, p: &Path) -> Kind;
     /// Subdirectories of `p` (none when unreadable).
     fn subdirs(&self, p: &Path) -> Vec<PathBuf>;
+    /// Every entry of directory `p`, sorted (none when unreadable): a hidden pattern
+    /// with a wildcard is matched against them.
+    fn entries(&self, _p: &Path) -> Vec<PathBuf> {
+        Vec::new()
+    }
+    /// Where the symlink at `p` leads, fully resolved (None: it leads nowhere).
+    fn target(&self, _p: &Path) -> Option<PathBuf> {
+        None
+    }
     /// What is at `p` and which object it is (views that know no identities: the
     /// kind alone).
     fn stamp(&self, p: &Path) -> Stamp {
@@ -78,6 +87,19 @@ impl View for HostView {
             .collect();
         out.sort();
         out
+    }
+
+    fn entries(&self, p: &Path) -> Vec<PathBuf> {
+        let Ok(rd) = std::fs::read_dir(p) else {
+            return Vec::new();
+        };
+        let mut out: Vec<PathBuf> = rd.flatten().map(|e| e.path()).collect();
+        out.sort();
+        out
+    }
+
+    fn target(&self, p: &Path) -> Option<PathBuf> {
+        std::fs::canonicalize(p).ok()
     }
 }
 
@@ -150,7 +172,8 @@ pub struct Inputs<'a> {
     pub protected: &'a [PathBuf],
     /// Absolute paths kept read-only (the config file).
     pub read_only: &'a [PathBuf],
-    /// Absolute paths covered up (the state directory, the socket).
+    /// Absolute paths covered up (the state directory, the socket, credential stores);
+    /// a component may be a glob (`~/.cargo/credentials*`), see [`super::hidden`].
     pub hidden: &'a [PathBuf],
     /// The command has the host's network (then it keeps the host's resolver files).
     pub network: bool,
@@ -179,14 +202,15 @@ pub fn plan(inputs: &Inputs<'_>, view: &dyn View) -> Vec<Step> {
             guards.push(Step::ReadOnly(p.clone()));
         }
     }
-    for p in inputs.hidden {
-        match view.kind(p) {
-            Kind::Dir => guards.push(Step::Hide {
-                path: p.clone(),
-                dir: true,
-            }),
+    for p in inputs
+        .hidden
+        .iter()
+        .flat_map(|h| super::hidden::expand(h, view))
+    {
+        match view.kind(&p) {
+            Kind::Dir => guards.push(Step::Hide { path: p, dir: true }),
             Kind::File => guards.push(Step::Hide {
-                path: p.clone(),
+                path: p,
                 dir: false,
             }),
             Kind::Missing | Kind::Symlink => {}
