@@ -53,7 +53,11 @@ impl Leaky {
         cmd.arg("serve")
             .arg("--workspace")
             .arg(dir.path())
-            .env("RUST_LOG", "info")
+            // The exec worker says which commands took a spare sandbox.
+            .env(
+                "RUST_LOG",
+                "info,toolvisor_workers::exec::launch::spare=debug",
+            )
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::piped());
@@ -196,8 +200,8 @@ async fn every_start_sees_only_stdio(s: &Server, tty: bool) {
 
 #[test]
 fn commands_start_with_only_their_standard_streams() {
-    let l = Leaky::start(&format!("{ALLOW_ALL}\n[workers.exec]\ncount = 1\n"), true);
-    block(T, async {
+    let mut l = Leaky::start(&format!("{ALLOW_ALL}\n[workers.exec]\ncount = 1\n"), true);
+    let namespaces = block(T, async {
         every_start_sees_only_stdio(&l.s, true).await;
         let exec = l.s.worker_pids("exec").await;
         assert_eq!(exec.len(), 1);
@@ -207,7 +211,12 @@ fn commands_start_with_only_their_standard_streams() {
         );
         let all: Vec<u32> = l.s.workers().await.iter().filter_map(|w| w.1).collect();
         l.pipe_stays_with_the_daemon(&all);
+        l.s.guards().await.namespaces
     });
+    if namespaces {
+        // Some of them ran in the spare sandbox (the tty one in a shim of its own).
+        l.s.wait_log("the command started in the spare sandbox", T);
+    }
 }
 
 #[test]
