@@ -118,6 +118,17 @@ fn fd_links(pid: u32) -> Vec<String> {
         .collect()
 }
 
+/// Every process with a descriptor naming `link` (`socket:[N]`).
+fn holders_of(link: &str) -> Vec<u32> {
+    let Ok(rd) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    rd.flatten()
+        .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|&pid| fd_links(pid).iter().any(|l| l == link))
+        .collect()
+}
+
 /// Whether descriptor `fd` of `pid` is close-on-exec (`flags` of its fdinfo, octal).
 fn is_cloexec(pid: u32, fd: i32) -> bool {
     let info = std::fs::read_to_string(format!("/proc/{pid}/fdinfo/{fd}")).unwrap_or_default();
@@ -211,6 +222,38 @@ fn commands_start_with_only_their_standard_streams() {
         );
         let all: Vec<u32> = l.s.workers().await.iter().filter_map(|w| w.1).collect();
         l.pipe_stays_with_the_daemon(&all);
+        // While a job runs (its shim, the spare waiting for the next command, the
+        // command): nobody but the worker holds the worker's link.
+        let r =
+            l.s.call(
+                "run_command",
+                json!({"command": "sleep 30", "background": true}),
+            )
+            .await;
+        ok(&r);
+        let link = std::fs::read_link(format!("/proc/{}/fd/3", exec[0]))
+            .expect("the worker's link")
+            .display()
+            .to_string();
+        assert!(link.starts_with("socket:["), "{link}");
+        // A child the worker just forked holds it too until its exec closes it (the
+        // next spare being built): wait that moment out.
+        let end = Instant::now() + Duration::from_secs(10);
+        loop {
+            let holders = holders_of(&link);
+            if holders == exec {
+                break;
+            }
+            assert!(
+                Instant::now() < end,
+                "the processes holding {link}: {:?}",
+                holders
+                    .iter()
+                    .map(|&p| format!("{p} {}", proc_comm(p)))
+                    .collect::<Vec<_>>()
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
         l.s.guards().await.namespaces
     });
     if namespaces {
