@@ -11,6 +11,7 @@ mod pty;
 mod batch;
 mod cli;
 mod crash;
+mod descriptors;
 mod disk_full;
 mod edit;
 mod envelope;

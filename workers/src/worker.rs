@@ -35,9 +35,7 @@ const INIT_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// Entry point of `toolvisor worker --group G`; returns the exit code.
 pub fn main(group: &str) -> i32 {
-    // SAFETY: the supervisor passes the control socket as fd 3 and nothing else in this
-    // process owns that descriptor.
-    let control = unsafe { StdUnixStream::from_raw_fd(CONTROL_FD) };
+    let control = take_control();
     let init = match read_init(&control) {
         Ok(init) if init.group == group => init,
         Ok(init) => {
@@ -100,6 +98,19 @@ pub fn main(group: &str) -> i32 {
     // cross-thread wake-up per frame).
     let served = runtime.spawn(serve(control, Arc::new(init), resolver, landlock, cgroups));
     runtime.block_on(served).unwrap_or(EXIT_SOFTWARE)
+}
+
+/// Take the control socket the supervisor passed as fd 3, close-on-exec from now on:
+/// it is this process's link alone, and a command, shim or server it starts must not
+/// inherit it (a command holding it could speak as this worker: docs/SANDBOX.md,
+/// "Descriptors"). The MCP worker of the binary takes its own with this too.
+pub fn take_control() -> StdUnixStream {
+    if let Err(e) = toolvisor_os::fds::cloexec(CONTROL_FD) {
+        tracing::error!("worker: cannot mark the control socket close-on-exec: {e}");
+    }
+    // SAFETY: the supervisor passes the control socket as fd 3 and nothing else in this
+    // process owns that descriptor.
+    unsafe { StdUnixStream::from_raw_fd(CONTROL_FD) }
 }
 
 /// Remove the temp files dead edit workers left, before answering `ready`; without a

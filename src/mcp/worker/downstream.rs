@@ -112,9 +112,10 @@ fn spawn(
         .stdout(Stdio::piped())
         .stderr(Stdio::inherit())
         .kill_on_drop(true);
-    // SAFETY: the hook only makes async-signal-safe calls between fork and exec.
+    // SAFETY: the hooks only make async-signal-safe calls between fork and exec.
     unsafe {
         cmd.pre_exec(crate::mcp::child::die_with_parent(libc::SIGKILL));
+        cmd.pre_exec(crate::mcp::child::only_stdio);
     }
     let mut child = cmd.spawn().map_err(spawn_err)?;
     let (Some(stdout), Some(stdin)) = (child.stdout.take(), child.stdin.take()) else {

@@ -15,7 +15,6 @@ mod downstream;
 mod outcome;
 
 use std::collections::HashMap;
-use std::os::fd::FromRawFd;
 use std::os::unix::net::UnixStream as StdUnixStream;
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
@@ -27,8 +26,7 @@ use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 use toolvisor_protocol::message::Guards;
 use toolvisor_protocol::worker::{
-    AnnouncedTool, CONTROL_FD, FromWorker, KNOWN_TO_WORKER, McpServerInit, Outcome, ToWorker,
-    WorkerInit,
+    AnnouncedTool, FromWorker, KNOWN_TO_WORKER, McpServerInit, Outcome, ToWorker, WorkerInit,
 };
 use toolvisor_protocol::writer::direct::DirectWriter;
 use toolvisor_protocol::{ErrorBody, ErrorType, frame};
@@ -45,9 +43,8 @@ const RELIST_EVERY: Duration = Duration::from_millis(250);
 
 /// Entry point; returns the exit code.
 pub fn main(group: &str) -> i32 {
-    // SAFETY: the supervisor passes the control socket as fd 3 and nothing else in
-    // this process owns that descriptor.
-    let control = unsafe { StdUnixStream::from_raw_fd(CONTROL_FD) };
+    // Close-on-exec at once: the MCP server this worker starts must not get it.
+    let control = toolvisor_workers::worker::take_control();
     let init = match toolvisor_workers::worker::read_init(&control) {
         Ok(init) if init.group == group && init.mcp.is_some() => init,
         Ok(init) => {

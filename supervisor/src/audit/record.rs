@@ -304,8 +304,8 @@ pub struct WorkerExited<'a> {
     pub code: Option<i32>,
     /// The signal that killed it, if one did.
     pub signal: Option<i32>,
-    /// Why: `crashed`, `not_ready`, `operator_restart`, `reload`, `memory`, `shutdown`,
-    /// `retired`.
+    /// Why: `crashed`, `not_ready`, `protocol_violation`, `operator_restart`, `reload`,
+    /// `memory`, `shutdown`, `retired`.
     pub reason: &'a str,
 }
 
