@@ -68,10 +68,18 @@ pub fn main(group: &str) -> i32 {
         &init.exec.sandbox.hidden,
         &roots,
     ));
+    // What the repository's git configuration makes the host run (as git reads it
+    // when this worker starts): the edit tools refuse it like `.git/config`.
+    let home = std::env::var_os("HOME").map(std::path::PathBuf::from);
+    let mut edit_refused = init.exec.sandbox.protected.clone();
+    edit_refused.extend(crate::sandbox::gitcfg::guarded_names(
+        &roots,
+        home.as_deref(),
+    ));
     let resolver = match Resolver::new(&init.roots, &refused) {
         Ok(r) => Arc::new(
             r.with_artifacts(&init.state_dir)
-                .with_edit_protection(&init.exec.sandbox.protected),
+                .with_edit_protection(&edit_refused),
         ),
         Err(e) => {
             tracing::error!(group, "worker: cannot open the workspace roots: {e}");

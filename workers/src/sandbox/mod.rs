@@ -10,6 +10,7 @@
 //! allows it; where it does not, commands run under [`landlock`] and the shim only.
 
 mod error;
+pub mod gitcfg;
 pub mod hidden;
 pub mod landlock;
 pub mod mount;

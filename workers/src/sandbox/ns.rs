@@ -56,6 +56,7 @@ fn write_proc(name: &str, text: &str) -> Result<(), SandboxError> {
 /// saw of the host (a spare is checked against it when it is claimed).
 pub fn setup(spec: &SandboxSpec) -> Result<Observations, SandboxError> {
     let before = rustix::fs::stat(".").map_err(|e| SandboxError::step("cannot stat the cwd", e))?;
+    let home = std::env::var_os("HOME").map(std::path::PathBuf::from);
     let inputs = Inputs {
         roots: &spec.roots,
         writable: &spec.writable,
@@ -63,6 +64,7 @@ pub fn setup(spec: &SandboxSpec) -> Result<Observations, SandboxError> {
         read_only: &spec.read_only,
         hidden: &spec.hidden,
         network: spec.network,
+        home: home.as_deref(),
     };
     let seen = Recording::new(&HostView);
     let steps = plan::plan(&inputs, &seen);

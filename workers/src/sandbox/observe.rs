@@ -143,6 +143,13 @@ impl View for Recording<'_> {
         e
     }
 
+    /// A read is recorded as the file's identity and change time: any write to it
+    /// moves its change time, so an unchanged stamp means the same text.
+    fn read(&self, p: &Path, max: u64) -> Option<String> {
+        self.stamp(p);
+        self.inner.read(p, max)
+    }
+
     fn target(&self, p: &Path) -> Option<PathBuf> {
         let t = self.inner.target(p);
         self.seen
@@ -177,6 +184,7 @@ mod tests {
             read_only: &[],
             hidden: &[],
             network: false,
+            home: None,
         };
         let rec = Recording::new(&HostView);
         let steps = plan(&inputs, &rec);
