@@ -1,12 +1,17 @@
 //! An MCP server's `CallToolResult` as a worker outcome: the text of its content blocks
-//! (other blocks described in a line), its `structuredContent` in `meta.structured`,
-//! and `isError` as status `error`, `McpToolError`. Content is cut like the other
-//! tools' output (`limits.many_max`, then the frame).
+//! (other blocks described in a line) for native clients, the blocks themselves in
+//! `meta.mcp_content` (an MCP host gets them as they came: images, audio, resources),
+//! its `structuredContent` in `meta.structured`, and `isError` as status `error`,
+//! `McpToolError`. Content is cut like the other tools' output (`limits.many_max`,
+//! then the frame); the blocks follow the cut, and whatever of them a frame cannot
+//! hold is left out with a line that says so — a result never outgrows its frame.
 
 use rmcp::model::{CallToolResult, ContentBlock, ResourceContents, ServerResult};
-use serde_json::Value;
+use serde_json::{Value, json};
 use toolvisor_protocol::worker::{Limits, Outcome};
 use toolvisor_protocol::{ErrorBody, ErrorType};
+
+use super::CONTENT_META;
 
 /// Longest first line of an error's content used as its message.
 const MAX_MESSAGE: usize = 500;
@@ -32,6 +37,9 @@ pub fn of(r: CallToolResult) -> Outcome {
     } else {
         Outcome::ok(text)
     };
+    if let Ok(items) = serde_json::to_value(&r.content) {
+        o.meta.insert(CONTENT_META.into(), items);
+    }
     if let Some(s) = r.structured_content {
         o.meta.insert("structured".into(), s);
     }
@@ -99,6 +107,58 @@ pub fn fit(o: &mut Outcome, limits: &Limits) {
             .insert("structured_omitted".into(), Value::Bool(true));
     }
     toolvisor_workers::truncate::fit_frame(o, limits.max_frame_bytes);
+    if o.truncated.is_some() {
+        cut_text_items(o);
+    }
+    fit_items(o, limits.max_frame_bytes);
+}
+
+/// The server's text items, after the content was cut: one text item with the cut
+/// content, before its other items (the cut keeps the head and tail of all the text).
+fn cut_text_items(o: &mut Outcome) {
+    if let Some(Value::Array(items)) = o.meta.get_mut(CONTENT_META) {
+        let others = items.drain(..).filter(|i| i["type"] != "text");
+        let text = json!({"type": "text", "text": o.content});
+        *items = std::iter::once(text).chain(others).collect();
+    }
+}
+
+/// Keep the whole outcome within 7/8 of a frame (its fields and the envelope take the
+/// rest): the largest content item becomes a line that describes it, until it fits;
+/// when even that is too much, the items are left out (`mcp_content_omitted`).
+fn fit_items(o: &mut Outcome, max_frame: usize) {
+    let limit = max_frame / 8 * 7;
+    let size = |o: &Outcome| serde_json::to_vec(o).map_or(usize::MAX, |b| b.len());
+    while size(o) > limit {
+        let Some(Value::Array(items)) = o.meta.get_mut(CONTENT_META) else {
+            return;
+        };
+        let biggest = items
+            .iter()
+            .enumerate()
+            .map(|(i, v)| (i, v.to_string().len()))
+            .filter(|(_, n)| *n > 1024)
+            .max_by_key(|(_, n)| *n);
+        match biggest {
+            Some((i, _)) => {
+                let said = match serde_json::from_value::<ContentBlock>(items[i].clone()) {
+                    Ok(b) => block_text(&b),
+                    Err(_) => "[content of an unknown kind]".into(),
+                };
+                let said: String = said.chars().take(512).collect();
+                items[i] = json!({
+                    "type": "text",
+                    "text": format!("{said} (left out: the result is larger than a frame)"),
+                });
+            }
+            None => {
+                o.meta.remove(CONTENT_META);
+                o.meta
+                    .insert("mcp_content_omitted".into(), Value::Bool(true));
+                return;
+            }
+        }
+    }
 }
 
 /// A short name for an unexpected answer.
