@@ -186,58 +186,110 @@ fn every_builtin_tools_results_fit_its_output_schema() {
             .as_str()
             .unwrap_or("w0-1")
             .to_owned();
-        let calls = [
-            ("read_file", json!({"path": "a.txt"})),
-            ("read_file", json!({"path": "missing.txt"})),
-            ("read_many_files", json!({"paths": ["a.txt", "nope.txt"]})),
-            ("ls", json!({"path": "."})),
-            ("glob", json!({"pattern": "*.txt"})),
-            ("grep", json!({"pattern": "beta"})),
-            ("write_file", json!({"path": "b.txt", "content": "x\n"})),
+        // Each call, and fields of the tool's own its structuredContent must carry.
+        let calls: &[(&str, Value, &[&str])] = &[
+            (
+                "read_file",
+                json!({"path": "a.txt"}),
+                &["lines", "start_line"],
+            ),
+            ("read_file", json!({"path": "missing.txt"}), &[]),
+            (
+                "read_many_files",
+                json!({"paths": ["a.txt", "nope.txt"]}),
+                &["files", "errors"],
+            ),
+            ("ls", json!({"path": "."}), &["entries"]),
+            ("glob", json!({"pattern": "*.txt"}), &["files", "total"]),
+            (
+                "grep",
+                json!({"pattern": "beta"}),
+                &["matches", "total_matches", "files"],
+            ),
+            (
+                "write_file",
+                json!({"path": "b.txt", "content": "x\n"}),
+                &["path", "diff"],
+            ),
             (
                 "edit_file",
                 json!({"path": "b.txt", "edits": [{"target": "x", "replacement": "y"}]}),
+                &["path", "diff"],
             ),
             (
                 "preview_write_file",
                 json!({"path": "c.txt", "content": "c\n"}),
+                &["token", "path", "diff", "before_sha256"],
             ),
             (
                 "preview_edit_file",
                 json!({"path": "a.txt", "edits": [{"target": "alpha", "replacement": "gamma"}]}),
+                &["token", "path", "diff"],
             ),
-            ("apply_file_change", json!({"token": "not-a-token"})),
-            ("run_command", json!({"command": "echo hi"})),
-            ("run_command", json!({"command": "exit 4"})),
+            ("apply_file_change", json!({"token": "not-a-token"}), &[]),
+            (
+                "run_command",
+                json!({"command": "echo hi"}),
+                &["exit_code", "resources"],
+            ),
+            ("run_command", json!({"command": "exit 4"}), &["exit_code"]),
             (
                 "run_command",
                 json!({"command": "sleep 30", "timeout": 200}),
+                &[],
             ),
             (
                 "run_command",
                 json!({"command": "echo a; sleep 30", "yield_ms": 300}),
+                &["process", "pid", "running", "next"],
             ),
-            ("list_processes", json!({})),
+            ("list_processes", json!({}), &["processes"]),
             (
                 "write_input",
                 json!({"process": process, "data": "typed\n"}),
+                &["written", "process", "running"],
             ),
-            ("read_output", json!({"process": process, "wait_ms": 2000})),
+            (
+                "read_output",
+                json!({"process": process, "wait_ms": 2000}),
+                &["next", "output_bytes", "process"],
+            ),
             (
                 "read_output",
                 json!({"process": process, "since": 0, "until": "never", "wait_ms": 200}),
+                &["matched", "next"],
             ),
-            ("kill_process", json!({"process": process})),
-            ("read_output", json!({"process": "w0-999999", "since": 0})),
-            ("memory", json!({"action": "set", "key": "k", "value": "v"})),
-            ("memory", json!({"action": "list"})),
-            ("write_todos", json!({"action": "add", "task": "t"})),
-            ("write_todos", json!({"action": "list"})),
-            ("web_fetch", json!({"url": "http://127.0.0.1:1/"})),
-            ("web_search", json!({"query": "x"})),
+            (
+                "kill_process",
+                json!({"process": process}),
+                &["process", "running"],
+            ),
+            (
+                "read_output",
+                json!({"process": "w0-999999", "since": 0}),
+                &[],
+            ),
+            (
+                "memory",
+                json!({"action": "set", "key": "k", "value": "v"}),
+                &[],
+            ),
+            ("memory", json!({"action": "list"}), &["keys"]),
+            (
+                "write_todos",
+                json!({"action": "add", "task": "t"}),
+                &["id"],
+            ),
+            (
+                "write_todos",
+                json!({"action": "list"}),
+                &["todos", "completed"],
+            ),
+            ("web_fetch", json!({"url": "http://127.0.0.1:1/"}), &[]),
+            ("web_search", json!({"query": "x"}), &[]),
         ];
         let mut called = std::collections::BTreeSet::new();
-        for (tool, args) in calls {
+        for (tool, args, fields) in calls {
             let r = mcp.call(tool, args.clone()).await;
             let listed = find(&tools, tool);
             let schema =
@@ -252,7 +304,14 @@ fn every_builtin_tools_results_fit_its_output_schema() {
                 errors.is_empty(),
                 "{tool} {args}: {st} breaks the outputSchema: {errors:?}"
             );
-            called.insert(tool);
+            for f in *fields {
+                assert!(st.get(f).is_some(), "{tool} {args}: no `{f}` in {st}");
+                assert!(
+                    schema["properties"].get(f).is_some(),
+                    "{tool}: the outputSchema does not declare `{f}`"
+                );
+            }
+            called.insert(*tool);
         }
         let missed: Vec<&str> = tools
             .iter()
