@@ -5,7 +5,7 @@
 //! written to `$TEST_MCP_LOG`), a result that breaks its own `outputSchema`, a
 //! destructive tool, `list_changed`, a flood of notifications, a tool whose schema
 //! does not compile, content of every kind with typed structuredContent (`rich`: it
-//! answers what it is given), and progress with totals and messages (`steps`).
+//! answers what it is given), progress with totals and messages (`steps`), and a flood of stderr (`shout`).
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -116,6 +116,14 @@ impl TestServer {
                 "steps",
                 "Send n progress notifications (progress i+1 of total n, message `step i+1`)",
                 props(json!({"n": {"type": "integer"}}), &["n"]),
+            ),
+            tool(
+                "shout",
+                "Write n lines of `shout-line` and bytes characters to stderr",
+                props(
+                    json!({"n": {"type": "integer"}, "bytes": {"type": "integer"}}),
+                    &["n", "bytes"],
+                ),
             ),
             tool(
                 "bad.schema",
@@ -235,6 +243,16 @@ impl ServerHandler for TestServer {
                 let mut r = CallToolResult::success(content);
                 r.structured_content = args.get("structured").cloned();
                 r
+            }
+            "shout" => {
+                use std::io::Write;
+                let line = format!("shout-line {}\n", "s".repeat(int("bytes").max(0) as usize));
+                let mut err = std::io::stderr().lock();
+                for _ in 0..int("n") {
+                    let _ = err.write_all(line.as_bytes());
+                }
+                let _ = err.flush();
+                text("shouted")
             }
             "steps" => {
                 let n = int("n");

@@ -4,7 +4,7 @@
 //! The child gets the worker's (scrubbed) environment plus its own `env`, the workspace
 //! as its directory, the worker's process group (so the supervisor's kill of the worker
 //! reaches it) and death with the worker (parent-death signal). Its stderr goes to the
-//! daemon's log. A server that asks its client for input (elicitation) is declined:
+//! daemon's log, bounded ([`super::stderr`]). A server that asks its client for input (elicitation) is declined:
 //! toolvisor's own confirmations happen before the call reaches the server. Its
 //! progress notifications (for calls that asked for them) are handed to the worker,
 //! which passes them on; a flood of them is cut to what the worker keeps up with.
@@ -135,7 +135,7 @@ fn spawn(
         .current_dir(cwd)
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
-        .stderr(Stdio::inherit())
+        .stderr(Stdio::piped())
         .kill_on_drop(true);
     // SAFETY: the hook only makes async-signal-safe calls between fork and exec.
     unsafe {
@@ -145,6 +145,10 @@ fn spawn(
     let (Some(stdout), Some(stdin)) = (child.stdout.take(), child.stdin.take()) else {
         return Err(spawn_err(std::io::Error::other("no pipes to the server")));
     };
+    if let Some(stderr) = child.stderr.take() {
+        let to = tokio::io::stderr();
+        tokio::spawn(super::stderr::pass_on(init.name.clone(), stderr, to));
+    }
     // The child is reaped (and its death seen) through the session closing; keep it
     // from being killed by the drop of its handle while it serves.
     tokio::spawn(async move {

@@ -13,6 +13,7 @@
 mod catalog;
 mod downstream;
 mod outcome;
+mod stderr;
 
 use std::collections::HashMap;
 use std::os::fd::FromRawFd;

@@ -340,7 +340,7 @@ fn every_kind() -> Value {
 fn an_mcp_servers_answer_reaches_the_host_as_it_gave_it() {
     let s = start_with_tools(
         &with_server("test", &[], "risk = \"low\""),
-        &["test__rich", "test__steps", "test__big"],
+        &["test__rich", "test__steps"],
     );
     block(Duration::from_secs(120), async {
         let mcp = start(s.ws(), &["--no-spawn"], TestClient::new(None)).await;
@@ -392,6 +392,18 @@ fn an_mcp_servers_answer_reaches_the_host_as_it_gave_it() {
             })
             .await;
 
+        mcp.close().await;
+    });
+}
+
+#[test]
+fn an_mcp_servers_result_larger_than_a_frame_is_cut_never_hung() {
+    let s = start_with_tools(
+        &with_server("test", &[], "risk = \"low\""),
+        &["test__rich", "test__big"],
+    );
+    block(Duration::from_secs(120), async {
+        let mcp = start(s.ws(), &["--no-spawn"], TestClient::new(None)).await;
         // A result larger than a frame is cut, promptly, never hung.
         let started = Instant::now();
         let r = mcp.call("test__big", json!({"n": 9 * 1024 * 1024})).await;
@@ -430,4 +442,34 @@ fn an_mcp_servers_answer_reaches_the_host_as_it_gave_it() {
         assert!(said.contains("larger than a frame"), "{said}");
         mcp.close().await;
     });
+}
+
+#[test]
+fn an_mcp_servers_stderr_is_bounded_in_the_daemons_log() {
+    let mut s = start_with_tools(
+        &with_server("test", &[], "risk = \"low\""),
+        &["test__shout"],
+    );
+    let r = block(T, async {
+        let mcp = start(s.ws(), &["--no-spawn"], TestClient::new(None)).await;
+        // 20 000 lines, 2 MB: far more than the log takes from one server.
+        let r = mcp
+            .call("test__shout", json!({"n": 20000, "bytes": 100}))
+            .await;
+        mcp.close().await;
+        r
+    });
+    assert_eq!(text(&r), "shouted");
+    let said = s.wait_log("of the server's stderr dropped", Duration::from_secs(20));
+    assert!(said.contains("[mcp:test]"), "{said}");
+    let passed = s
+        .log_seen
+        .iter()
+        .filter(|l| l.contains("shout-line"))
+        .count();
+    assert!(passed > 0, "none of the server's stderr reached the log");
+    assert!(
+        passed <= 1000,
+        "{passed} lines of the server's stderr were logged"
+    );
 }
