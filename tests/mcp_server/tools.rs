@@ -97,8 +97,11 @@ impl TestServer {
             ),
             tool(
                 "big",
-                "Return n bytes of text",
-                props(json!({"n": {"type": "integer"}}), &["n"]),
+                "Return n bytes of text (twice: in structuredContent too)",
+                props(
+                    json!({"n": {"type": "integer"}, "twice": {"type": "boolean"}}),
+                    &["n"],
+                ),
             ),
             tool(
                 "rich",
@@ -231,7 +234,14 @@ impl ServerHandler for TestServer {
                 }
                 text("flooded")
             }
-            "big" => text("z".repeat(int("n").max(0) as usize)),
+            "big" => {
+                let body = "z".repeat(int("n").max(0) as usize);
+                let mut r = text(body.clone());
+                if args.get("twice").and_then(Value::as_bool) == Some(true) {
+                    r.structured_content = Some(json!({"text": body}));
+                }
+                r
+            }
             "rich" => {
                 let items = args.get("content").cloned().unwrap_or_default();
                 let mut content: Vec<ContentBlock> = serde_json::from_value(items)

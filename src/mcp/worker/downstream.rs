@@ -4,7 +4,8 @@
 //! The child gets the worker's (scrubbed) environment plus its own `env`, the workspace
 //! as its directory, the worker's process group (so the supervisor's kill of the worker
 //! reaches it) and death with the worker (parent-death signal). Its stderr goes to the
-//! daemon's log, bounded ([`super::stderr`]). A server that asks its client for input (elicitation) is declined:
+//! daemon's log, bounded ([`super::stderr`]); an answer too long for rmcp to read is
+//! answered as an error in its place ([`super::oversize`]), never waited for. A server that asks its client for input (elicitation) is declined:
 //! toolvisor's own confirmations happen before the call reaches the server. Its
 //! progress notifications (for calls that asked for them) are handed to the worker,
 //! which passes them on; a flood of them is cut to what the worker keeps up with.
@@ -107,6 +108,7 @@ pub async fn connect(init: &McpServerInit, cwd: &Path) -> Result<(Session, Heard
         }
         None => {
             let (stdout, stdin) = spawn(init, cwd)?;
+            let stdout = super::oversize::Bounded::new(stdout);
             tokio::time::timeout(deadline, handler.serve((stdout, stdin))).await
         }
     };

@@ -13,6 +13,7 @@
 mod catalog;
 mod downstream;
 mod outcome;
+mod oversize;
 mod stderr;
 
 use std::collections::HashMap;

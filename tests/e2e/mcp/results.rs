@@ -424,6 +424,23 @@ fn an_mcp_servers_result_larger_than_a_frame_is_cut_never_hung() {
             "{}",
             &text(&r)[..200]
         );
+        // Twice that (text and structuredContent): longer than the line an MCP client
+        // reads. Answered as an error in its place, at once.
+        let started = Instant::now();
+        let r = mcp
+            .call("test__big", json!({"n": 9 * 1024 * 1024, "twice": true}))
+            .await;
+        assert!(
+            started.elapsed() < Duration::from_secs(30),
+            "{:?}",
+            started.elapsed()
+        );
+        assert_eq!(r.is_error, Some(true));
+        assert!(
+            text(&r).contains("[Output truncated: ") && text(&r).contains("bytes, more than"),
+            "{}",
+            text(&r)
+        );
         let items = json!([{"type": "text", "text": "huge"}]);
         let started = Instant::now();
         let r = mcp
