@@ -43,6 +43,10 @@ pub fn to_mcp(tool: &str, r: &ToolResult) -> CallToolResult {
     if let Some(items) = r.meta.get(CONTENT_META).and_then(Value::as_array) {
         return passed_on(r, items);
     }
+    // The server's items did not fit a frame even described: its text, as cut.
+    if r.meta.get("mcp_content_omitted").is_some() {
+        return passed_on(r, &[json!({"type": "text", "text": r.content})]);
+    }
     let mut content = vec![ContentBlock::text(with_fields(r))];
     if let Some(link) = artifact_link(r) {
         content.push(ContentBlock::resource_link(link));
@@ -52,7 +56,9 @@ pub fn to_mcp(tool: &str, r: &ToolResult) -> CallToolResult {
     } else {
         CallToolResult::error(content)
     };
-    if !relayed(tool) {
+    // An MCP server's tool that toolvisor ended has no structuredContent: the server's
+    // outputSchema (if any) is not toolvisor's shape, and an error may go without.
+    if !(relayed(tool) && r.status != Status::Ok) {
         out.structured_content = Some(structured(r));
     }
     out
