@@ -210,6 +210,49 @@ mod tests {
     }
 
     #[test]
+    fn content_items_pass_as_they_came_and_follow_the_cut() {
+        let items = json!([
+            {"type": "text", "text": "a\n".repeat(3000)},
+            {"type": "image", "data": "AAAA", "mimeType": "image/png"},
+            {"type": "audio", "data": "UklG", "mimeType": "audio/wav", "_meta": {"k": 1}}
+        ]);
+        let o = of(result(json!({"content": items.clone()})));
+        assert_eq!(o.meta[CONTENT_META], items);
+        let limits = Limits {
+            many_max: 1024,
+            max_frame_bytes: 1 << 20,
+            ..Limits::default()
+        };
+        let mut cut = o.clone();
+        fit(&mut cut, &limits);
+        assert!(cut.truncated.is_some());
+        let kept = cut.meta[CONTENT_META].as_array().unwrap();
+        assert_eq!(kept.len(), 3);
+        assert_eq!(kept[0]["text"], json!(cut.content));
+        assert_eq!((&kept[1], &kept[2]), (&items[1], &items[2]));
+        // An item no frame holds becomes a line that says so.
+        let mut huge = of(result(json!({"content": [
+            {"type": "text", "text": "hi"},
+            {"type": "image", "data": "A".repeat(200_000), "mimeType": "image/png"}
+        ]})));
+        fit(
+            &mut huge,
+            &Limits {
+                max_frame_bytes: 65536,
+                ..limits
+            },
+        );
+        let kept = huge.meta[CONTENT_META].as_array().unwrap();
+        assert_eq!(kept[0]["text"], "hi");
+        let said = kept[1]["text"].as_str().unwrap();
+        assert!(
+            said.starts_with("[image: image/png, 200000 bytes")
+                && said.ends_with("larger than a frame)"),
+            "{said}"
+        );
+    }
+
+    #[test]
     fn huge_results_are_cut() {
         let limits = Limits {
             many_max: 4096,
