@@ -306,3 +306,29 @@ fn a_worker_that_dies_at_start_fails_alone() {
     .unwrap();
     assert!(wait_child(&mut child, T).is_some_and(|s| s.success()));
 }
+
+/// A worker's script in the workspace is what the daemon runs at the worker's next
+/// start, as its own user: commands cannot rewrite it.
+#[test]
+fn an_external_workers_script_in_the_workspace_is_read_only_for_commands() {
+    if !have_python() {
+        return;
+    }
+    let dir = words_workspace("[[policy.rules]]\ntool = \"run_command\"\naction = \"allow\"\n");
+    let s = Server::start_in(dir);
+    block(T, async {
+        if !s.guards().await.namespaces {
+            return;
+        }
+        let script = s.ws().join("pyclient/words.py");
+        let before = std::fs::read_to_string(&script).unwrap();
+        let r = s
+            .call(
+                "run_command",
+                json!({"command": "echo 'import os; os.system(\"touch pwned\")' >> pyclient/words.py"}),
+            )
+            .await;
+        assert_ne!(r.status, Status::Ok, "{r:?}");
+        assert_eq!(std::fs::read_to_string(&script).unwrap(), before);
+    });
+}

@@ -87,6 +87,45 @@ pub fn worker_init(
     })
 }
 
+/// `workers.exec.protected`, and the files of configured MCP servers and external
+/// workers that lie in a workspace root (a command that rewrote one would run as the
+/// daemon's user at its next start), as root-relative names.
+fn protected_names(config: &Config, roots: &Roots) -> Vec<PathBuf> {
+    let mut out = config.workers.exec.protected.clone();
+    let commands = config
+        .mcp
+        .servers
+        .values()
+        .map(|s| &s.command)
+        .chain(config.workers.external.values().map(|g| &g.command));
+    let each = [
+        Some(&roots.private),
+        roots.shared.as_ref(),
+        roots.public.as_ref(),
+    ];
+    for word in commands.flatten() {
+        let p = Path::new(word);
+        for root in each.iter().flatten() {
+            let abs = if p.is_absolute() {
+                p.to_path_buf()
+            } else {
+                root.join(p)
+            };
+            let Ok(real) = abs.canonicalize() else {
+                continue;
+            };
+            if let Ok(rel) = real.strip_prefix(root)
+                && !rel.as_os_str().is_empty()
+                && real.is_file()
+                && !out.iter().any(|o| o == rel)
+            {
+                out.push(rel.to_path_buf());
+            }
+        }
+    }
+    out
+}
+
 /// The daemon's home directory (`~/` in `workers.exec.hidden`).
 fn home() -> Option<PathBuf> {
     std::env::var_os("HOME")
@@ -160,7 +199,7 @@ fn sandbox_settings(
     Ok(SandboxSettings {
         namespaces,
         network: exec.network,
-        protected: exec.protected.clone(),
+        protected: protected_names(config, &roots),
         config_file,
         hidden,
         limits: exec.limits.clone(),
