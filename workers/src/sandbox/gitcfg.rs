@@ -57,15 +57,25 @@ pub fn guarded(root: &Path, home: Option<&Path>, view: &dyn View) -> Vec<(PathBu
     }
     let mut entries = Vec::new();
     let mut files = Vec::new();
-    read_config(&git.join("config"), home, view, 0, &mut entries, &mut files);
+    // The system's and the person's own configuration apply to this repository too (a
+    // relative `core.hooksPath` there names a directory in every repository).
+    let mut sources = vec![PathBuf::from("/etc/gitconfig")];
+    if let Some(h) = home {
+        sources.push(h.join(".gitconfig"));
+        sources.push(h.join(".config/git/config"));
+    }
+    sources.push(git.join("config"));
+    for f in &sources {
+        read_config(f, home, view, 0, &mut entries, &mut files);
+    }
     let mut out: Vec<(PathBuf, Kind)> = Vec::new();
     let mut add = |p: PathBuf, kind: Kind| {
         if p.starts_with(root) && p != root && !out.iter().any(|(q, _)| *q == p) {
             out.push((p, kind));
         }
     };
-    // The first is `.git/config` itself, which is guarded already.
-    for f in files.into_iter().skip(1) {
+    // `.git/config` itself is guarded already.
+    for f in files.into_iter().filter(|f| *f != git.join("config")) {
         let (f, k) = followed(f, view);
         if matches!(k, Kind::File | Kind::Dir) {
             add(f, k);
