@@ -93,6 +93,13 @@ pub enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// Say which guards hold here, as the daemon's canary command found them in a real
+    /// command sandbox (exit 0: every guard verified; 1: one or more do not hold).
+    Doctor {
+        /// Print `{"verified": {...}, "all": bool}`.
+        #[arg(long)]
+        json: bool,
+    },
     /// Restart the workers (of one group), one at a time, after their calls end.
     Restart {
         /// `search`, `edit`, `exec`, `web`, `state`, `meta`, an external group

@@ -13,6 +13,7 @@ mod cli;
 mod crash;
 mod descriptors;
 mod disk_full;
+mod doctor;
 mod edit;
 mod envelope;
 mod exec;

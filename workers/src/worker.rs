@@ -311,6 +311,8 @@ fn guards(init: &WorkerInit, exec: &ExecState, landlock: Option<u32>) -> Guards 
             Vec::new()
         },
         limits: is_exec.then(|| exec.limits_mechanism().to_owned()),
+        // The supervisor's canary says what holds (serve/verify.rs).
+        verified: Default::default(),
     }
 }
 

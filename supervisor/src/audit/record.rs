@@ -356,6 +356,23 @@ impl Record for SupervisorStopped<'_> {
     }
 }
 
+/// `guards_verified`: what the canary command found, guard by guard (`true` or the
+/// reason it failed), at start, after a reload and for `doctor`.
+#[derive(Clone, Debug)]
+pub struct GuardsVerified<'a> {
+    /// Guard name → `true` or the reason it is not verified.
+    pub verified: &'a Map<String, Value>,
+    /// Whether every guard was verified.
+    pub all: bool,
+}
+
+impl Record for GuardsVerified<'_> {
+    const KIND: &'static str = "guards_verified";
+    fn fields(&self) -> Map<String, Value> {
+        obj(json!({"verified": self.verified, "all": self.all}))
+    }
+}
+
 /// `config_reloaded`: `config_sha256` lets an operator tie behaviour to a file version.
 #[derive(Clone, Debug)]
 pub struct ConfigReloaded<'a> {
