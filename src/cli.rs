@@ -93,6 +93,13 @@ pub enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// Say which guards hold here, as the daemon's canary command found them in a real
+    /// command sandbox (exit 0: every guard verified; 1: one or more do not hold).
+    Doctor {
+        /// Print `{"verified": {...}, "all": bool}`.
+        #[arg(long)]
+        json: bool,
+    },
     /// Restart the workers (of one group), one at a time, after their calls end.
     Restart {
         /// `search`, `edit`, `exec`, `web`, `state`, `meta`, an external group
@@ -257,6 +264,7 @@ pub const LOG_FORMAT_VAR: &str = "TOOLVISOR_LOG_FORMAT";
 
 /// The binary's entry point.
 pub fn main() {
+    keep_inherited_descriptors_to_ourselves();
     let cli = Cli::parse();
     let code = match &cli.command {
         Command::Worker { group } => {
@@ -280,6 +288,19 @@ pub fn main() {
         }
     };
     std::process::exit(code);
+}
+
+/// Whatever descriptors above the standard streams this process was started with (a
+/// worker's link to the supervisor, a shim's report pipe, whatever the daemon's own
+/// parent leaked into it) serve this process only: marked close-on-exec before anything
+/// else runs, so no program it starts inherits them (docs/SANDBOX.md, "Descriptors").
+/// A child that must get one (a worker its link) is handed it explicitly between fork
+/// and exec. toolvisor uses no socket activation (`LISTEN_FDS`): nothing inherited is
+/// meant to be passed on.
+fn keep_inherited_descriptors_to_ourselves() {
+    if let Err(e) = toolvisor_os::fds::cloexec_from(toolvisor_os::fds::FIRST_NON_STDIO) {
+        eprintln!("toolvisor: cannot mark inherited descriptors close-on-exec: {e}");
+    }
 }
 
 /// Workers are this binary re-executed with a scrubbed environment that keeps

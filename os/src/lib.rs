@@ -1,5 +1,8 @@
 //! What the supervisor and the workers both read from the kernel. One reader of
 //! `/proc` for both sides, so the parsing rules (a command name may hold spaces and
-//! parentheses; a process may vanish between two reads) live in one place.
+//! parentheses; a process may vanish between two reads) live in one place. And what
+//! every process that starts another shares: which descriptors reach the program it
+//! runs ([`fds`]).
 
+pub mod fds;
 pub mod procfs;

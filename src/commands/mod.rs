@@ -5,6 +5,7 @@
 pub mod approve;
 pub mod attach;
 pub mod call;
+pub mod doctor;
 pub mod init;
 mod plain_call;
 pub mod policy;
@@ -88,6 +89,10 @@ async fn dispatch(cmd: &Command, r: &Resolved) -> Result<i32, ClientError> {
         Command::Status { json } => {
             let mut c = connect(r).await?;
             status::run(&mut c, *json).await
+        }
+        Command::Doctor { json } => {
+            let mut c = connect(r).await?;
+            doctor::run(&mut c, *json).await
         }
         Command::Restart { group } => {
             let mut c = connect(r).await?;

@@ -1,5 +1,5 @@
 //! One `tools/call` through the daemon, to its `result`: streamed output and heartbeats
-//! become progress, a confirmation is put to the person (elicitation) or announced,
+//! become progress (an MCP server's own progress is passed on as it sent it), a confirmation is put to the person (elicitation) or announced,
 //! `notifications/cancelled` (or the client going away) cancels the call.
 
 use std::future::Future;
@@ -12,7 +12,9 @@ use toolvisor_protocol::message::{CallRequest, ClientMessage, ServerMessage, Too
 
 use crate::mcp::bridge::{Bridge, Route, Unavailable};
 use crate::mcp::confirm::{self, Ask, Channel};
+use crate::mcp::logging::LogLevel;
 use crate::mcp::progress::Progress;
+use crate::mcp::worker::PROGRESS_STREAM;
 
 /// What a call needs from its MCP request.
 pub struct CallCtx<'a> {
@@ -24,6 +26,8 @@ pub struct CallCtx<'a> {
     /// The client went away: every call of it ends.
     pub gone: CancellationToken,
     pub workspace: &'a std::path::Path,
+    /// The least severity of log messages the client wants.
+    pub log_level: &'a LogLevel,
 }
 
 /// How a call ended, short of a result.
@@ -90,9 +94,13 @@ pub async fn drive(ctx: &CallCtx<'_>, mut route: Route) -> Result<Step, CallErro
                 };
                 match m {
                     ServerMessage::Result(r) => return Ok(Step::Done(r)),
-                    ServerMessage::Output { data, .. } => {
+                    ServerMessage::Output { stream, data, .. } => {
                         if let Some(p) = progress.as_mut() {
-                            p.output(&data).await;
+                            if stream == PROGRESS_STREAM {
+                                p.relay(&data).await;
+                            } else {
+                                p.output(&data).await;
+                            }
                         }
                     }
                     ServerMessage::Event { event, .. } if event == "call_heartbeat" => {
@@ -157,7 +165,7 @@ async fn on_ask(ctx: &CallCtx<'_>, ask: Ask, progress: Option<&mut Progress>) ->
             let notice = confirm::waiting_notice(&ask, ctx.workspace);
             match progress {
                 Some(p) => p.say(notice).await,
-                None => confirm::log_notice(&ctx.peer, &notice).await,
+                None => confirm::log_notice(&ctx.peer, ctx.log_level, &notice).await,
             }
             None
         }

@@ -20,6 +20,8 @@ use rmcp::{Peer, RoleServer};
 use serde_json::{Value, json};
 use toolvisor_protocol::message::{ClientMessage, Remember};
 
+use crate::mcp::logging::LogLevel;
+
 /// A `confirm_required` as the bridge got it.
 #[derive(Clone, Debug)]
 pub struct Ask {
@@ -201,7 +203,10 @@ pub fn waiting_notice(ask: &Ask, workspace: &std::path::Path) -> String {
 }
 
 /// Tell a client without progress token, by a log notification.
-pub async fn log_notice(peer: &Peer<RoleServer>, text: &str) {
+pub async fn log_notice(peer: &Peer<RoleServer>, level: &LogLevel, text: &str) {
+    if !level.allows(LoggingLevel::Warning) {
+        return;
+    }
     let param = LoggingMessageNotificationParam::new(LoggingLevel::Warning, json!(text));
     let sent = peer.notify_logging_message(param).await;
     if let Err(e) = sent {

@@ -118,9 +118,10 @@ fn spawn(cmd: &ServeCommand) -> Result<Child, String> {
     c.stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(Stdio::piped());
-    // SAFETY: the hook only makes async-signal-safe calls between fork and exec.
+    // SAFETY: the hooks only make async-signal-safe calls between fork and exec.
     unsafe {
         c.pre_exec(crate::mcp::child::die_with_parent(libc::SIGTERM));
+        c.pre_exec(crate::mcp::child::only_stdio);
     }
     let mut child = c
         .spawn()

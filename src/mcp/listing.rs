@@ -1,12 +1,13 @@
 //! `tools/list`: the daemon's `list_tools` in format `mcp`, as MCP tools.
 //!
-//! The daemon lists `name`, `title`, `description`, `inputSchema`, `outputSchema` and
+//! The daemon lists `name`, `title`, `description`, `inputSchema`, `outputSchema` (each
+//! built-in tool's own: its `meta` fields, which the bridge puts in
+//! `structuredContent`; an MCP server's tool's as the server declared it, or none) and
 //! `annotations`. What an older daemon does not list is derived here, in [`complete`]:
-//! a `title` from the name, and the `outputSchema` every tool's `structuredContent`
-//! follows (see [`output_schema`]).
+//! a `title` from the name.
 
 use rmcp::model::Tool;
-use serde_json::{Value, json};
+use serde_json::Value;
 use toolvisor_protocol::message::{ServerMessage, ToolFormat};
 use toolvisor_protocol::tools;
 
@@ -52,8 +53,9 @@ fn to_tool(mut listed: Value) -> Option<Tool> {
     }
 }
 
-/// Fill in what the daemon's listing does not carry yet: `title` (from the name) and
-/// `outputSchema` (the shape of every result's `structuredContent`).
+/// Fill in what the daemon's listing does not carry yet: `title` (from the name). An
+/// `outputSchema` is never made up: a tool without one (an MCP server's that declares
+/// none) gets whatever structuredContent its server sends, unchecked.
 pub fn complete(listed: &mut Value) {
     let Some(m) = listed.as_object_mut() else {
         return;
@@ -61,9 +63,6 @@ pub fn complete(listed: &mut Value) {
     if !m.contains_key("title") {
         let name = m.get("name").and_then(Value::as_str).unwrap_or_default();
         m.insert("title".into(), Value::String(title(name)));
-    }
-    if !m.contains_key("outputSchema") {
-        m.insert("outputSchema".into(), output_schema());
     }
 }
 
@@ -83,36 +82,6 @@ pub fn title(name: &str) -> String {
         Some(s) => format!("{s}: {human}"),
         None => human,
     }
-}
-
-/// The JSON Schema of `structuredContent` (the same for every tool).
-pub fn output_schema() -> Value {
-    json!({
-        "type": "object",
-        "properties": {
-            "status": {"type": "string", "enum": ["ok", "error", "denied", "timeout", "cancelled", "crashed"]},
-            "error": {
-                "type": "object",
-                "properties": {"type": {"type": "string"}, "message": {"type": "string"}},
-                "required": ["type", "message"]
-            },
-            "exit_code": {"type": "integer", "description": "run_command: the command's exit code"},
-            "signal": {"type": "integer", "description": "run_command: the signal that killed the command"},
-            "truncated": {
-                "type": "object",
-                "properties": {
-                    "omitted_bytes": {"type": "integer", "minimum": 0},
-                    "omitted_lines": {"type": "integer", "minimum": 0}
-                },
-                "required": ["omitted_bytes", "omitted_lines"]
-            },
-            "full_output": {"type": "string", "description": "Where the whole output is: read it with read_file (also linked as a toolvisor://artifacts/ resource)"},
-            "structured": {"description": "An MCP server's tool: the structuredContent it returned"},
-            "duration_ms": {"type": "integer", "minimum": 0},
-            "audit_seq": {"type": "integer", "minimum": 0}
-        },
-        "required": ["status", "duration_ms", "audit_seq"]
-    })
 }
 
 #[cfg(test)]

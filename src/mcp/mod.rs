@@ -4,7 +4,8 @@
 //!   starts when none serves the workspace ([`daemon`]) and reaches through one
 //!   persistent connection ([`bridge`]); [`server`] answers the MCP requests, [`call`]
 //!   runs one tool call with its [`progress`] and [`confirm`]ations, [`result`] shapes
-//!   the answer, [`resources`] serves truncated outputs, [`listing`] the tool list.
+//!   the answer, [`resources`] serves truncated outputs, [`listing`] the tool list,
+//!   [`logging`] the client's log level.
 //! - `toolvisor worker --group mcp:NAME` ([`worker`]): one configured MCP server as a
 //!   supervised worker, its tools announced to the daemon.
 
@@ -15,6 +16,7 @@ pub mod confirm;
 pub mod daemon;
 mod eof;
 pub mod listing;
+pub mod logging;
 pub mod progress;
 pub mod resources;
 pub mod result;

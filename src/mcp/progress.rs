@@ -2,6 +2,11 @@
 //! one with each streamed output chunk (its last line as the message), one with each
 //! of the daemon's `call_heartbeat`s (every 5 s while the call runs), and one when the
 //! call waits for a person. Progress only grows, as the spec requires.
+//!
+//! An MCP server's own progress notifications (the daemon's `output` of stream
+//! `progress`) are passed on with the values the server gave; from the first on, the
+//! heartbeats stop (the server's count is the call's progress now, and a heartbeat's
+//! would not fit in it).
 
 use std::time::Instant;
 
@@ -17,6 +22,8 @@ pub struct Progress {
     token: ProgressToken,
     sent: u64,
     started: Instant,
+    /// The server of the call sends progress of its own.
+    relaying: bool,
 }
 
 impl Progress {
@@ -26,6 +33,7 @@ impl Progress {
             token,
             sent: 0,
             started: Instant::now(),
+            relaying: false,
         }
     }
 
@@ -37,8 +45,31 @@ impl Progress {
         }
     }
 
+    /// An MCP server's progress notification, `{"progress", "total"?, "message"?}`.
+    pub async fn relay(&mut self, data: &str) {
+        let Ok(v) = serde_json::from_str::<serde_json::Value>(data) else {
+            return;
+        };
+        let Some(progress) = v.get("progress").and_then(serde_json::Value::as_f64) else {
+            return;
+        };
+        self.relaying = true;
+        let mut param = ProgressNotificationParam::new(self.token.clone(), progress);
+        param.total = v.get("total").and_then(serde_json::Value::as_f64);
+        param.message = v
+            .get("message")
+            .and_then(serde_json::Value::as_str)
+            .map(|m| cut(m.to_owned()));
+        if let Err(e) = self.peer.notify_progress(param).await {
+            tracing::debug!("progress notification not sent: {e}");
+        }
+    }
+
     /// The call still runs.
     pub async fn heartbeat(&mut self) {
+        if self.relaying {
+            return;
+        }
         let secs = self.started.elapsed().as_secs();
         self.send(format!("running for {secs} s")).await;
     }

@@ -1,17 +1,53 @@
-//! A toolvisor `result` as an MCP `CallToolResult`: one text item (the call's content,
-//! after a status line when it did not succeed), `structuredContent` that follows the
-//! tools' `outputSchema`, `isError` when the status is not `ok`, and a `resource_link`
-//! to the full output when it was truncated.
+//! A toolvisor `result` as an MCP `CallToolResult`.
+//!
+//! A built-in tool's: one text item (the call's content, after a status line when it
+//! did not succeed, and ending with a line of the result fields a model needs, like
+//! `[token: …]`), `structuredContent` with the status and every field of the native
+//! `meta` (as the tool's `outputSchema` declares them), `isError` when the status is
+//! not `ok`, and a `resource_link` to the full output when it was truncated.
+//!
+//! An MCP server's tool (`NAME__TOOL`): what the server answered, passed on — its
+//! content items as they came (`meta.mcp_content`), its `structuredContent`
+//! (`meta.structured`) unchanged, so they fit the `outputSchema` it declared. A call
+//! toolvisor ended before or after the server (denied, timed out, a result that broke
+//! its schema) is an `isError` result without `structuredContent`, which the spec
+//! allows and which cannot break the server's schema.
 
 use rmcp::model::{CallToolResult, ContentBlock, Resource};
 use serde_json::{Map, Value, json};
 use toolvisor_protocol::message::{Status, ToolResult};
+use toolvisor_protocol::tools::def::carried_as;
 
 use crate::mcp::resources;
+use crate::mcp::worker::CONTENT_META;
 
-/// The MCP result of a call.
-pub fn to_mcp(r: &ToolResult) -> CallToolResult {
-    let mut content = vec![ContentBlock::text(text(r))];
+/// The result fields said in the text's last line too, in this order: many hosts show
+/// the model only the text, and these are what its next call needs.
+const SAID: &[&str] = &[
+    "token",
+    "process",
+    "running",
+    "exit_code",
+    "matched",
+    "next",
+];
+
+/// Whether `tool` is an MCP server's (`NAME__TOOL`; built-in names have no `__`), whose
+/// results pass on what the server said.
+pub fn relayed(tool: &str) -> bool {
+    tool.contains("__")
+}
+
+/// The MCP result of a call of `tool`.
+pub fn to_mcp(tool: &str, r: &ToolResult) -> CallToolResult {
+    if let Some(items) = r.meta.get(CONTENT_META).and_then(Value::as_array) {
+        return passed_on(r, items);
+    }
+    // The server's items did not fit a frame even described: its text, as cut.
+    if r.meta.get("mcp_content_omitted").is_some() {
+        return passed_on(r, &[json!({"type": "text", "text": r.content})]);
+    }
+    let mut content = vec![ContentBlock::text(with_fields(r))];
     if let Some(link) = artifact_link(r) {
         content.push(ContentBlock::resource_link(link));
     }
@@ -20,16 +56,88 @@ pub fn to_mcp(r: &ToolResult) -> CallToolResult {
     } else {
         CallToolResult::error(content)
     };
-    out.structured_content = Some(structured(r));
+    // An MCP server's tool that toolvisor ended has no structuredContent: the server's
+    // outputSchema (if any) is not toolvisor's shape, and an error may go without.
+    if !(relayed(tool) && r.status != Status::Ok) {
+        out.structured_content = Some(structured(r));
+    }
     out
 }
 
-/// An `isError` result for a call that could not reach the daemon, or broke the
-/// bridge's own rules (shaped like the daemon's, so the model reads one format).
-pub fn failure(kind: &str, message: &str) -> CallToolResult {
+/// An MCP server's answer as it gave it (its items as cut to the frame by its worker),
+/// after toolvisor's status line when toolvisor turned it into an error.
+fn passed_on(r: &ToolResult, items: &[Value]) -> CallToolResult {
+    let mut content: Vec<ContentBlock> = items
+        .iter()
+        .map(|v| {
+            serde_json::from_value(v.clone()).unwrap_or_else(|e| {
+                ContentBlock::text(format!("[a content item toolvisor cannot read: {e}]"))
+            })
+        })
+        .collect();
+    if r.status != Status::Ok
+        && let Some(e) = &r.error
+    {
+        // The server's own isError says why in its text; anything else is toolvisor's.
+        let said = content
+            .iter()
+            .filter_map(|c| c.as_text())
+            .any(|t| t.text.contains(&e.message));
+        if !said {
+            content.insert(
+                0,
+                ContentBlock::text(text(r).lines().next().unwrap_or_default().to_owned()),
+            );
+        }
+    }
+    if let Some(link) = artifact_link(r) {
+        content.push(ContentBlock::resource_link(link));
+    }
+    if r.status == Status::Ok {
+        let mut out = CallToolResult::success(content);
+        out.structured_content = r.meta.get("structured").cloned();
+        out
+    } else {
+        CallToolResult::error(content)
+    }
+}
+
+/// The text, then the fields of [`SAID`] the result has, as `[process: w0-1, next: 12]`
+/// (a command's exit code only with its process: a foreground one's is in the status
+/// line).
+pub fn with_fields(r: &ToolResult) -> String {
+    let fields: Vec<String> = SAID
+        .iter()
+        .filter(|k| **k != "exit_code" || r.meta.get("process").is_some())
+        .filter_map(|k| {
+            let v = r.meta.get(*k).filter(|v| !v.is_null())?;
+            Some(match v.as_str() {
+                Some(s) => format!("{k}: {s}"),
+                None => format!("{k}: {v}"),
+            })
+        })
+        .collect();
+    let body = text(r);
+    if fields.is_empty() {
+        return body;
+    }
+    let sep = if body.is_empty() || body.ends_with('\n') {
+        ""
+    } else {
+        "\n"
+    };
+    format!("{body}{sep}[{}]", fields.join(", "))
+}
+
+/// An `isError` result for a call of `tool` that could not reach the daemon, or broke
+/// the bridge's own rules (shaped like the daemon's, so the model reads one format).
+pub fn failure(tool: &str, kind: &str, message: &str) -> CallToolResult {
     let mut out = CallToolResult::error(vec![ContentBlock::text(format!(
         "[error: {kind}] {message}"
     ))]);
+    if relayed(tool) {
+        return out;
+    }
     out.structured_content = Some(json!({
         "status": "error",
         "error": {"type": kind, "message": message},
@@ -74,8 +182,9 @@ pub fn text(r: &ToolResult) -> String {
     }
 }
 
-/// `structuredContent`: {status, error?, exit_code?, signal?, truncated?, full_output?,
-/// structured?, duration_ms, audit_seq}.
+/// `structuredContent`: {status, error?, truncated?, full_output?, duration_ms,
+/// audit_seq}, and every field of the result's `meta` (an external worker's
+/// `structured` among them), named as [`carried_as`] says.
 pub fn structured(r: &ToolResult) -> Value {
     let mut m = Map::new();
     m.insert("status".into(), json!(r.status.as_str()));
@@ -84,11 +193,6 @@ pub fn structured(r: &ToolResult) -> Value {
             "error".into(),
             json!({"type": e.kind.as_str(), "message": e.message}),
         );
-    }
-    for key in ["exit_code", "signal"] {
-        if let Some(n) = r.meta.get(key).filter(|v| v.is_i64() || v.is_u64()) {
-            m.insert(key.into(), n.clone());
-        }
     }
     if let Some(t) = &r.truncated {
         m.insert(
@@ -99,8 +203,20 @@ pub fn structured(r: &ToolResult) -> Value {
             m.insert("full_output".into(), json!(path));
         }
     }
-    if let Some(s) = r.meta.get("structured") {
-        m.insert("structured".into(), s.clone());
+    if let Some(meta) = r.meta.as_object() {
+        for (k, v) in meta {
+            match k.as_str() {
+                // The bridge's own input, passed on as content.
+                CONTENT_META => {}
+                // An external worker's structured result keeps its name.
+                "structured" => {
+                    m.insert(k.clone(), v.clone());
+                }
+                _ => {
+                    m.insert(carried_as(k).into_owned(), v.clone());
+                }
+            }
+        }
     }
     m.insert("duration_ms".into(), json!(r.duration_ms));
     m.insert("audit_seq".into(), json!(r.audit_seq));
@@ -149,7 +265,7 @@ mod tests {
             "the command failed",
         ));
         r.meta = json!({"exit_code": 3});
-        let out = to_mcp(&r);
+        let out = to_mcp("run_command", &r);
         assert_eq!(out.is_error, Some(true));
         let text = &out.content[0].as_text().unwrap().text;
         assert_eq!(
@@ -171,7 +287,7 @@ mod tests {
             omitted_lines: 2,
             full_output: Some(".toolvisor/artifacts/m4.log".into()),
         });
-        let out = to_mcp(&r);
+        let out = to_mcp("run_command", &r);
         assert_eq!(out.is_error, Some(false));
         let link = out.content[1].as_resource_link().unwrap();
         assert_eq!(link.uri, "toolvisor://artifacts/m4.log");
@@ -182,19 +298,71 @@ mod tests {
 
     #[test]
     fn structured_content_fits_the_output_schema() {
-        let schema = crate::mcp::listing::output_schema();
-        let v = jsonschema::validator_for(&schema).unwrap();
+        let tools = toolvisor_protocol::tools::builtin();
+        let schema = &toolvisor_protocol::tools::find(&tools, "run_command")
+            .unwrap()
+            .output;
+        let v = jsonschema::validator_for(schema).unwrap();
         let mut r = result(Status::Denied, "");
         r.error = Some(ErrorBody::new(ErrorType::ConfirmationRequired, "ask"));
         assert!(v.is_valid(&structured(&r)));
         assert!(v.is_valid(&structured(&result(Status::Ok, "x"))));
         assert!(
             v.is_valid(
-                &failure("WorkerUnavailable", "down")
+                &failure("run_command", "WorkerUnavailable", "down")
                     .structured_content
                     .unwrap()
             )
         );
         assert!(text(&r).contains("toolvisor/confirm_token"));
+        // A background process: its handle and cursor, in structuredContent and in the
+        // text; a job's `error` does not hide the call's.
+        let mut bg = result(Status::Ok, "started\n");
+        bg.meta = json!({"process": "w0-1", "pid": 7, "running": true, "exit_code": null,
+                         "next": 8, "error": {"type": "X", "message": "y"}});
+        let s = structured(&bg);
+        assert!(v.is_valid(&s), "{s}");
+        assert_eq!(
+            (s["process"].clone(), s["next"].clone()),
+            (json!("w0-1"), json!(8))
+        );
+        assert_eq!(s["process_error"]["type"], "X");
+        assert_eq!(s.get("error"), None);
+        assert_eq!(
+            with_fields(&bg),
+            "started\n[process: w0-1, running: true, next: 8]"
+        );
+    }
+
+    #[test]
+    fn an_mcp_servers_answer_passes_through() {
+        let mut r = result(Status::Ok, "a\n[image: image/png, 4 bytes of base64]");
+        r.meta = json!({
+            "mcp_content": [{"type": "text", "text": "a"}, {"type": "image", "data": "AAAA", "mimeType": "image/png"}],
+            "structured": {"n": 1}
+        });
+        let out = to_mcp("srv__draw", &r);
+        assert_eq!(out.content.len(), 2);
+        assert_eq!(out.content[1].as_image().unwrap().data, "AAAA");
+        assert_eq!(out.structured_content, Some(json!({"n": 1})));
+        // Denied before the server: an error without structuredContent.
+        let mut denied = result(Status::Denied, "");
+        denied.error = Some(ErrorBody::new(ErrorType::PolicyDenied, "no"));
+        let out = to_mcp("srv__draw", &denied);
+        assert_eq!((out.is_error, out.structured_content), (Some(true), None));
+        // A result toolvisor turned into an error says why first.
+        let mut broke = r.clone();
+        broke.status = Status::Error;
+        broke.error = Some(ErrorBody::new(ErrorType::McpToolError, "does not match"));
+        let out = to_mcp("srv__draw", &broke);
+        assert_eq!(out.content.len(), 3);
+        assert!(
+            out.content[0]
+                .as_text()
+                .unwrap()
+                .text
+                .contains("does not match")
+        );
+        assert_eq!(out.structured_content, None);
     }
 }

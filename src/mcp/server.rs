@@ -6,6 +6,8 @@
 use std::path::PathBuf;
 use std::sync::Arc;
 
+#[allow(deprecated)] // logging/setLevel: deprecated from 2026-07-28, used before it.
+use rmcp::model::SetLevelRequestParams;
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, CallToolResult, Implementation,
     InitializeRequestParams, InitializeResult, ListToolsResult, PaginatedRequestParams,
@@ -21,6 +23,7 @@ use toolvisor_protocol::message::CallRequest;
 use crate::mcp::bridge::{Bridge, Notice};
 use crate::mcp::call::{self, CallCtx, CallError, Step};
 use crate::mcp::confirm;
+use crate::mcp::logging::LogLevel;
 use crate::mcp::resources::{self, ArtifactDir, ReadError};
 use crate::mcp::rounds::{self, Rounds};
 use crate::mcp::{listing, result};
@@ -38,6 +41,8 @@ pub struct ToolvisorMcp {
     gone: CancellationToken,
     /// Calls waiting for a 2026-07-28 client's second round.
     rounds: Arc<Rounds>,
+    /// The client's `logging/setLevel`.
+    log_level: Arc<LogLevel>,
 }
 
 impl ToolvisorMcp {
@@ -53,6 +58,7 @@ impl ToolvisorMcp {
             artifacts,
             gone,
             rounds: Arc::default(),
+            log_level: Arc::default(),
         }
     }
 
@@ -65,6 +71,7 @@ impl ToolvisorMcp {
             cancel: rc.ct.clone(),
             gone: self.gone.clone(),
             workspace: &self.workspace,
+            log_level: &self.log_level,
         }
     }
 
@@ -113,6 +120,17 @@ impl ServerHandler for ToolvisorMcp {
         self.negotiate_initialize(&request)
     }
 
+    /// Advertised with `logging`, so answered (MCP Inspector sets a level first thing).
+    #[allow(deprecated)]
+    async fn set_level(
+        &self,
+        request: SetLevelRequestParams,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<(), ErrorData> {
+        self.log_level.set(request.level);
+        Ok(())
+    }
+
     async fn list_tools(
         &self,
         _request: Option<PaginatedRequestParams>,
@@ -142,7 +160,7 @@ impl ServerHandler for ToolvisorMcp {
                         Err(e) => Err(CallError::Unavailable(e)),
                     }
                 }
-                Err(why) => return Ok(result::failure("InvalidParams", &why).into()),
+                Err(why) => return Ok(result::failure(&tool, "InvalidParams", &why).into()),
             },
             None => {
                 let mut req = CallRequest::new("", tool.clone(), args.clone());
@@ -155,12 +173,14 @@ impl ServerHandler for ToolvisorMcp {
             }
         };
         Ok(match step {
-            Ok(Step::Done(r)) => result::to_mcp(&r).into(),
+            Ok(Step::Done(r)) => result::to_mcp(&tool, &r).into(),
             Ok(Step::NeedsInput(route, ask)) => match self.rounds.park(route, ask, &tool, &args) {
                 Some(input) => input.into(),
-                None => call_failure(CallError::Refused("cannot ask the person".into())).into(),
+                None => {
+                    call_failure(&tool, CallError::Refused("cannot ask the person".into())).into()
+                }
             },
-            Err(e) => call_failure(e).into(),
+            Err(e) => call_failure(&tool, e).into(),
         })
     }
 
@@ -201,9 +221,9 @@ fn failure_text(e: CallError) -> String {
 }
 
 /// The `isError` result of a call that got no result from the daemon.
-fn call_failure(e: CallError) -> CallToolResult {
+fn call_failure(tool: &str, e: CallError) -> CallToolResult {
     match e {
-        CallError::Cancelled => result::failure("Cancelled", "the request was cancelled"),
-        other => result::failure("InternalError", &failure_text(other)),
+        CallError::Cancelled => result::failure(tool, "Cancelled", "the request was cancelled"),
+        other => result::failure(tool, "InternalError", &failure_text(other)),
     }
 }

@@ -100,6 +100,9 @@ pub struct Service {
     drain: Drain,
     /// The calls dispatched to a worker and not yet ended (`status.calls`).
     running: crate::call::running::Running,
+    /// What the last guard canary found (`status.guards.verified`; empty until the
+    /// first one ends).
+    verified: std::sync::Mutex<std::collections::BTreeMap<String, serde_json::Value>>,
 }
 
 impl Service {
@@ -169,6 +172,7 @@ impl Service {
             next_session: AtomicU64::new(1),
             drain: Drain::new(),
             running: Default::default(),
+            verified: Default::default(),
         });
         for (group, source, mut rx) in announced {
             if source == Source::Builtin {
@@ -260,6 +264,19 @@ impl Service {
     /// Where events go (subscribers, and the audit log for worker events).
     pub fn events(&self) -> &Events {
         &self.events
+    }
+
+    /// What the last guard canary found, guard by guard.
+    pub fn verified(&self) -> std::collections::BTreeMap<String, serde_json::Value> {
+        self.verified
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+    }
+
+    /// Keep what a guard canary found.
+    pub fn set_verified(&self, v: std::collections::BTreeMap<String, serde_json::Value>) {
+        *self.verified.lock().unwrap_or_else(|p| p.into_inner()) = v;
     }
 
     /// The audit log.

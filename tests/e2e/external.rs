@@ -2,7 +2,7 @@
 //! examples/workers/words.py joins the registry with the tools it announces, and its
 //! calls are validated, decided, audited, streamed, cancelled and supervised like a
 //! built-in group's. A worker that lies (a name another group owns, a broken schema, a
-//! result that does not decode) or crashes hurts only itself.
+//! result that does not decode: then it is replaced) or crashes hurts only itself.
 //! Skipped (with a note) where `python3` is not on PATH.
 
 use std::path::Path;
@@ -213,8 +213,10 @@ fn a_lying_worker_loses_only_its_lies() {
             Some(ErrorType::ConfirmationRequired)
         );
     });
-    // A garbled result ends its call at once with InternalError (allowed by a grant).
+    // A garbled result ends its call at once with InternalError (allowed by a grant),
+    // and the worker that sent it is replaced (a protocol violation).
     block(T, async {
+        let old = s.worker_pids("liar").await;
         let mut g = s.client().await;
         let id: toolvisor_protocol::Id = "g".into();
         let token = match g
@@ -240,8 +242,7 @@ fn a_lying_worker_loses_only_its_lies() {
         let r = g.call(req, |_, _| {}).await.unwrap().result.unwrap();
         assert_eq!(r.error.map(|e| e.kind), Some(ErrorType::InternalError),);
         assert!(r.duration_ms < 10_000, "not held until a deadline");
-        // The worker is still serving.
-        assert_eq!(s.worker_pids("liar").await.len(), 1);
+        assert_eq!(s.wait_group_back("liar", &old, T).await.len(), 1);
     });
 }
 
@@ -304,4 +305,30 @@ fn a_worker_that_dies_at_start_fails_alone() {
     )
     .unwrap();
     assert!(wait_child(&mut child, T).is_some_and(|s| s.success()));
+}
+
+/// A worker's script in the workspace is what the daemon runs at the worker's next
+/// start, as its own user: commands cannot rewrite it.
+#[test]
+fn an_external_workers_script_in_the_workspace_is_read_only_for_commands() {
+    if !have_python() {
+        return;
+    }
+    let dir = words_workspace("[[policy.rules]]\ntool = \"run_command\"\naction = \"allow\"\n");
+    let s = Server::start_in(dir);
+    block(T, async {
+        if !s.guards().await.namespaces {
+            return;
+        }
+        let script = s.ws().join("pyclient/words.py");
+        let before = std::fs::read_to_string(&script).unwrap();
+        let r = s
+            .call(
+                "run_command",
+                json!({"command": "echo 'import os; os.system(\"touch pwned\")' >> pyclient/words.py"}),
+            )
+            .await;
+        assert_ne!(r.status, Status::Ok, "{r:?}");
+        assert_eq!(std::fs::read_to_string(&script).unwrap(), before);
+    });
 }

@@ -33,6 +33,13 @@ impl Server {
         Self::start_in(dir)
     }
 
+    /// [`Server::start_in`] with extra variables in the server's environment.
+    pub fn start_in_with_env(dir: tempfile::TempDir, env: &[(&str, &str)]) -> Server {
+        let mut s = Self::serving(dir, env);
+        s.wait_ready(START_DEADLINE);
+        s
+    }
+
     pub fn start_in(dir: tempfile::TempDir) -> Server {
         let mut s = Self::serving(dir, &[]);
         s.wait_ready(START_DEADLINE);

@@ -483,3 +483,42 @@ fn command_cgroups_leave_nothing_behind_even_after_a_worker_kill_9() {
         );
     });
 }
+
+/// A command cannot use up the daemon user's per-user kernel counters: it gets a
+/// share of each (inotify instances here), so the person's editors and watchers keep
+/// theirs, and the daemon's own user still has the rest while the command holds its
+/// share.
+#[test]
+fn a_command_cannot_exhaust_the_daemon_users_inotify_instances() {
+    let s = Server::start(ALLOW_ALL);
+    block(Duration::from_secs(60), async {
+        if !s.guards().await.namespaces {
+            return;
+        }
+        let host: u64 = std::fs::read_to_string("/proc/sys/user/max_inotify_instances")
+            .unwrap()
+            .trim()
+            .parse()
+            .unwrap();
+        let grab = "python3 -c \"
+import ctypes
+libc = ctypes.CDLL(None)
+n = 0
+while libc.inotify_init() >= 0:
+    n += 1
+    if n > 100000:
+        break
+print('got', n)
+\"";
+        let r = s.call("run_command", json!({"command": grab})).await;
+        assert_eq!(r.status, Status::Ok, "{r:?}");
+        let got: u64 = r
+            .content
+            .trim()
+            .strip_prefix("got ")
+            .and_then(|n| n.parse().ok())
+            .unwrap_or_else(|| panic!("{r:?}"));
+        assert!(got < host, "the command took {got} of {host}");
+        assert!(got <= host / 4, "more than its share: {got} of {host}");
+    });
+}

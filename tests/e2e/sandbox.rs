@@ -699,3 +699,80 @@ fn a_missing_config_is_written_empty_and_protected() {
     let starter = std::fs::read_to_string(&config).unwrap();
     assert_ne!(starter, text, "init replaced the placeholder");
 }
+
+/// What the person's own git and agent hosts run from the workspace: the hooks
+/// directory `core.hooksPath` names (made when missing, so nothing can be planted in
+/// it), files the git config includes or names as programs, `.githooks/`, and an agent
+/// host's project settings. Commands cannot change them; the edit tools refuse them.
+#[test]
+fn what_the_host_runs_from_the_workspace_is_read_only_and_refused_to_edits() {
+    let dir = tempfile::tempdir().unwrap();
+    let put = |rel: &str, text: &str| {
+        let p = dir.path().join(rel);
+        std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+        std::fs::write(p, text).unwrap();
+    };
+    put(
+        ".git/config",
+        "[core]\n\thooksPath = .husky/_\n\tfsmonitor = tools/fsmon.sh\n[include]\n\tpath = ../project.gitconfig\n",
+    );
+    put(".git/HEAD", "ref: refs/heads/main\n");
+    put(
+        "project.gitconfig",
+        "[alias]\n\tst = !tools/st.sh --short\n",
+    );
+    put("tools/fsmon.sh", "#!/bin/sh\n");
+    put("tools/st.sh", "#!/bin/sh\n");
+    put(".githooks/pre-commit", "#!/bin/sh\n");
+    put(".claude/settings.json", "{}\n");
+    put("toolvisor.toml", ALLOW_ALL);
+    let s = Server::start_in(dir);
+    block(T, async {
+        if !namespaces(&s).await {
+            return;
+        }
+        let attempts = [
+            "mkdir -p .husky/_ && printf '#!/bin/sh\\ntouch pwned\\n' > .husky/_/pre-commit",
+            "echo 'touch pwned' >> tools/fsmon.sh",
+            "echo 'touch pwned' >> tools/st.sh",
+            "printf '[core]\\n\\tfsmonitor = ./x\\n' >> project.gitconfig",
+            "echo 'touch pwned' >> .githooks/pre-commit",
+            "echo '{\"hooks\":{}}' > .claude/settings.json",
+            "mv tools t2 && mkdir tools && echo x > tools/fsmon.sh",
+        ];
+        for a in attempts {
+            let r = s.call("run_command", run(a)).await;
+            assert_ne!(r.status, Status::Ok, "`{a}` succeeded: {r:?}");
+        }
+        assert!(!s.ws().join(".husky/_/pre-commit").exists());
+        for (rel, text) in [
+            ("tools/fsmon.sh", "#!/bin/sh\n"),
+            ("tools/st.sh", "#!/bin/sh\n"),
+            (
+                "project.gitconfig",
+                "[alias]\n\tst = !tools/st.sh --short\n",
+            ),
+            (".githooks/pre-commit", "#!/bin/sh\n"),
+            (".claude/settings.json", "{}\n"),
+        ] {
+            let now = std::fs::read_to_string(s.ws().join(rel)).unwrap();
+            assert_eq!(now, text, "{rel} changed");
+        }
+        for rel in [
+            "tools/fsmon.sh",
+            "project.gitconfig",
+            ".husky/_/pre-commit",
+            ".claude/settings.json",
+            ".cursor/mcp.json",
+            ".gemini/settings.json",
+        ] {
+            let r = s
+                .call("write_file", json!({"path": rel, "content": "x"}))
+                .await;
+            assert_ne!(r.status, Status::Ok, "write_file {rel}: {r:?}");
+        }
+        // The rest of the workspace stays writable.
+        let r = s.call("run_command", run("echo ok > tools/other.sh")).await;
+        assert_eq!(r.status, Status::Ok, "{r:?}");
+    });
+}

@@ -3,8 +3,9 @@
 //! Streamable HTTP. Each exercises one thing toolvisor must handle: plain and typed
 //! results, the server's own environment, `isError`, a crash, a hang (cancellation is
 //! written to `$TEST_MCP_LOG`), a result that breaks its own `outputSchema`, a
-//! destructive tool, `list_changed`, a flood of notifications, and a tool whose schema
-//! does not compile.
+//! destructive tool, `list_changed`, a flood of notifications, a tool whose schema
+//! does not compile, content of every kind with typed structuredContent (`rich`: it
+//! answers what it is given), progress with totals and messages (`steps`), and a flood of stderr (`shout`).
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -96,8 +97,36 @@ impl TestServer {
             ),
             tool(
                 "big",
-                "Return n bytes of text",
+                "Return n bytes of text (twice: in structuredContent too)",
+                props(
+                    json!({"n": {"type": "integer"}, "twice": {"type": "boolean"}}),
+                    &["n"],
+                ),
+            ),
+            tool(
+                "rich",
+                "Answer `content` (MCP content items) and `structured` as they are given, and an image of `image_bytes` bytes of base64 after them",
+                props(
+                    json!({"content": {"type": "array"}, "structured": {"type": "object"}, "image_bytes": {"type": "integer"}}),
+                    &["content", "structured"],
+                ),
+            )
+            .with_raw_output_schema(object(props(
+                json!({"label": {"type": "string"}, "n": {"type": "integer"}}),
+                &["label"],
+            ))),
+            tool(
+                "steps",
+                "Send n progress notifications (progress i+1 of total n, message `step i+1`)",
                 props(json!({"n": {"type": "integer"}}), &["n"]),
+            ),
+            tool(
+                "shout",
+                "Write n lines of `shout-line` and bytes characters to stderr",
+                props(
+                    json!({"n": {"type": "integer"}, "bytes": {"type": "integer"}}),
+                    &["n", "bytes"],
+                ),
             ),
             tool(
                 "bad.schema",
@@ -205,7 +234,48 @@ impl ServerHandler for TestServer {
                 }
                 text("flooded")
             }
-            "big" => text("z".repeat(int("n").max(0) as usize)),
+            "big" => {
+                let body = "z".repeat(int("n").max(0) as usize);
+                let mut r = text(body.clone());
+                if args.get("twice").and_then(Value::as_bool) == Some(true) {
+                    r.structured_content = Some(json!({"text": body}));
+                }
+                r
+            }
+            "rich" => {
+                let items = args.get("content").cloned().unwrap_or_default();
+                let mut content: Vec<ContentBlock> = serde_json::from_value(items)
+                    .map_err(|e| ErrorData::invalid_params(e.to_string(), None))?;
+                let n = int("image_bytes");
+                if n > 0 {
+                    content.push(ContentBlock::image("A".repeat(n as usize), "image/png"));
+                }
+                let mut r = CallToolResult::success(content);
+                r.structured_content = args.get("structured").cloned();
+                r
+            }
+            "shout" => {
+                use std::io::Write;
+                let line = format!("shout-line {}\n", "s".repeat(int("bytes").max(0) as usize));
+                let mut err = std::io::stderr().lock();
+                for _ in 0..int("n") {
+                    let _ = err.write_all(line.as_bytes());
+                }
+                let _ = err.flush();
+                text("shouted")
+            }
+            "steps" => {
+                let n = int("n");
+                if let Some(t) = context.meta.get_progress_token() {
+                    for i in 0..n {
+                        let mut p = ProgressNotificationParam::new(t.clone(), (i + 1) as f64);
+                        p.total = Some(n as f64);
+                        p.message = Some(format!("step {}", i + 1));
+                        let _ = context.peer.notify_progress(p).await;
+                    }
+                }
+                text(format!("{n} steps"))
+            }
             "extra" => text("extra"),
             other => return Err(ErrorData::invalid_params(format!("no tool {other}"), None)),
         };

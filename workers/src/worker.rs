@@ -35,9 +35,7 @@ const INIT_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// Entry point of `toolvisor worker --group G`; returns the exit code.
 pub fn main(group: &str) -> i32 {
-    // SAFETY: the supervisor passes the control socket as fd 3 and nothing else in this
-    // process owns that descriptor.
-    let control = unsafe { StdUnixStream::from_raw_fd(CONTROL_FD) };
+    let control = take_control();
     let init = match read_init(&control) {
         Ok(init) if init.group == group => init,
         Ok(init) => {
@@ -59,10 +57,29 @@ pub fn main(group: &str) -> i32 {
     }
     let cgroups = ExecState::cgroups(&init);
     let landlock = crate::sandbox::confine(&init, &cgroups.bases());
-    let resolver = match Resolver::new(&init.roots, &init.protected) {
+    let roots = [
+        Some(init.roots.private.as_path()),
+        init.roots.shared.as_deref(),
+        init.roots.public.as_deref(),
+    ];
+    let roots: Vec<&std::path::Path> = roots.into_iter().flatten().collect();
+    let mut refused = init.protected.clone();
+    refused.extend(crate::sandbox::hidden::inside(
+        &init.exec.sandbox.hidden,
+        &roots,
+    ));
+    // What the repository's git configuration makes the host run (as git reads it
+    // when this worker starts): the edit tools refuse it like `.git/config`.
+    let home = std::env::var_os("HOME").map(std::path::PathBuf::from);
+    let mut edit_refused = init.exec.sandbox.protected.clone();
+    edit_refused.extend(crate::sandbox::gitcfg::guarded_names(
+        &roots,
+        home.as_deref(),
+    ));
+    let resolver = match Resolver::new(&init.roots, &refused) {
         Ok(r) => Arc::new(
             r.with_artifacts(&init.state_dir)
-                .with_edit_protection(&init.exec.sandbox.protected),
+                .with_edit_protection(&edit_refused),
         ),
         Err(e) => {
             tracing::error!(group, "worker: cannot open the workspace roots: {e}");
@@ -89,6 +106,19 @@ pub fn main(group: &str) -> i32 {
     // cross-thread wake-up per frame).
     let served = runtime.spawn(serve(control, Arc::new(init), resolver, landlock, cgroups));
     runtime.block_on(served).unwrap_or(EXIT_SOFTWARE)
+}
+
+/// Take the control socket the supervisor passed as fd 3, close-on-exec from now on:
+/// it is this process's link alone, and a command, shim or server it starts must not
+/// inherit it (a command holding it could speak as this worker: docs/SANDBOX.md,
+/// "Descriptors"). The MCP worker of the binary takes its own with this too.
+pub fn take_control() -> StdUnixStream {
+    if let Err(e) = toolvisor_os::fds::cloexec(CONTROL_FD) {
+        tracing::error!("worker: cannot mark the control socket close-on-exec: {e}");
+    }
+    // SAFETY: the supervisor passes the control socket as fd 3 and nothing else in this
+    // process owns that descriptor.
+    unsafe { StdUnixStream::from_raw_fd(CONTROL_FD) }
 }
 
 /// Remove the temp files dead edit workers left, before answering `ready`; without a
@@ -281,6 +311,8 @@ fn guards(init: &WorkerInit, exec: &ExecState, landlock: Option<u32>) -> Guards 
             Vec::new()
         },
         limits: is_exec.then(|| exec.limits_mechanism().to_owned()),
+        // The supervisor's canary says what holds (serve/verify.rs).
+        verified: Default::default(),
     }
 }
 

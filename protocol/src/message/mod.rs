@@ -279,6 +279,9 @@ mod tests {
                     network: false,
                     protected: vec![".git/config".into()],
                     limits: Some("cgroup1".into()),
+                    verified: [("hidden".to_owned(), serde_json::Value::Bool(true))]
+                        .into_iter()
+                        .collect(),
                 },
                 calls: vec![CallStatus {
                     id: Id::Int(3),

@@ -95,6 +95,10 @@ pub struct Guards {
     /// How `[workers.exec.limits]` are enforced: `cgroup2`, `cgroup1` or `rlimit`.
     #[serde(default)]
     pub limits: Option<String>,
+    /// What the last canary command found, guard by guard: `true`, or the reason the
+    /// guard did not hold (empty until the first canary, run at start, has ended).
+    #[serde(default)]
+    pub verified: std::collections::BTreeMap<String, serde_json::Value>,
 }
 
 /// Server → client.

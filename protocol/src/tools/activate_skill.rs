@@ -44,6 +44,11 @@ pub fn def(skills: &[Skill]) -> ToolDef {
         description.push_str(&format!("\n- {}: {}", s.name, s.description));
     }
     ToolDef {
+        output: super::def::result_schema(&[
+            ("skill", json!({"type": "string"})),
+            ("dir", json!({"type": "string"})),
+            ("files", json!({"type": "integer"})),
+        ]),
         risk: Risk::Medium,
         hints: Hints::READ,
         describe,

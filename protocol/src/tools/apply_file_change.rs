@@ -15,6 +15,13 @@ pub const WORKER_OP: &str = "apply_change";
 /// The tool's whole definition, registered by [`super::builtin`].
 pub fn def() -> ToolDef {
     ToolDef {
+        output: super::def::result_schema(&[
+            ("path", json!({"type": "string"})),
+            (
+                "diff",
+                json!({"type": "string", "description": "The change made, as a unified diff"}),
+            ),
+        ]),
         risk: Risk::Medium,
         hints: Hints {
             read_only: false,

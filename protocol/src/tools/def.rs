@@ -256,23 +256,64 @@ impl ToolDef {
                     "parameters": self.parameters,
                 }
             }),
-            ToolFormat::Mcp => json!({
-                "name": self.name,
-                "title": self.title,
-                "description": self.description,
-                "inputSchema": self.parameters,
-                "outputSchema": self.output,
-                "annotations": {
+            ToolFormat::Mcp => {
+                // An MCP server's tool is listed as its server lists it; toolvisor's own
+                // say `meta.X` natively, which MCP hosts find in structuredContent.
+                let own = !self.group.starts_with(MCP_GROUP_PREFIX);
+                let (description, parameters) = if own {
+                    (
+                        mcp_wording(&self.description),
+                        serde_json::to_string(&self.parameters)
+                            .ok()
+                            .and_then(|s| serde_json::from_str(&s.replace(META, STRUCTURED)).ok())
+                            .unwrap_or_else(|| self.parameters.clone()),
+                    )
+                } else {
+                    (self.description.clone(), self.parameters.clone())
+                };
+                let mut out = json!({
+                    "name": self.name,
                     "title": self.title,
-                    "readOnlyHint": self.hints.read_only,
-                    "destructiveHint": self.hints.destructive,
-                    "idempotentHint": self.hints.idempotent,
-                    "openWorldHint": self.hints.open_world,
+                    "description": description,
+                    "inputSchema": parameters,
+                    "annotations": {
+                        "title": self.title,
+                        "readOnlyHint": self.hints.read_only,
+                        "destructiveHint": self.hints.destructive,
+                        "idempotentHint": self.hints.idempotent,
+                        "openWorldHint": self.hints.open_world,
+                    }
+                });
+                // A tool without one (an MCP server's that declares none) lists none.
+                if !self.output.is_null() {
+                    out["outputSchema"] = self.output.clone();
                 }
-            }),
+                out
+            }
         }
     }
 }
+
+/// The group prefix of an MCP server's tools (`mcp:NAME`).
+pub const MCP_GROUP_PREFIX: &str = "mcp:";
+
+/// A built-in tool's wording as an MCP host reads it: the result fields a native
+/// client finds in `meta` (`meta.token`) are in `structuredContent` there, and repeated
+/// in the text's last line (`[token: …]`) for hosts that show the model only text.
+fn mcp_wording(text: &str) -> String {
+    if !text.contains(META) {
+        return text.to_owned();
+    }
+    let mut out = text.replace(META, STRUCTURED);
+    out.push_str(
+        " (Result fields named structuredContent.X are also in the text's last line, as [X: value].)",
+    );
+    out
+}
+
+/// Where a native client finds a result field, and where an MCP host does.
+const META: &str = "meta.";
+const STRUCTURED: &str = "structuredContent.";
 
 /// `read_many_files` → `Read many files`.
 fn title_of(name: &str) -> String {
@@ -301,9 +342,98 @@ pub fn quoted(items: &[String]) -> String {
         .join(", ")
 }
 
+/// The keys toolvisor's own part of a structured result uses; a tool's `meta` field of
+/// the same name is carried under [`carried_as`] instead, so neither hides the other.
+pub const ENVELOPE_KEYS: &[&str] = &[
+    "status",
+    "error",
+    "truncated",
+    "full_output",
+    "structured",
+    "duration_ms",
+    "audit_seq",
+];
+
+/// The key a result's `meta` field `key` has in the structured result (MCP
+/// `structuredContent`): its own, unless toolvisor's part uses it — then web_fetch's
+/// HTTP `status` is `http_status`, a background process's `error` is `process_error`,
+/// and any other clash gets a `meta_` prefix.
+pub fn carried_as(key: &str) -> std::borrow::Cow<'_, str> {
+    match key {
+        "status" => "http_status".into(),
+        "error" => "process_error".into(),
+        k if ENVELOPE_KEYS.contains(&k) => format!("meta_{k}").into(),
+        k => k.into(),
+    }
+}
+
+/// The fields a result about a background process carries (run_command in the
+/// background, read_output, write_input, kill_process), by their structured names.
+pub fn process_fields() -> Vec<(&'static str, Value)> {
+    vec![
+        (
+            "process",
+            json!({"type": "string", "description": "The background process's handle: pass it as `process` to read_output, write_input, kill_process"}),
+        ),
+        ("pid", json!({"type": "integer"})),
+        (
+            "running",
+            json!({"type": "boolean", "description": "Whether the process still runs"}),
+        ),
+        (
+            "exit_code",
+            json!({"type": ["integer", "null"], "description": "The exit code (null while it runs or when a signal ended it)"}),
+        ),
+        (
+            "signal",
+            json!({"type": "integer", "description": "The signal that ended it"}),
+        ),
+        ("tty", json!({"type": "boolean"})),
+        ("stdin_open", json!({"type": "boolean"})),
+        (
+            "ready",
+            json!({"type": ["boolean", "null"], "description": "Whether its `ready` condition was met (null without one)"}),
+        ),
+        (
+            "next",
+            json!({"type": "integer", "minimum": 0, "description": "The byte offset of the next page: pass it as read_output's `since`"}),
+        ),
+        (
+            "resources",
+            json!({"type": "object", "properties": {"peak_rss_bytes": {"type": "integer"}, "cpu_ms": {"type": "integer"}}}),
+        ),
+        (
+            "process_error",
+            json!({"type": "object", "description": "Why the process failed (e.g. a limit stopped it)", "properties": {"type": {"type": "string"}, "message": {"type": "string"}}}),
+        ),
+    ]
+}
+
+/// The fields of a preview's result: the single-use token apply_file_change takes.
+pub fn preview_fields() -> Vec<(&'static str, Value)> {
+    vec![
+        (
+            "token",
+            json!({"type": "string", "description": "Single-use: pass it as apply_file_change's `token` to make exactly this change"}),
+        ),
+        ("path", json!({"type": "string"})),
+        (
+            "diff",
+            json!({"type": "string", "description": "The change, as a unified diff"}),
+        ),
+        (
+            "before_sha256",
+            json!({"type": ["string", "null"], "description": "The file's hash now (null: it does not exist)"}),
+        ),
+    ]
+}
+
 /// The schema of a result's structured form (the MCP `structuredContent`): the
 /// status and what went wrong, the numbers every call has, and `extra` properties of
-/// the tool's own (e.g. a command's `exit_code`).
+/// the tool's own — its `meta` fields, by [`carried_as`] names (e.g. a command's
+/// `exit_code`, a preview's `token`). Other fields may come too
+/// (`additionalProperties`): a tool's `meta` may grow, and an external worker's is its
+/// own.
 pub fn result_schema(extra: &[(&str, Value)]) -> Value {
     let mut props = json!({
         "status": {"type": "string", "enum": ["ok", "error", "denied", "timeout", "cancelled", "crashed"]},
@@ -320,7 +450,8 @@ pub fn result_schema(extra: &[(&str, Value)]) -> Value {
                 "full_output": {"type": "string"}
             }
         },
-        "full_output": {"type": "string"},
+        "full_output": {"type": "string", "description": "Where the whole output is: read it with read_file (also linked as a toolvisor://artifacts/ resource)"},
+        "structured": {"description": "An external worker's tool: the structured result it returned"},
         "duration_ms": {"type": "integer", "minimum": 0},
         "audit_seq": {"type": "integer", "minimum": 0}
     });
@@ -332,6 +463,7 @@ pub fn result_schema(extra: &[(&str, Value)]) -> Value {
     json!({
         "type": "object",
         "properties": props,
-        "required": ["status", "duration_ms", "audit_seq"]
+        "required": ["status", "duration_ms", "audit_seq"],
+        "additionalProperties": true
     })
 }

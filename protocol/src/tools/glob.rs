@@ -12,6 +12,16 @@ pub const NAME: &str = "glob";
 /// The tool's whole definition, registered by [`super::builtin`].
 pub fn def() -> ToolDef {
     ToolDef {
+        output: super::def::result_schema(&[
+            (
+                "files",
+                json!({"type": "integer", "description": "Paths shown"}),
+            ),
+            (
+                "total",
+                json!({"type": "integer", "description": "Paths that matched"}),
+            ),
+        ]),
         paths: vec![PathParam::or("directory", ".")],
         describe,
         ..ToolDef::new(

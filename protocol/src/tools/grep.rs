@@ -12,6 +12,17 @@ pub const NAME: &str = "grep";
 /// The tool's whole definition, registered by [`super::builtin`].
 pub fn def() -> ToolDef {
     ToolDef {
+        output: super::def::result_schema(&[
+            (
+                "matches",
+                json!({"type": "integer", "description": "Matches shown"}),
+            ),
+            ("total_matches", json!({"type": "integer"})),
+            (
+                "files",
+                json!({"type": "integer", "description": "Files with a match"}),
+            ),
+        ]),
         paths: vec![PathParam::or("directory", ".")],
         describe,
         ..ToolDef::new(

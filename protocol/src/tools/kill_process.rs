@@ -12,6 +12,11 @@ pub const NAME: &str = "kill_process";
 /// The tool's whole definition, registered by [`super::builtin`].
 pub fn def() -> ToolDef {
     ToolDef {
+        output: {
+            let mut f = super::def::process_fields();
+            f.extend([("signal_sent", json!({"type": "string"}))]);
+            super::def::result_schema(&f)
+        },
         risk: Risk::High,
         hints: Hints {
             read_only: false,

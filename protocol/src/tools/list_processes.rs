@@ -12,6 +12,10 @@ pub const NAME: &str = "list_processes";
 /// The tool's whole definition, registered by [`super::builtin`].
 pub fn def() -> ToolDef {
     ToolDef {
+        output: super::def::result_schema(&[(
+            "processes",
+            json!({"type": "array", "description": "One object per background process: process, pid, running, exit_code, …", "items": {"type": "object"}}),
+        )]),
         hints: Hints::READ,
         route: Route::EveryWorker,
         describe,

@@ -12,6 +12,7 @@ pub const NAME: &str = "ls";
 /// The tool's whole definition, registered by [`super::builtin`].
 pub fn def() -> ToolDef {
     ToolDef {
+        output: super::def::result_schema(&[("entries", json!({"type": "integer"}))]),
         aliases: vec!["list_dir".into()],
         paths: vec![PathParam::new("path")],
         describe,

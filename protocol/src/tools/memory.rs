@@ -20,6 +20,7 @@ pub const MAX_KEYS: usize = 1000;
 /// The tool's whole definition, registered by [`super::builtin`].
 pub fn def() -> ToolDef {
     ToolDef {
+        output: super::def::result_schema(&[("keys", json!({"type": "integer"}))]),
         hints: Hints {
             read_only: false,
             destructive: true,

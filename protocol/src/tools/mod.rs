@@ -148,6 +148,45 @@ mod tests {
     }
 
     #[test]
+    fn mcp_listings_say_where_result_fields_are() {
+        use crate::message::ToolFormat;
+        let tools = builtin();
+        let preview = find(&tools, "preview_edit_file")
+            .unwrap()
+            .listing(ToolFormat::Mcp);
+        let d = preview["description"].as_str().unwrap();
+        assert!(
+            d.contains("(structuredContent.token)") && !d.contains("meta."),
+            "{d}"
+        );
+        assert!(preview["outputSchema"]["properties"]["token"].is_object());
+        let read = find(&tools, "read_output")
+            .unwrap()
+            .listing(ToolFormat::Mcp);
+        let p = read["inputSchema"]["properties"]["process"]["description"].as_str();
+        assert_eq!(
+            p,
+            Some("The handle from run_command's structuredContent.process.")
+        );
+        // The native listing keeps `meta.`.
+        let native = find(&tools, "read_output")
+            .unwrap()
+            .listing(ToolFormat::Native);
+        assert!(
+            native["description"]
+                .as_str()
+                .unwrap()
+                .contains("meta.next")
+        );
+        // An MCP server's tool: its own words, and no outputSchema when it has none.
+        let mut theirs = ToolDef::new("gh__x", "mcp:gh", "see meta.x", json!({"type": "object"}));
+        theirs.output = serde_json::Value::Null;
+        let listed = theirs.listing(ToolFormat::Mcp);
+        assert_eq!(listed["description"], "see meta.x");
+        assert!(listed.get("outputSchema").is_none());
+    }
+
+    #[test]
     fn aliases_find_their_tool() {
         let tools = builtin();
         assert_eq!(

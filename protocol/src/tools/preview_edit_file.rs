@@ -12,6 +12,7 @@ pub const NAME: &str = "preview_edit_file";
 /// The tool's whole definition, registered by [`super::builtin`].
 pub fn def() -> ToolDef {
     ToolDef {
+        output: super::def::result_schema(&super::def::preview_fields()),
         paths: vec![PathParam::new("path")],
         describe,
         route: Route::Preview,

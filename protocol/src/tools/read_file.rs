@@ -12,6 +12,16 @@ pub const NAME: &str = "read_file";
 /// The tool's whole definition, registered by [`super::builtin`].
 pub fn def() -> ToolDef {
     ToolDef {
+        output: super::def::result_schema(&[
+            (
+                "lines",
+                json!({"type": "integer", "description": "Lines shown"}),
+            ),
+            (
+                "start_line",
+                json!({"type": "integer", "description": "The first line shown (1-based)"}),
+            ),
+        ]),
         paths: vec![PathParam::new("path")],
         describe,
         ..ToolDef::new(

@@ -12,6 +12,16 @@ pub const NAME: &str = "read_many_files";
 /// The tool's whole definition, registered by [`super::builtin`].
 pub fn def() -> ToolDef {
     ToolDef {
+        output: super::def::result_schema(&[
+            (
+                "files",
+                json!({"type": "integer", "description": "Files read"}),
+            ),
+            (
+                "errors",
+                json!({"type": "integer", "description": "Files that could not be read"}),
+            ),
+        ]),
         paths: vec![PathParam::new("paths")],
         describe,
         ..ToolDef::new(

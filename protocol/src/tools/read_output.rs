@@ -12,6 +12,11 @@ pub const NAME: &str = "read_output";
 /// The tool's whole definition, registered by [`super::builtin`].
 pub fn def() -> ToolDef {
     ToolDef {
+        output: {
+            let mut f = super::def::process_fields();
+            f.extend([("matched", json!({"type": "boolean", "description": "With until: whether a line matched (the page ends with it)"})), ("output_bytes", json!({"type": "integer", "description": "All the output the process wrote so far"})), ("raw", json!({"type": "string", "description": "With tty: the page as the terminal wrote it"}))]);
+            super::def::result_schema(&f)
+        },
         // Not idempotent: a read without `since` moves the job's read position.
         hints: Hints {
             idempotent: false,

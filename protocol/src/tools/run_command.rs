@@ -3,7 +3,9 @@
 use serde_json::{Map, Value, json};
 
 use super::args::{self, first, flag, text};
-use super::def::{ConfirmPreview, Hints, PathParam, PolicyTraits, Risk, ToolDef, result_schema};
+use super::def::{
+    ConfirmPreview, Hints, PathParam, PolicyTraits, Risk, ToolDef, process_fields, result_schema,
+};
 
 /// The tool's name: what the registry, the rules, the audit log and the worker's
 /// dispatch know it by.
@@ -22,10 +24,8 @@ pub fn def() -> ToolDef {
         aliases: vec!["shell".into()],
         paths: vec![PathParam::or("cwd", ".")],
         describe,
-        output: result_schema(&[
-            ("exit_code", json!({"type": "integer"})),
-            ("signal", json!({"type": "integer"})),
-        ]),
+        // Foreground: exit_code, signal, resources; in the background, the process.
+        output: result_schema(&process_fields()),
         confirm_preview: ConfirmPreview::Arg("command"),
         policy: PolicyTraits {
             shell: true,

@@ -17,6 +17,23 @@ pub const MAX_URL: usize = 8192;
 /// The tool's whole definition, registered by [`super::builtin`].
 pub fn def() -> ToolDef {
     ToolDef {
+        output: super::def::result_schema(&[
+            (
+                "url",
+                json!({"type": "string", "description": "The final URL, after redirects"}),
+            ),
+            (
+                "http_status",
+                json!({"type": "integer", "description": "The HTTP status"}),
+            ),
+            ("content_type", json!({"type": ["string", "null"]})),
+            ("bytes", json!({"type": "integer"})),
+            ("redirects", json!({"type": "integer"})),
+            (
+                "matches",
+                json!({"type": "integer", "description": "With selector: elements that matched"}),
+            ),
+        ]),
         hints: Hints {
             open_world: true,
             ..Hints::READ

@@ -18,6 +18,7 @@ pub const MAX_RESULTS: u64 = 20;
 /// The tool's whole definition, registered by [`super::builtin`].
 pub fn def() -> ToolDef {
     ToolDef {
+        output: super::def::result_schema(&[("results", json!({"type": "integer"}))]),
         hints: Hints {
             open_world: true,
             ..Hints::READ

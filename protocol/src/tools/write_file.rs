@@ -24,6 +24,13 @@ pub fn parameters() -> Value {
 /// The tool's whole definition, registered by [`super::builtin`].
 pub fn def() -> ToolDef {
     ToolDef {
+        output: super::def::result_schema(&[
+            ("path", json!({"type": "string"})),
+            (
+                "diff",
+                json!({"type": "string", "description": "The change made, as a unified diff"}),
+            ),
+        ]),
         risk: Risk::Medium,
         hints: Hints {
             read_only: false,

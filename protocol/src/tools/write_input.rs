@@ -14,6 +14,14 @@ pub const NAME: &str = "write_input";
 /// The tool's whole definition, registered by [`super::builtin`].
 pub fn def() -> ToolDef {
     ToolDef {
+        output: {
+            let mut f = super::def::process_fields();
+            f.extend([(
+                "written",
+                json!({"type": "integer", "description": "Bytes written"}),
+            )]);
+            super::def::result_schema(&f)
+        },
         risk: Risk::High,
         hints: Hints {
             read_only: false,

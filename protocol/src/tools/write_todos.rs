@@ -17,6 +17,14 @@ pub const MAX_TODOS: usize = 1000;
 /// The tool's whole definition, registered by [`super::builtin`].
 pub fn def() -> ToolDef {
     ToolDef {
+        output: super::def::result_schema(&[
+            (
+                "id",
+                json!({"type": "string", "description": "The todo added"}),
+            ),
+            ("todos", json!({"type": "integer"})),
+            ("completed", json!({"type": "integer"})),
+        ]),
         hints: Hints {
             read_only: false,
             destructive: true,

@@ -4,8 +4,11 @@
 //! The child gets the worker's (scrubbed) environment plus its own `env`, the workspace
 //! as its directory, the worker's process group (so the supervisor's kill of the worker
 //! reaches it) and death with the worker (parent-death signal). Its stderr goes to the
-//! daemon's log. A server that asks its client for input (elicitation) is declined:
-//! toolvisor's own confirmations happen before the call reaches the server.
+//! daemon's log, bounded ([`super::stderr`]); an answer too long for rmcp to read is
+//! answered as an error in its place ([`super::oversize`]), never waited for. A server that asks its client for input (elicitation) is declined:
+//! toolvisor's own confirmations happen before the call reaches the server. Its
+//! progress notifications (for calls that asked for them) are handed to the worker,
+//! which passes them on; a flood of them is cut to what the worker keeps up with.
 
 use std::path::Path;
 use std::process::Stdio;
@@ -13,7 +16,7 @@ use std::time::Duration;
 
 use rmcp::model::{
     ClientCapabilities, ClientConfig, ElicitRequestParams, ElicitResult, ElicitationAction,
-    Implementation,
+    Implementation, ProgressNotificationParam,
 };
 use rmcp::service::{NotificationContext, RequestContext, RunningService};
 use rmcp::{ClientHandler, ErrorData, RoleClient, ServiceExt};
@@ -37,10 +40,24 @@ pub enum ConnectError {
     Handshake(String),
 }
 
-/// The client side of the session: it hears when the server's tools change.
+/// Progress notifications waiting for the worker before more are dropped (progress
+/// only informs: a late one is worth less than the call's result).
+const PROGRESS_DEPTH: usize = 64;
+
+/// The client side of the session: it hears when the server's tools change, and the
+/// progress of calls.
 pub struct Handler {
     /// One pending "tools changed" is enough: floods collapse into it.
     changed: mpsc::Sender<()>,
+    progress: mpsc::Sender<ProgressNotificationParam>,
+}
+
+/// What the session tells the worker besides answers.
+pub struct Heard {
+    /// `notifications/tools/list_changed`.
+    pub changed: mpsc::Receiver<()>,
+    /// `notifications/progress`.
+    pub progress: mpsc::Receiver<ProgressNotificationParam>,
 }
 
 impl ClientHandler for Handler {
@@ -55,6 +72,14 @@ impl ClientHandler for Handler {
         let _ = self.changed.try_send(());
     }
 
+    async fn on_progress(
+        &self,
+        params: ProgressNotificationParam,
+        _context: NotificationContext<RoleClient>,
+    ) {
+        let _ = self.progress.try_send(params);
+    }
+
     async fn create_elicitation(
         &self,
         _request: ElicitRequestParams,
@@ -64,14 +89,15 @@ impl ClientHandler for Handler {
     }
 }
 
-/// Connect to the server `init` describes, within its start-up deadline. The receiver
-/// hears of `notifications/tools/list_changed`.
-pub async fn connect(
-    init: &McpServerInit,
-    cwd: &Path,
-) -> Result<(Session, mpsc::Receiver<()>), ConnectError> {
-    let (changed, rx) = mpsc::channel(1);
-    let handler = Handler { changed };
+/// Connect to the server `init` describes, within its start-up deadline.
+pub async fn connect(init: &McpServerInit, cwd: &Path) -> Result<(Session, Heard), ConnectError> {
+    let (changed, changed_rx) = mpsc::channel(1);
+    let (progress, progress_rx) = mpsc::channel(PROGRESS_DEPTH);
+    let heard = Heard {
+        changed: changed_rx,
+        progress: progress_rx,
+    };
+    let handler = Handler { changed, progress };
     let deadline = Duration::from_millis(init.startup_timeout_ms);
     let started = match &init.url {
         Some(url) => {
@@ -82,11 +108,12 @@ pub async fn connect(
         }
         None => {
             let (stdout, stdin) = spawn(init, cwd)?;
+            let stdout = super::oversize::Bounded::new(stdout);
             tokio::time::timeout(deadline, handler.serve((stdout, stdin))).await
         }
     };
     match started {
-        Ok(Ok(session)) => Ok((session, rx)),
+        Ok(Ok(session)) => Ok((session, heard)),
         Ok(Err(e)) => Err(ConnectError::Handshake(e.to_string())),
         Err(_) => Err(ConnectError::Timeout(deadline)),
     }
@@ -110,16 +137,21 @@ fn spawn(
         .current_dir(cwd)
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
-        .stderr(Stdio::inherit())
+        .stderr(Stdio::piped())
         .kill_on_drop(true);
-    // SAFETY: the hook only makes async-signal-safe calls between fork and exec.
+    // SAFETY: the hooks only make async-signal-safe calls between fork and exec.
     unsafe {
         cmd.pre_exec(crate::mcp::child::die_with_parent(libc::SIGKILL));
+        cmd.pre_exec(crate::mcp::child::only_stdio);
     }
     let mut child = cmd.spawn().map_err(spawn_err)?;
     let (Some(stdout), Some(stdin)) = (child.stdout.take(), child.stdin.take()) else {
         return Err(spawn_err(std::io::Error::other("no pipes to the server")));
     };
+    if let Some(stderr) = child.stderr.take() {
+        let to = tokio::io::stderr();
+        tokio::spawn(super::stderr::pass_on(init.name.clone(), stderr, to));
+    }
     // The child is reaped (and its death seen) through the session closing; keep it
     // from being killed by the drop of its handle while it serves.
     tokio::spawn(async move {

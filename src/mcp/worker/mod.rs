@@ -13,28 +13,44 @@
 mod catalog;
 mod downstream;
 mod outcome;
+mod oversize;
+mod stderr;
 
 use std::collections::HashMap;
-use std::os::fd::FromRawFd;
 use std::os::unix::net::UnixStream as StdUnixStream;
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
 
-use rmcp::model::{CallToolRequest, CallToolRequestParams, ClientRequest, ServerResult};
+use rmcp::model::{
+    CallToolRequest, CallToolRequestParams, ClientRequest, ProgressNotificationParam,
+    ProgressToken, ServerResult,
+};
 use rmcp::service::PeerRequestOptions;
 use rmcp::{Peer, RoleClient};
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 use toolvisor_protocol::message::Guards;
 use toolvisor_protocol::worker::{
-    AnnouncedTool, CONTROL_FD, FromWorker, KNOWN_TO_WORKER, McpServerInit, Outcome, ToWorker,
-    WorkerInit,
+    AnnouncedTool, FromWorker, KNOWN_TO_WORKER, McpServerInit, Outcome, ToWorker, WorkerInit,
 };
 use toolvisor_protocol::writer::direct::DirectWriter;
 use toolvisor_protocol::{ErrorBody, ErrorType, frame};
 use toolvisor_workers::context::Outgoing;
 
 use catalog::{Catalog, Listed};
+
+/// The `meta` key of an MCP server's content items, as it sent them (JSON, MCP's
+/// shape): what `toolvisor mcp` passes on to its host (docs/PROTOCOL.md, `result`).
+pub const CONTENT_META: &str = "mcp_content";
+
+/// Progress notifications a call keeps before more are dropped.
+const PROGRESS_DEPTH: usize = 64;
+
+/// The `stream` of the `output` frames that carry a server's progress notifications.
+pub const PROGRESS_STREAM: &str = "progress";
+
+/// Longest progress message passed on, in characters.
+const MAX_PROGRESS_MESSAGE: usize = 1000;
 
 /// Exit code for a configuration error: the supervisor does not restart on it.
 const EXIT_CONFIG: i32 = 78;
@@ -45,9 +61,8 @@ const RELIST_EVERY: Duration = Duration::from_millis(250);
 
 /// Entry point; returns the exit code.
 pub fn main(group: &str) -> i32 {
-    // SAFETY: the supervisor passes the control socket as fd 3 and nothing else in
-    // this process owns that descriptor.
-    let control = unsafe { StdUnixStream::from_raw_fd(CONTROL_FD) };
+    // Close-on-exec at once: the MCP server this worker starts must not get it.
+    let control = toolvisor_workers::worker::take_control();
     let init = match toolvisor_workers::worker::read_init(&control) {
         Ok(init) if init.group == group && init.mcp.is_some() => init,
         Ok(init) => {
@@ -94,7 +109,7 @@ async fn serve(control: StdUnixStream, init: WorkerInit) -> i32 {
     let Some(server) = init.mcp.clone() else {
         return EXIT_CONFIG;
     };
-    let (session, changed) = match downstream::connect(&server, &init.roots.private).await {
+    let (session, heard) = match downstream::connect(&server, &init.roots.private).await {
         Ok(s) => s,
         Err(e) => {
             tracing::error!(group = %group, "MCP server `{}`: {e}", server.name);
@@ -149,9 +164,11 @@ async fn serve(control: StdUnixStream, init: WorkerInit) -> i32 {
             tx: tx.clone(),
             deadline,
         },
-        changed,
+        heard.changed,
         tools,
     ));
+    let streaming: Streaming = Arc::default();
+    let progress = tokio::spawn(route_progress(heard.progress, streaming.clone()));
     let code = loop {
         tokio::select! {
             body = frame::read_frame(&mut rd, max) => {
@@ -165,7 +182,7 @@ async fn serve(control: StdUnixStream, init: WorkerInit) -> i32 {
                 };
                 match msg {
                     Ok(ToWorker::Shutdown) => break 0,
-                    Ok(m) => on_message(m, &peer, &running, &current, &tx, &init),
+                    Ok(m) => on_message(m, &peer, &running, &streaming, &current, &tx, &init),
                     Err(e) => tracing::error!(group = %group, "worker: bad frame from supervisor: {e}"),
                 }
             }
@@ -176,6 +193,7 @@ async fn serve(control: StdUnixStream, init: WorkerInit) -> i32 {
         }
     };
     relister.abort();
+    progress.abort();
     // Asked to stop: the calls still running are cancelled on the server. When the
     // server went away, they end as crashed (their answers can never come), not as
     // cancelled: nobody cancelled them.
@@ -242,23 +260,40 @@ fn on_message(
     msg: ToWorker,
     peer: &Peer<RoleClient>,
     running: &Running,
+    streaming: &Streaming,
     current: &Current,
     tx: &Outgoing,
     init: &WorkerInit,
 ) {
     match msg {
         ToWorker::Run {
-            call, tool, args, ..
+            call,
+            tool,
+            args,
+            stream,
+            ..
         } => {
             let cancel = CancellationToken::new();
             lock(running).insert(call, cancel.clone());
             let (peer, running, tx) = (peer.clone(), running.clone(), tx.clone());
+            let streaming = streaming.clone();
             let catalog = current.read().unwrap_or_else(|p| p.into_inner()).clone();
             let limits = init.limits.clone();
             tokio::spawn(async move {
                 let mut o = match catalog.find(&tool) {
                     Some(served) => {
-                        let mut o = call_tool(&peer, served.original.clone(), args, &cancel).await;
+                        let mut o = call_tool(
+                            &peer,
+                            served.original.clone(),
+                            args,
+                            stream.then_some(ProgressTo {
+                                call,
+                                streaming: &streaming,
+                                tx: &tx,
+                            }),
+                            &cancel,
+                        )
+                        .await;
                         served.check_output(&mut o);
                         o
                     }
@@ -282,11 +317,85 @@ fn on_message(
     }
 }
 
-/// One `tools/call`; a cancel sends `notifications/cancelled` and answers at once.
+/// The calls that asked for progress, by the progress token rmcp gave their
+/// `tools/call` (it sets one on every request): the server's notifications name it.
+/// Each call passes its own on, so that all of them go out before its `done`.
+type Streaming = Arc<Mutex<HashMap<ProgressToken, mpsc::Sender<ProgressNotificationParam>>>>;
+
+/// How long a call's progress notifications may trail its answer: rmcp hands each
+/// notification to a task of its own, so one the server sent just before answering
+/// can arrive just after.
+const PROGRESS_GRACE: Duration = Duration::from_millis(20);
+
+/// Hand each progress notification of the server to the call it names (none: it is
+/// dropped); a call that is behind loses notifications, never its result.
+async fn route_progress(mut rx: mpsc::Receiver<ProgressNotificationParam>, streaming: Streaming) {
+    while let Some(p) = rx.recv().await {
+        let to = lock(&streaming).get(&p.progress_token).cloned();
+        if let Some(to) = to {
+            let _ = to.try_send(p);
+        }
+    }
+}
+
+/// A progress notification of the server as an `output` frame of stream `progress`:
+/// `data` is `{"progress", "total"?, "message"?}` as JSON, with the server's values
+/// (docs/PROTOCOL.md).
+async fn send_progress(tx: &Outgoing, call: u64, p: ProgressNotificationParam) {
+    let mut data = serde_json::Map::new();
+    data.insert("progress".into(), serde_json::json!(p.progress));
+    if let Some(total) = p.total {
+        data.insert("total".into(), serde_json::json!(total));
+    }
+    if let Some(message) = p.message {
+        let message: String = message.chars().take(MAX_PROGRESS_MESSAGE).collect();
+        data.insert("message".into(), serde_json::Value::String(message));
+    }
+    let frame = FromWorker::Output {
+        call,
+        stream: PROGRESS_STREAM.into(),
+        data: serde_json::Value::Object(data).to_string(),
+    };
+    tx.send(&frame).await;
+}
+
+/// A call's relayed progress: its notifications, passed on as its `output`.
+struct Relay<'a> {
+    call: u64,
+    tx: &'a Outgoing,
+    rx: mpsc::Receiver<ProgressNotificationParam>,
+    streaming: &'a Streaming,
+    token: ProgressToken,
+}
+
+impl Drop for Relay<'_> {
+    fn drop(&mut self) {
+        lock(self.streaming).remove(&self.token);
+    }
+}
+
+/// The next notification of `relay`, or never.
+async fn next_progress(relay: &mut Option<Relay<'_>>) -> Option<ProgressNotificationParam> {
+    match relay {
+        Some(r) => r.rx.recv().await,
+        None => std::future::pending().await,
+    }
+}
+
+/// Where a call that asked for progress sends it.
+struct ProgressTo<'a> {
+    call: u64,
+    streaming: &'a Streaming,
+    tx: &'a Outgoing,
+}
+
+/// One `tools/call` (its progress passed on when `progress` says where); a cancel
+/// sends `notifications/cancelled` and answers at once.
 async fn call_tool(
     peer: &Peer<RoleClient>,
     tool: String,
     args: serde_json::Value,
+    progress: Option<ProgressTo<'_>>,
     cancel: &CancellationToken,
 ) -> Outcome {
     let serde_json::Value::Object(args) = args else {
@@ -304,13 +413,37 @@ async fn call_tool(
         Ok(h) => h,
         Err(e) => return crashed(&e.to_string()),
     };
-    let answer = tokio::select! {
-        a = &mut handle.rx => a,
-        _ = cancel.cancelled() => {
-            let _ = handle.cancel(Some("cancelled by toolvisor".into())).await;
-            return Outcome::err(ErrorBody::new(ErrorType::Cancelled, "the call was cancelled"));
+    let mut relay = progress.map(|to| {
+        let (ptx, rx) = mpsc::channel(PROGRESS_DEPTH);
+        let token = handle.progress_token.clone();
+        lock(to.streaming).insert(token.clone(), ptx);
+        Relay {
+            call: to.call,
+            tx: to.tx,
+            rx,
+            streaming: to.streaming,
+            token,
+        }
+    });
+    let answer = loop {
+        tokio::select! {
+            a = &mut handle.rx => break a,
+            Some(p) = next_progress(&mut relay) => {
+                if let Some(r) = &relay {
+                    send_progress(r.tx, r.call, p).await;
+                }
+            }
+            _ = cancel.cancelled() => {
+                let _ = handle.cancel(Some("cancelled by toolvisor".into())).await;
+                return Outcome::err(ErrorBody::new(ErrorType::Cancelled, "the call was cancelled"));
+            }
         }
     };
+    if let Some(r) = relay.as_mut() {
+        while let Ok(Some(p)) = tokio::time::timeout(PROGRESS_GRACE, r.rx.recv()).await {
+            send_progress(r.tx, r.call, p).await;
+        }
+    }
     match answer {
         Ok(Ok(ServerResult::CallToolResult(r))) => outcome::of(r),
         Ok(Ok(other)) => Outcome::err(ErrorBody::new(

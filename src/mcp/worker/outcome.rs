@@ -1,12 +1,17 @@
 //! An MCP server's `CallToolResult` as a worker outcome: the text of its content blocks
-//! (other blocks described in a line), its `structuredContent` in `meta.structured`,
-//! and `isError` as status `error`, `McpToolError`. Content is cut like the other
-//! tools' output (`limits.many_max`, then the frame).
+//! (other blocks described in a line) for native clients, the blocks themselves in
+//! `meta.mcp_content` (an MCP host gets them as they came: images, audio, resources),
+//! its `structuredContent` in `meta.structured`, and `isError` as status `error`,
+//! `McpToolError`. Content is cut like the other tools' output (`limits.many_max`,
+//! then the frame); the blocks follow the cut, and whatever of them a frame cannot
+//! hold is left out with a line that says so — a result never outgrows its frame.
 
 use rmcp::model::{CallToolResult, ContentBlock, ResourceContents, ServerResult};
-use serde_json::Value;
+use serde_json::{Value, json};
 use toolvisor_protocol::worker::{Limits, Outcome};
 use toolvisor_protocol::{ErrorBody, ErrorType};
+
+use super::CONTENT_META;
 
 /// Longest first line of an error's content used as its message.
 const MAX_MESSAGE: usize = 500;
@@ -32,6 +37,9 @@ pub fn of(r: CallToolResult) -> Outcome {
     } else {
         Outcome::ok(text)
     };
+    if let Ok(items) = serde_json::to_value(&r.content) {
+        o.meta.insert(CONTENT_META.into(), items);
+    }
     if let Some(s) = r.structured_content {
         o.meta.insert("structured".into(), s);
     }
@@ -99,6 +107,58 @@ pub fn fit(o: &mut Outcome, limits: &Limits) {
             .insert("structured_omitted".into(), Value::Bool(true));
     }
     toolvisor_workers::truncate::fit_frame(o, limits.max_frame_bytes);
+    if o.truncated.is_some() {
+        cut_text_items(o);
+    }
+    fit_items(o, limits.max_frame_bytes);
+}
+
+/// The server's text items, after the content was cut: one text item with the cut
+/// content, before its other items (the cut keeps the head and tail of all the text).
+fn cut_text_items(o: &mut Outcome) {
+    if let Some(Value::Array(items)) = o.meta.get_mut(CONTENT_META) {
+        let others = items.drain(..).filter(|i| i["type"] != "text");
+        let text = json!({"type": "text", "text": o.content});
+        *items = std::iter::once(text).chain(others).collect();
+    }
+}
+
+/// Keep the whole outcome within 7/8 of a frame (its fields and the envelope take the
+/// rest): the largest content item becomes a line that describes it, until it fits;
+/// when even that is too much, the items are left out (`mcp_content_omitted`).
+fn fit_items(o: &mut Outcome, max_frame: usize) {
+    let limit = max_frame / 8 * 7;
+    let size = |o: &Outcome| serde_json::to_vec(o).map_or(usize::MAX, |b| b.len());
+    while size(o) > limit {
+        let Some(Value::Array(items)) = o.meta.get_mut(CONTENT_META) else {
+            return;
+        };
+        let biggest = items
+            .iter()
+            .enumerate()
+            .map(|(i, v)| (i, v.to_string().len()))
+            .filter(|(_, n)| *n > 1024)
+            .max_by_key(|(_, n)| *n);
+        match biggest {
+            Some((i, _)) => {
+                let said = match serde_json::from_value::<ContentBlock>(items[i].clone()) {
+                    Ok(b) => block_text(&b),
+                    Err(_) => "[content of an unknown kind]".into(),
+                };
+                let said: String = said.chars().take(512).collect();
+                items[i] = json!({
+                    "type": "text",
+                    "text": format!("{said} (left out: the result is larger than a frame)"),
+                });
+            }
+            None => {
+                o.meta.remove(CONTENT_META);
+                o.meta
+                    .insert("mcp_content_omitted".into(), Value::Bool(true));
+                return;
+            }
+        }
+    }
 }
 
 /// A short name for an unexpected answer.
@@ -147,6 +207,49 @@ mod tests {
         assert_eq!(e.kind, ErrorType::McpToolError);
         assert_eq!(e.message, "no such repo");
         assert_eq!(o.content, "\nno such repo\nmore");
+    }
+
+    #[test]
+    fn content_items_pass_as_they_came_and_follow_the_cut() {
+        let items = json!([
+            {"type": "text", "text": "a\n".repeat(3000)},
+            {"type": "image", "data": "AAAA", "mimeType": "image/png"},
+            {"type": "audio", "data": "UklG", "mimeType": "audio/wav", "_meta": {"k": 1}}
+        ]);
+        let o = of(result(json!({"content": items.clone()})));
+        assert_eq!(o.meta[CONTENT_META], items);
+        let limits = Limits {
+            many_max: 1024,
+            max_frame_bytes: 1 << 20,
+            ..Limits::default()
+        };
+        let mut cut = o.clone();
+        fit(&mut cut, &limits);
+        assert!(cut.truncated.is_some());
+        let kept = cut.meta[CONTENT_META].as_array().unwrap();
+        assert_eq!(kept.len(), 3);
+        assert_eq!(kept[0]["text"], json!(cut.content));
+        assert_eq!((&kept[1], &kept[2]), (&items[1], &items[2]));
+        // An item no frame holds becomes a line that says so.
+        let mut huge = of(result(json!({"content": [
+            {"type": "text", "text": "hi"},
+            {"type": "image", "data": "A".repeat(200_000), "mimeType": "image/png"}
+        ]})));
+        fit(
+            &mut huge,
+            &Limits {
+                max_frame_bytes: 65536,
+                ..limits
+            },
+        );
+        let kept = huge.meta[CONTENT_META].as_array().unwrap();
+        assert_eq!(kept[0]["text"], "hi");
+        let said = kept[1]["text"].as_str().unwrap();
+        assert!(
+            said.starts_with("[image: image/png, 200000 bytes")
+                && said.ends_with("larger than a frame)"),
+            "{said}"
+        );
     }
 
     #[test]

@@ -304,8 +304,8 @@ pub struct WorkerExited<'a> {
     pub code: Option<i32>,
     /// The signal that killed it, if one did.
     pub signal: Option<i32>,
-    /// Why: `crashed`, `not_ready`, `operator_restart`, `reload`, `memory`, `shutdown`,
-    /// `retired`.
+    /// Why: `crashed`, `not_ready`, `protocol_violation`, `operator_restart`, `reload`,
+    /// `memory`, `shutdown`, `retired`.
     pub reason: &'a str,
 }
 
@@ -353,6 +353,23 @@ impl Record for SupervisorStopped<'_> {
     const KIND: &'static str = "supervisor_stopped";
     fn fields(&self) -> Map<String, Value> {
         obj(json!({"reason": self.reason}))
+    }
+}
+
+/// `guards_verified`: what the canary command found, guard by guard (`true` or the
+/// reason it failed), at start, after a reload and for `doctor`.
+#[derive(Clone, Debug)]
+pub struct GuardsVerified<'a> {
+    /// Guard name → `true` or the reason it is not verified.
+    pub verified: &'a Map<String, Value>,
+    /// Whether every guard was verified.
+    pub all: bool,
+}
+
+impl Record for GuardsVerified<'_> {
+    const KIND: &'static str = "guards_verified";
+    fn fields(&self) -> Map<String, Value> {
+        obj(json!({"verified": self.verified, "all": self.all}))
     }
 }
 

@@ -10,7 +10,7 @@ use toolvisor_protocol::worker::McpServerInit;
 use super::{Config, GroupConfig};
 
 /// The group prefix of an MCP server's worker: `mcp:NAME`.
-pub const GROUP_PREFIX: &str = "mcp:";
+pub const GROUP_PREFIX: &str = toolvisor_protocol::tools::def::MCP_GROUP_PREFIX;
 
 /// The `[mcp]` table.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]

@@ -14,7 +14,7 @@ mod workers;
 
 pub use policy::{Action, Condition, Expose, Hazards, Mode, Operator, PolicyConfig, Rule};
 use toml_error::describe_toml_error;
-pub use workers::{BUILTIN_GROUPS, GroupConfig, SandboxMode, WorkersConfig};
+pub use workers::{BUILTIN_GROUPS, DEFAULT_HIDDEN, GroupConfig, SandboxMode, WorkersConfig};
 
 /// Why a configuration cannot be used: `serve` refuses to start (exit 78), a reload
 /// keeps the old one. Each names the file, and the key or line at fault.

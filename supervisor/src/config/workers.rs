@@ -38,6 +38,9 @@ pub struct GroupConfig {
     pub network: bool,
     /// `exec` only: more workspace-relative paths commands and edit tools may not change.
     pub protected: Vec<PathBuf>,
+    /// `exec` only: paths commands never see (and file tools refuse), in addition to
+    /// [`DEFAULT_HIDDEN`]: globs; `~/` is `$HOME`; relative ones are under each root.
+    pub hidden: Vec<String>,
     /// `exec` only: `[workers.exec.limits]`.
     pub limits: toolvisor_protocol::worker::ExecLimits,
     /// `exec` only: a foreground command still running after this many ms goes on in
@@ -49,6 +52,31 @@ pub struct GroupConfig {
     /// a tool may announce a higher one, never a lower.
     pub risk: Option<toolvisor_protocol::tools::Risk>,
 }
+
+/// What commands never see, whatever `workers.exec.hidden` adds: the usual credential
+/// stores (what a command prints goes to the model's provider) and the host's password
+/// hashes. A rule or a person's answer may reveal one for one command.
+pub const DEFAULT_HIDDEN: [&str; 19] = [
+    "~/.ssh",
+    "~/.gnupg",
+    "~/.aws",
+    "~/.azure",
+    "~/.config/gcloud",
+    "~/.config/gh",
+    "~/.kube",
+    "~/.docker",
+    "~/.netrc",
+    "~/.git-credentials",
+    "~/.npmrc",
+    "~/.pypirc",
+    "~/.cargo/credentials*",
+    "~/.local/share/keyrings",
+    "~/.password-store",
+    "/etc/shadow",
+    "/etc/gshadow",
+    "/etc/shadow-",
+    "/etc/gshadow-",
+];
 
 /// `workers.exec.sandbox`: namespaces for each command where the host allows them
 /// (`auto`), or refuse to start without them (`required`), or never (`off`: Landlock
@@ -81,6 +109,7 @@ impl Default for GroupConfig {
             sandbox: SandboxMode::Auto,
             network: false,
             protected: Vec::new(),
+            hidden: Vec::new(),
             limits: Default::default(),
             yield_ms: None,
             command: Vec::new(),

@@ -4,7 +4,7 @@
 //! to `high` by a destructive hint), never lowered below the floor.
 
 use serde_json::Value;
-use toolvisor_protocol::tools::def::result_schema;
+use toolvisor_protocol::tools::def::{MCP_GROUP_PREFIX, result_schema};
 use toolvisor_protocol::tools::{ConfirmPreview, Hints, PathParam, Risk, ToolDef};
 use toolvisor_protocol::worker::AnnouncedTool;
 
@@ -28,7 +28,14 @@ pub fn to_def(group: &str, floor: Risk, t: AnnouncedTool) -> ToolDef {
     if let Some(title) = t.title {
         def.title = title;
     }
-    def.output = result_schema(&[]);
+    // An MCP server's tool keeps the outputSchema it declared (or none): `toolvisor mcp`
+    // passes its structuredContent on unchanged. Another worker's results are shaped
+    // like the built-in tools'.
+    def.output = if group.starts_with(MCP_GROUP_PREFIX) {
+        t.output_schema.unwrap_or(Value::Null)
+    } else {
+        result_schema(&[])
+    };
     def.risk = risk;
     def.hints = hints;
     def.paths = t.paths.iter().map(|p| PathParam::new(p)).collect();

@@ -17,6 +17,7 @@ pub mod sandbox;
 pub mod state_dir;
 pub mod status;
 pub mod usage;
+pub mod verify;
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -202,6 +203,8 @@ async fn serve(args: ServeArgs, state: StateDir) -> i32 {
         )));
     }
     tracing::info!(socket = %socket.display(), workspace = %args.workspace.display(), pid = std::process::id(), "serving");
+    let verifying = service.clone();
+    tokio::spawn(async move { verify::verify(&verifying).await });
     let mut signals = signals;
     let code = obey_signals(&service, &mut signals, notifier.as_ref()).await;
     if let Some(n) = &notifier {

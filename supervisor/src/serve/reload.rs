@@ -76,9 +76,11 @@ pub async fn reload_and_restart(service: &Arc<Service>) {
         config_sha256: &digest,
     });
     tracing::info!("SIGHUP: configuration reloaded; restarting the workers as their calls end");
+    let verifying = service.clone();
     tokio::spawn(async move {
         futures::future::join_all(plans.iter().map(|(p, count, r)| p.reload(*count, r))).await;
         tracing::info!("SIGHUP: every worker restarted");
+        crate::serve::verify::verify(&verifying).await;
     });
 }
 

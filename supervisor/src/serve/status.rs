@@ -48,6 +48,7 @@ pub async fn status(svc: &Arc<Service>, id: Id) -> ServerMessage {
             });
         }
     }
+    guards.verified = svc.verified();
     let pids: Vec<u32> = workers.iter().map(|w| w.pid.unwrap_or(0)).collect();
     for (w, u) in workers.iter_mut().zip(sample(pids).await) {
         w.rss_bytes = u.rss_bytes;

@@ -98,8 +98,9 @@ impl Events {
     }
 
     /// A worker process ended. `reason` says whether on purpose (`operator_restart`,
-    /// `reload`, `memory`, `shutdown`) or not (`crashed`, `not_ready`); the fields are
-    /// those of [`crate::audit::record::WorkerExited`].
+    /// `reload`, `memory`, `shutdown`) or not (`crashed`, `not_ready`,
+    /// `protocol_violation`); the fields are those of
+    /// [`crate::audit::record::WorkerExited`].
     pub fn worker_exited(
         &self,
         w: &WorkerShared,

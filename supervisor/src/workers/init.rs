@@ -87,6 +87,76 @@ pub fn worker_init(
     })
 }
 
+/// `workers.exec.protected`, and the files of configured MCP servers and external
+/// workers that lie in a workspace root (a command that rewrote one would run as the
+/// daemon's user at its next start), as root-relative names.
+fn protected_names(config: &Config, roots: &Roots) -> Vec<PathBuf> {
+    let mut out = config.workers.exec.protected.clone();
+    let commands = config
+        .mcp
+        .servers
+        .values()
+        .map(|s| &s.command)
+        .chain(config.workers.external.values().map(|g| &g.command));
+    let each = [
+        Some(&roots.private),
+        roots.shared.as_ref(),
+        roots.public.as_ref(),
+    ];
+    for word in commands.flatten() {
+        let p = Path::new(word);
+        for root in each.iter().flatten() {
+            let abs = if p.is_absolute() {
+                p.to_path_buf()
+            } else {
+                root.join(p)
+            };
+            let Ok(real) = abs.canonicalize() else {
+                continue;
+            };
+            if let Ok(rel) = real.strip_prefix(root)
+                && !rel.as_os_str().is_empty()
+                && real.is_file()
+                && !out.iter().any(|o| o == rel)
+            {
+                out.push(rel.to_path_buf());
+            }
+        }
+    }
+    out
+}
+
+/// The daemon's home directory (`~/` in `workers.exec.hidden`).
+fn home() -> Option<PathBuf> {
+    std::env::var_os("HOME")
+        .map(PathBuf::from)
+        .filter(|h| h.is_absolute())
+}
+
+/// [`DEFAULT_HIDDEN`](crate::config::DEFAULT_HIDDEN) and `extra` as absolute
+/// patterns: `~/x` under `home` (dropped without one), a relative one under every root.
+/// Globs stay globs: the sandbox matches them when it builds each command's view.
+pub fn hidden_paths(extra: &[String], roots: &Roots, home: Option<&Path>) -> Vec<PathBuf> {
+    let defaults = crate::config::DEFAULT_HIDDEN.iter().copied();
+    let mut out = Vec::new();
+    for h in defaults.chain(extra.iter().map(String::as_str)) {
+        if let Some(rest) = h.strip_prefix("~/") {
+            out.extend(home.map(|home| home.join(rest)));
+        } else if Path::new(h).is_absolute() {
+            out.push(PathBuf::from(h));
+        } else {
+            let each = [
+                Some(&roots.private),
+                roots.shared.as_ref(),
+                roots.public.as_ref(),
+            ];
+            out.extend(each.into_iter().flatten().map(|r| r.join(h)));
+        }
+    }
+    out.dedup();
+    out
+}
+
 /// `p` with its directory resolved (the file itself may not exist yet: the socket).
 fn canonical(p: &Path) -> PathBuf {
     if let Ok(c) = p.canonicalize() {
@@ -124,10 +194,12 @@ fn sandbox_settings(
     if !socket.starts_with(&state) {
         hidden.push(socket);
     }
+    let roots = workspace_roots(&paths.workspace, config)?;
+    hidden.extend(hidden_paths(&exec.hidden, &roots, home().as_deref()));
     Ok(SandboxSettings {
         namespaces,
         network: exec.network,
-        protected: exec.protected.clone(),
+        protected: protected_names(config, &roots),
         config_file,
         hidden,
         limits: exec.limits.clone(),

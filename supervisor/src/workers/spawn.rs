@@ -4,7 +4,8 @@
 //! blocking threads exit when idle; so every worker is forked from this one thread,
 //! which lives as long as the supervisor. The child gets its own process group, the
 //! death signal (then a check that its parent is still us), no new privileges, no core
-//! dumps, a scrubbed environment, and its control socket as fd 3.
+//! dumps, a scrubbed environment, and its control socket as fd 3 — the only descriptor
+//! past its standard streams it gets (docs/SANDBOX.md, "Descriptors").
 
 use std::os::fd::AsRawFd;
 use std::path::PathBuf;
@@ -174,6 +175,10 @@ fn harden_child(child_fd: i32, parent: libc::pid_t, nice: i32) -> std::io::Resul
         } else if libc::dup2(child_fd, CONTROL_FD) < 0 {
             return Err(std::io::Error::last_os_error());
         }
+        // The control socket is the only descriptor past the standard streams the worker
+        // gets: whatever else the supervisor holds (other workers' links, a descriptor
+        // its own parent leaked) is closed by the exec.
+        toolvisor_os::fds::cloexec_from(CONTROL_FD + 1)?;
         if libc::prctl(
             libc::PR_SET_PDEATHSIG,
             libc::SIGKILL as libc::c_ulong,

@@ -1,8 +1,9 @@
 //! MCP both ways: `toolvisor mcp` driven by an rmcp client ([`server`]), and MCP
 //! servers run as supervised workers ([`client`]), one of them third-party
-//! ([`third_party`]).
+//! ([`third_party`]); what results carry through the bridge, both ways ([`results`]).
 
 mod client;
+mod results;
 mod server;
 mod support;
 mod third_party;

@@ -39,10 +39,15 @@ pub enum Answer {
     Cancel,
 }
 
+/// A progress notification's `progress`, `total` and `message`.
+pub type ProgressSeen = (f64, Option<f64>, Option<String>);
+
 /// What the bridge told the client.
 #[derive(Default)]
 pub struct Seen {
     pub progress: Mutex<Vec<String>>,
+    /// Each progress notification's `progress`, `total` and `message`.
+    pub progress_values: Mutex<Vec<ProgressSeen>>,
     pub logs: Mutex<Vec<String>>,
     pub elicitations: Mutex<Vec<String>>,
     pub list_changed: AtomicUsize,
@@ -133,6 +138,11 @@ impl ClientHandler for TestClient {
         params: ProgressNotificationParam,
         _context: NotificationContext<RoleClient>,
     ) {
+        self.seen.progress_values.lock().unwrap().push((
+            params.progress,
+            params.total,
+            params.message.clone(),
+        ));
         let m = params.message.unwrap_or_default();
         self.seen.progress.lock().unwrap().push(m);
         self.seen.tick();
@@ -249,6 +259,15 @@ pub fn text(r: &CallToolResult) -> String {
         .and_then(|c| c.as_text())
         .map(|t| t.text.clone())
         .unwrap_or_default()
+}
+
+/// Every result's `structuredContent` fits the tool's `outputSchema`.
+pub fn assert_fits(tool: &rmcp::model::Tool, r: &rmcp::model::CallToolResult) {
+    let schema = Value::Object((*tool.output_schema.clone().expect("outputSchema")).clone());
+    let v = jsonschema::validator_for(&schema).expect("the outputSchema compiles");
+    let s = structured(r);
+    let errors: Vec<String> = v.iter_errors(&s).map(|e| e.to_string()).collect();
+    assert!(errors.is_empty(), "{s} breaks the outputSchema: {errors:?}");
 }
 
 /// The `structuredContent` of a result.

@@ -770,3 +770,26 @@ async fn stdin_yield_and_input_to_a_job() {
     assert_eq!(w.status, Status::Ok, "{w:?}");
     assert_eq!(read_until(&f, &h, "got:x").await, "got:x\n");
 }
+
+/// A command gets its standard streams (or its terminal as all three) and nothing of
+/// the process that starts it — here the test binary's own descriptors and one left
+/// inheritable on purpose, as a worker's link to the supervisor used to be — through
+/// the shim and without one (docs/SANDBOX.md, "Descriptors").
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_command_gets_only_its_standard_streams() {
+    use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+    let null = std::fs::File::open("/dev/null").unwrap();
+    // SAFETY: F_DUPFD (not F_DUPFD_CLOEXEC) of a descriptor we own; the copy is ours.
+    let leaked = unsafe { OwnedFd::from_raw_fd(libc::fcntl(null.as_raw_fd(), libc::F_DUPFD, 50)) };
+    for shim in [true, false] {
+        let f = fixture_with(Limits::default(), 0, shim);
+        for tty in [false, true] {
+            let args = json!({"command": "ls /proc/$$/fd; true", "tty": tty});
+            let o = f.call("run_command", args).await;
+            assert_eq!(o.status, Status::Ok, "shim {shim}, tty {tty}: {o:?}");
+            let fds: Vec<&str> = o.content.split_whitespace().collect();
+            assert_eq!(fds, ["0", "1", "2"], "shim {shim}, tty {tty}: {o:?}");
+        }
+    }
+    drop(leaked);
+}

@@ -414,7 +414,8 @@ impl<'a> Start<'a> {
 }
 
 /// Start the command in its own process group — or, with a `terminal`, as the leader
-/// of a new session whose controlling terminal it is, on all three standard streams.
+/// of a new session whose controlling terminal it is, on all three standard streams —
+/// with no descriptor past those three.
 /// The handlers we installed are reset to the default by `execve`, and std resets the
 /// signal mask.
 fn spawn(s: &Start<'_>, terminal: Option<&std::os::fd::OwnedFd>) -> std::io::Result<Pid> {
@@ -437,6 +438,11 @@ fn spawn(s: &Start<'_>, terminal: Option<&std::os::fd::OwnedFd>) -> std::io::Res
             cmd.process_group(0);
         }
     }
+    // The command gets its standard streams and nothing else: not the report pipe or
+    // the control channel, not whatever the worker or the daemon held when it started
+    // us (docs/SANDBOX.md, "Descriptors"). Marked here, closed by the kernel at the exec.
+    // SAFETY: `cloexec_from` makes only async-signal-safe calls.
+    unsafe { cmd.pre_exec(|| toolvisor_os::fds::cloexec_from(toolvisor_os::fds::FIRST_NON_STDIO)) };
     if let Some(id) = instance {
         cmd.env(MARKER_VAR, id);
     }

@@ -5,11 +5,13 @@
 //! UTS and cgroup namespaces that the reap shim builds ([`ns`], [`plan`], [`mount`]):
 //! the host file system read-only, the workspace roots and `workers.exec.writable`
 //! writable, the [`protect`]ed paths inside them read-only (pinned against renames),
-//! the state directory and the socket hidden, a private `/tmp`, a fresh `/proc`, and
+//! the state directory, the socket and the [`hidden`] credential stores covered up, a private `/tmp`, a fresh `/proc`, and
 //! only `lo` unless the network is allowed. [`probe`] tells `serve` whether the host
 //! allows it; where it does not, commands run under [`landlock`] and the shim only.
 
 mod error;
+pub mod gitcfg;
+pub mod hidden;
 pub mod landlock;
 pub mod mount;
 pub mod ns;

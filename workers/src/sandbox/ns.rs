@@ -38,13 +38,15 @@ pub fn unshare(spec: &SandboxSpec) -> Result<(), SandboxError> {
         )));
     }
     let (uid, gid) = (rustix::process::getuid(), rustix::process::getgid());
+    let counters = user_counters();
     if let Some([user, net]) = spec.netns {
         join_loopback(user, net)?;
     }
     // SAFETY: no `FILES` flag, and the shim has one thread: nothing shares fds with us.
     unsafe { rustix::thread::unshare_unsafe(flags(spec.network || spec.netns.is_some())) }
         .map_err(|e| SandboxError::step("cannot create namespaces", e))?;
-    map_ids(uid.as_raw(), gid.as_raw())
+    map_ids(uid.as_raw(), gid.as_raw())?;
+    bound_user_counters(&counters)
 }
 
 fn map_ids(uid: u32, gid: u32) -> Result<(), SandboxError> {
@@ -100,6 +102,63 @@ pub fn unshare_loopback() -> Result<(), SandboxError> {
     loopback_up()
 }
 
+/// The per-user kernel counters a command could use up for every process of the
+/// daemon's user (inotify instances and watches: an editor or watcher on the host then
+/// gets `EMFILE`; fanotify groups; namespaces of each kind).
+const USER_COUNTERS: [&str; 12] = [
+    "max_inotify_instances",
+    "max_inotify_watches",
+    "max_fanotify_groups",
+    "max_fanotify_marks",
+    "max_user_namespaces",
+    "max_mnt_namespaces",
+    "max_pid_namespaces",
+    "max_net_namespaces",
+    "max_ipc_namespaces",
+    "max_uts_namespaces",
+    "max_cgroup_namespaces",
+    "max_time_namespaces",
+];
+
+/// A command's share of each counter: a quarter of what the daemon's user has.
+const COUNTER_SHARE: u64 = 4;
+
+/// The limits the daemon's user has now, for the counters this kernel has.
+fn user_counters() -> Vec<(&'static str, u64)> {
+    USER_COUNTERS
+        .iter()
+        .filter_map(|name| {
+            let text = std::fs::read_to_string(format!("/proc/sys/user/{name}")).ok()?;
+            Some((*name, text.trim().parse().ok()?))
+        })
+        .collect()
+}
+
+/// In the new user namespace: its own limit of each counter, a share of the daemon
+/// user's. The kernel charges a namespace's use to its parent's too, so the command can
+/// never take more than its share of what the daemon's user has (and the rest stays for
+/// the person's own tools). Also bounds the bytes of POSIX message queues.
+fn bound_user_counters(counters: &[(&str, u64)]) -> Result<(), SandboxError> {
+    for (name, limit) in counters {
+        let share = (limit / COUNTER_SHARE).max(1);
+        std::fs::write(format!("/proc/sys/user/{name}"), share.to_string())
+            .map_err(|e| SandboxError::step(format!("cannot bound /proc/sys/user/{name}"), e))?;
+    }
+    let now = rustix::process::getrlimit(rustix::process::Resource::Msgqueue);
+    let bytes = now
+        .maximum
+        .map_or(MSGQUEUE_BYTES, |m| m.min(MSGQUEUE_BYTES));
+    let queue = rustix::process::Rlimit {
+        current: Some(bytes),
+        maximum: Some(bytes),
+    };
+    rustix::process::setrlimit(rustix::process::Resource::Msgqueue, queue)
+        .map_err(|e| SandboxError::step("cannot bound RLIMIT_MSGQUEUE", e))
+}
+
+/// Bytes of POSIX message queues a command may hold (a quarter of Linux's default).
+const MSGQUEUE_BYTES: u64 = 200 * 1024;
+
 fn write_proc(name: &str, text: &str) -> Result<(), SandboxError> {
     std::fs::write(format!("/proc/self/{name}"), text)
         .map_err(|e| SandboxError::step(format!("cannot write /proc/self/{name}"), e))
@@ -111,6 +170,7 @@ fn write_proc(name: &str, text: &str) -> Result<(), SandboxError> {
 /// saw of the host (a spare is checked against it when it is claimed).
 pub fn setup(spec: &SandboxSpec) -> Result<Observations, SandboxError> {
     let before = rustix::fs::stat(".").map_err(|e| SandboxError::step("cannot stat the cwd", e))?;
+    let home = std::env::var_os("HOME").map(std::path::PathBuf::from);
     let inputs = Inputs {
         roots: &spec.roots,
         writable: &spec.writable,
@@ -118,6 +178,7 @@ pub fn setup(spec: &SandboxSpec) -> Result<Observations, SandboxError> {
         read_only: &spec.read_only,
         hidden: &spec.hidden,
         network: spec.network,
+        home: home.as_deref(),
     };
     let seen = Recording::new(&HostView);
     let steps = plan::plan(&inputs, &seen);

@@ -72,6 +72,10 @@ pub enum Seen {
     Stamp(PathBuf, Stamp),
     /// `subdirs(path)`.
     Subdirs(PathBuf, Vec<PathBuf>),
+    /// `entries(path)`.
+    Entries(PathBuf, Vec<PathBuf>),
+    /// `target(path)`.
+    Target(PathBuf, Option<PathBuf>),
 }
 
 /// Every answer a plan was made from, in the order asked.
@@ -85,6 +89,8 @@ impl Observations {
         self.0.iter().find(|s| match s {
             Seen::Stamp(p, was) => view.stamp(p) != *was,
             Seen::Subdirs(p, was) => view.subdirs(p) != *was,
+            Seen::Entries(p, was) => view.entries(p) != *was,
+            Seen::Target(p, was) => view.target(p) != *was,
         })
     }
 }
@@ -128,6 +134,29 @@ impl View for Recording<'_> {
             .push(Seen::Subdirs(p.to_path_buf(), d.clone()));
         d
     }
+
+    fn entries(&self, p: &Path) -> Vec<PathBuf> {
+        let e = self.inner.entries(p);
+        self.seen
+            .borrow_mut()
+            .push(Seen::Entries(p.to_path_buf(), e.clone()));
+        e
+    }
+
+    /// A read is recorded as the file's identity and change time: any write to it
+    /// moves its change time, so an unchanged stamp means the same text.
+    fn read(&self, p: &Path, max: u64) -> Option<String> {
+        self.stamp(p);
+        self.inner.read(p, max)
+    }
+
+    fn target(&self, p: &Path) -> Option<PathBuf> {
+        let t = self.inner.target(p);
+        self.seen
+            .borrow_mut()
+            .push(Seen::Target(p.to_path_buf(), t.clone()));
+        t
+    }
 }
 
 #[cfg(test)]
@@ -155,6 +184,7 @@ mod tests {
             read_only: &[],
             hidden: &[],
             network: false,
+            home: None,
         };
         let rec = Recording::new(&HostView);
         let steps = plan(&inputs, &rec);

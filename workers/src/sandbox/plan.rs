@@ -48,6 +48,19 @@ pub trait View {
     fn kind(&self, p: &Path) -> Kind;
     /// Subdirectories of `p` (none when unreadable).
     fn subdirs(&self, p: &Path) -> Vec<PathBuf>;
+    /// Every entry of directory `p`, sorted (none when unreadable): a hidden pattern
+    /// with a wildcard is matched against them.
+    fn entries(&self, _p: &Path) -> Vec<PathBuf> {
+        Vec::new()
+    }
+    /// Where the symlink at `p` leads, fully resolved (None: it leads nowhere).
+    fn target(&self, _p: &Path) -> Option<PathBuf> {
+        None
+    }
+    /// The text of file `p` when it is at most `max` bytes (a git configuration).
+    fn read(&self, _p: &Path, _max: u64) -> Option<String> {
+        None
+    }
     /// What is at `p` and which object it is (views that know no identities: the
     /// kind alone).
     fn stamp(&self, p: &Path) -> Stamp {
@@ -78,6 +91,27 @@ impl View for HostView {
             .collect();
         out.sort();
         out
+    }
+
+    fn entries(&self, p: &Path) -> Vec<PathBuf> {
+        let Ok(rd) = std::fs::read_dir(p) else {
+            return Vec::new();
+        };
+        let mut out: Vec<PathBuf> = rd.flatten().map(|e| e.path()).collect();
+        out.sort();
+        out
+    }
+
+    fn target(&self, p: &Path) -> Option<PathBuf> {
+        std::fs::canonicalize(p).ok()
+    }
+
+    fn read(&self, p: &Path, max: u64) -> Option<String> {
+        use std::io::Read;
+        let f = std::fs::File::open(p).ok()?;
+        let mut text = String::new();
+        f.take(max).read_to_string(&mut text).ok()?;
+        Some(text)
     }
 }
 
@@ -150,10 +184,13 @@ pub struct Inputs<'a> {
     pub protected: &'a [PathBuf],
     /// Absolute paths kept read-only (the config file).
     pub read_only: &'a [PathBuf],
-    /// Absolute paths covered up (the state directory, the socket).
+    /// Absolute paths covered up (the state directory, the socket, credential stores);
+    /// a component may be a glob (`~/.cargo/credentials*`), see [`super::hidden`].
     pub hidden: &'a [PathBuf],
     /// The command has the host's network (then it keeps the host's resolver files).
     pub network: bool,
+    /// The daemon's home directory (`~/` in a git configuration).
+    pub home: Option<&'a Path>,
 }
 
 /// The steps for `inputs` over `view`, in the order they must run.
@@ -173,20 +210,22 @@ pub fn plan(inputs: &Inputs<'_>, view: &dyn View) -> Vec<Step> {
     let mut guards = Vec::new();
     for root in inputs.roots.iter().filter(|r| writable.contains(r)) {
         guards.extend(root_guards(root, inputs.protected, view));
+        guards.extend(git_guards(root, inputs.home, view));
     }
     for p in inputs.read_only {
         if matches!(view.kind(p), Kind::Dir | Kind::File) {
             guards.push(Step::ReadOnly(p.clone()));
         }
     }
-    for p in inputs.hidden {
-        match view.kind(p) {
-            Kind::Dir => guards.push(Step::Hide {
-                path: p.clone(),
-                dir: true,
-            }),
+    for p in inputs
+        .hidden
+        .iter()
+        .flat_map(|h| super::hidden::expand(h, view))
+    {
+        match view.kind(&p) {
+            Kind::Dir => guards.push(Step::Hide { path: p, dir: true }),
             Kind::File => guards.push(Step::Hide {
-                path: p.clone(),
+                path: p,
                 dir: false,
             }),
             Kind::Missing | Kind::Symlink => {}
@@ -195,6 +234,20 @@ pub fn plan(inputs: &Inputs<'_>, view: &dyn View) -> Vec<Step> {
     steps.extend(order(guards, &writable, view));
     steps.push(Step::Proc);
     steps
+}
+
+/// What the repository's git configuration makes the host run from `root`
+/// ([`super::gitcfg`]): read-only, and a configured hooks directory that is missing
+/// made first (so it cannot be planted).
+fn git_guards(root: &Path, home: Option<&Path>, view: &dyn View) -> Vec<Step> {
+    let mut out = Vec::new();
+    for (p, kind) in super::gitcfg::guarded(root, home, view) {
+        if kind == Kind::Dir && view.kind(&p) == Kind::Missing {
+            out.push(Step::MakeDir(p.clone()));
+        }
+        out.push(Step::ReadOnly(p));
+    }
+    out
 }
 
 /// Roots and writable paths that exist, deduplicated, shallow first.
@@ -386,6 +439,7 @@ mod tests {
             read_only,
             hidden,
             network: false,
+            home: None,
         };
         plan(&inputs, &HostView)
     }
@@ -553,6 +607,7 @@ mod tests {
             read_only: &[],
             hidden: &[],
             network: false,
+            home: None,
         };
         let steps = plan(&inputs, &HostView);
         assert!(steps.contains(&Step::ReadOnly(r.join(".git"))), "{steps:?}");

@@ -7,8 +7,10 @@
 
 use std::path::{Component, Path, PathBuf};
 
-/// The built-in protected names, relative to each workspace root.
-pub const BUILTIN: [&str; 7] = [
+/// The built-in protected names, relative to each workspace root: git's, and the
+/// project settings of editors and agent hosts (which run hooks and MCP servers from
+/// them: `.claude/settings.json`, `.cursor/mcp.json`, `.gemini/settings.json`, …).
+pub const BUILTIN: [&str; 13] = [
     ".git/config",
     ".git/hooks",
     ".gitmodules",
@@ -16,6 +18,12 @@ pub const BUILTIN: [&str; 7] = [
     ".vscode",
     ".idea",
     ".envrc",
+    ".claude",
+    ".cursor",
+    ".gemini",
+    ".codex",
+    ".windsurf",
+    ".continue",
 ];
 
 /// The built-in names plus `workers.exec.protected`, normalised (relative, no `.`);

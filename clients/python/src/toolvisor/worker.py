@@ -129,6 +129,9 @@ class Worker:
 
     def run(self, fd: int = CONTROL_FD) -> None:
         """Speak the worker protocol on ``fd`` until shutdown or EOF."""
+        # The link is this process's alone: a program a tool starts (os.system, an
+        # exec) must not inherit it and speak as this worker.
+        os.set_inheritable(fd, False)
         self._sock = socket.socket(fileno=fd)
         try:
             first = self._recv()

@@ -49,6 +49,15 @@ pub enum WorkerMsg {
         /// The protections it applied to itself.
         guards: Guards,
     },
+    /// The process broke the worker protocol (a frame about a call it was not given,
+    /// or one that does not decode): its frames are no longer read, its calls were
+    /// answered `crashed`, and it is killed and replaced like a crashed one.
+    Violation {
+        /// The process that broke it.
+        generation: u64,
+        /// What it did.
+        why: String,
+    },
     /// The control socket reached EOF.
     Eof {
         /// The process whose socket closed.
@@ -207,6 +216,9 @@ impl Actor for WorkerActor {
                 guards,
             } if generation == st.generation => st.ready(pid, guards),
             WorkerMsg::Eof { generation } if generation == st.generation => st.eof(),
+            WorkerMsg::Violation { generation, why } if generation == st.generation => {
+                st.violation(&why)
+            }
             WorkerMsg::ReadyTimeout { generation } if generation == st.generation => {
                 st.ready_timeout()
             }
@@ -291,6 +303,16 @@ impl WorkerActorState {
             .as_ref()
             .is_some_and(|p| p.generation == self.generation && p.shutdown_sent);
         if !shutting_down && let Some(pid) = self.child_pid {
+            kill_group(pid);
+        }
+    }
+
+    /// A protocol violation: kill the process (its exit restarts it per the policy,
+    /// recorded with reason `protocol_violation`), even one asked to shut down.
+    fn violation(&mut self, why: &str) {
+        if let Some(pid) = self.child_pid {
+            tracing::warn!(group = %self.args.shared.group, index = self.args.shared.index, pid, "{why}");
+            self.kill_reason = Some("protocol_violation");
             kill_group(pid);
         }
     }

@@ -6,6 +6,13 @@
 //! the frames that change the process's life (`ready`, EOF). A link lives exactly as
 //! long as one process: a restart makes a new one, and every call still registered on
 //! the old one is answered at once with [`Reply::Crashed`].
+//!
+//! A worker is trusted for its own calls only. Call numbers are one counter for the
+//! whole service, so they are easy to guess: a frame is taken only for a call that was
+//! sent on this link and is not answered yet. A frame about any other call, or one that
+//! does not decode, is a protocol violation (a broken worker, or something speaking on
+//! its link): the reader stops at once, the worker's own calls end `crashed`, and its
+//! actor replaces the process. No other worker's call can be touched from here.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -133,27 +140,30 @@ impl Link {
         }
     }
 
-    /// Hand a worker's message to the call it belongs to.
-    async fn deliver(&self, msg: FromWorker) {
+    /// Hand a worker's message to the call it belongs to; an error (and nothing
+    /// delivered) when it names a call that is not in flight on this link.
+    async fn deliver(&self, msg: FromWorker) -> Result<(), Violation> {
         match msg {
             FromWorker::Done { call, outcome } => {
                 let pending = {
                     let mut map = lock(&self.pending);
-                    let p = map.remove(&call);
+                    let p = map.remove(&call).ok_or(Violation::NotOurs("done", call))?;
                     if map.is_empty() {
                         self.idle.notify_waiters();
                     }
                     p
                 };
                 self.queue.wake_turn();
-                if let Some(reply) = pending.and_then(|p| p.reply) {
+                if let Some(reply) = pending.reply {
                     let _ = reply.send(Reply::Done(outcome));
                 }
             }
             FromWorker::Output { call, stream, data } => {
-                let out = lock(&self.pending)
-                    .get(&call)
-                    .and_then(|p| p.output.clone().map(|o| (o, p.abandoned.clone())));
+                let out = {
+                    let map = lock(&self.pending);
+                    let p = map.get(&call).ok_or(Violation::NotOurs("output", call))?;
+                    p.output.clone().map(|o| (o, p.abandoned.clone()))
+                };
                 if let Some((out, abandoned)) = out {
                     tokio::select! {
                         _ = out.send((stream, data)) => {}
@@ -163,6 +173,7 @@ impl Link {
             }
             FromWorker::Ready { .. } | FromWorker::Tools { .. } => {}
         }
+        Ok(())
     }
 
     /// Answer every call still registered: the process is gone.
@@ -198,8 +209,44 @@ impl Link {
     }
 }
 
-/// Read the worker's frames until EOF, then tell the actor.
-async fn read_loop(mut rd: OwnedReadHalf, link: Arc<Link>, args: ReaderArgs) {
+/// Why a worker's frames stopped being read: it said something only a broken or
+/// impersonated worker says.
+#[derive(Debug, thiserror::Error)]
+enum Violation {
+    /// A frame about a call this worker was not given, or has answered already.
+    #[error("it sent `{0}` for call {1}, which is not in flight on it")]
+    NotOurs(&'static str, u64),
+    /// A frame that does not decode (its call, if it named one of its own, was answered).
+    #[error("it sent a frame that does not decode: {0}")]
+    Malformed(String),
+    /// A frame that cannot be read at all (cut, or over the size limit).
+    #[error("its frames cannot be read: {0}")]
+    Unreadable(frame::FrameError),
+}
+
+/// Read the worker's frames until EOF, then tell the actor; at a protocol violation,
+/// stop reading, answer the worker's own calls `crashed` and have the actor replace it.
+async fn read_loop(rd: OwnedReadHalf, link: Arc<Link>, args: ReaderArgs) {
+    let (actor, generation) = (args.actor.clone(), args.generation);
+    match read_frames(rd, &link, args).await {
+        Ok(()) => {
+            let _ = actor.cast(WorkerMsg::Eof { generation });
+        }
+        Err(v) => {
+            // Logged by the actor, with the worker's group and index.
+            let why = format!("worker process {} was replaced: {v}", link.pid);
+            link.fail_all(&why);
+            let _ = actor.cast(WorkerMsg::Violation { generation, why });
+        }
+    }
+}
+
+/// Deliver the worker's frames until EOF (Ok) or a protocol violation.
+async fn read_frames(
+    mut rd: OwnedReadHalf,
+    link: &Link,
+    args: ReaderArgs,
+) -> Result<(), Violation> {
     let ReaderArgs {
         actor,
         generation,
@@ -210,7 +257,11 @@ async fn read_loop(mut rd: OwnedReadHalf, link: Arc<Link>, args: ReaderArgs) {
     loop {
         let body = match frame::read_frame(&mut rd, max).await {
             Ok(Some(b)) => b,
-            Ok(None) | Err(_) => break,
+            Ok(None) => return Ok(()),
+            // The socket failing or ending mid-frame (the process died while writing)
+            // is its end, not a lie.
+            Err(frame::FrameError::Io(_) | frame::FrameError::Truncated) => return Ok(()),
+            Err(e) => return Err(Violation::Unreadable(e)),
         };
         match frame::decode::<FromWorker>(&body, KNOWN_FROM_WORKER) {
             Ok(FromWorker::Ready { pid, guards, tools }) => {
@@ -228,19 +279,22 @@ async fn read_loop(mut rd: OwnedReadHalf, link: Arc<Link>, args: ReaderArgs) {
                     announce(tools);
                 }
             }
-            Ok(msg) => link.deliver(msg).await,
+            Ok(msg) => link.deliver(msg).await?,
             Err(e) => {
-                tracing::warn!(pid = link.pid, "bad frame from worker: {e}");
-                // A `done` that does not decode still ends its call, at once.
-                if let Some(call) = done_call(&body) {
+                // A `done` of its own that does not decode still ends its call with
+                // that reason (not only `crashed`); a `done` for a call that is not its
+                // own is not delivered.
+                if let Some(call) = done_call(&body)
+                    && link.has(call)
+                {
                     let why = format!("the worker sent a result that does not decode: {e}");
                     let outcome = Outcome::err(ErrorBody::new(ErrorType::InternalError, why));
-                    link.deliver(FromWorker::Done { call, outcome }).await;
+                    link.deliver(FromWorker::Done { call, outcome }).await?;
                 }
+                return Err(Violation::Malformed(e.to_string()));
             }
         }
     }
-    let _ = actor.cast(WorkerMsg::Eof { generation });
 }
 
 /// The call a `done` frame names, read without the rest of the frame.
@@ -272,4 +326,186 @@ pub fn run_frame(
         session: job.session.clone(),
         takeover: job.takeover,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use ractor::{Actor, ActorProcessingErr};
+    use std::time::Duration;
+    use tokio::io::AsyncWriteExt;
+    use toolvisor_protocol::Status;
+
+    /// Stands in for the worker actor: says which process's reader reported what.
+    struct Recorder;
+
+    impl Actor for Recorder {
+        type Msg = WorkerMsg;
+        type State = mpsc::UnboundedSender<(u64, String)>;
+        type Arguments = mpsc::UnboundedSender<(u64, String)>;
+
+        async fn pre_start(
+            &self,
+            _: ActorRef<WorkerMsg>,
+            tx: Self::Arguments,
+        ) -> Result<Self::State, ActorProcessingErr> {
+            Ok(tx)
+        }
+
+        async fn handle(
+            &self,
+            _: ActorRef<WorkerMsg>,
+            msg: WorkerMsg,
+            tx: &mut Self::State,
+        ) -> Result<(), ActorProcessingErr> {
+            let seen = match msg {
+                WorkerMsg::Violation { generation, why } => (generation, why),
+                WorkerMsg::Eof { generation } => (generation, "eof".to_owned()),
+                _ => (0, "other".to_owned()),
+            };
+            let _ = tx.send(seen);
+            Ok(())
+        }
+    }
+
+    /// A link of process `generation` (its pid too), and the worker's end of it.
+    async fn link(
+        generation: u64,
+        actor: &ActorRef<WorkerMsg>,
+    ) -> (Arc<Link>, tokio::net::UnixStream) {
+        let (ours, worker) = UnixStream::pair().unwrap();
+        let reader = ReaderArgs {
+            actor: actor.clone(),
+            generation,
+            max_frame: 1 << 20,
+            announce: None,
+        };
+        let link = Link::open(generation as u32, ours, Arc::default(), reader);
+        (link, worker)
+    }
+
+    async fn send(worker: &mut tokio::net::UnixStream, msg: &FromWorker) {
+        worker
+            .write_all(&frame::encode(msg).unwrap())
+            .await
+            .unwrap();
+    }
+
+    fn done(call: u64, content: &str) -> FromWorker {
+        FromWorker::Done {
+            call,
+            outcome: Outcome::ok(content.into()),
+        }
+    }
+
+    async fn submit(link: &Link, call: u64) -> oneshot::Receiver<Reply> {
+        let run = frame::encode(&ToWorker::Cancel { call }).unwrap();
+        link.submit(run, call, None).await.unwrap()
+    }
+
+    async fn next(rx: &mut mpsc::UnboundedReceiver<(u64, String)>) -> (u64, String) {
+        tokio::time::timeout(Duration::from_secs(10), rx.recv())
+            .await
+            .expect("the reader reports")
+            .expect("the recorder lives")
+    }
+
+    async fn answer(rx: oneshot::Receiver<Reply>) -> Reply {
+        tokio::time::timeout(Duration::from_secs(10), rx)
+            .await
+            .expect("answered")
+            .expect("a reply")
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_worker_is_trusted_for_its_own_calls_only() {
+        let (tx, mut seen) = mpsc::unbounded_channel();
+        let (actor, _) = Actor::spawn(None, Recorder, tx).await.unwrap();
+        let (a, mut worker_a) = link(1, &actor).await;
+        let (b, mut worker_b) = link(2, &actor).await;
+        let mut victim = submit(&a, 7).await;
+        let own = submit(&b, 8).await;
+
+        // Worker b forges the result of a's call: b is given up, its own call crashed.
+        send(&mut worker_b, &done(7, "all tests passed")).await;
+        let (generation, why) = next(&mut seen).await;
+        assert_eq!(generation, 2);
+        assert!(why.contains("call 7, which is not in flight"), "{why}");
+        assert!(matches!(answer(own).await, Reply::Crashed(w) if w == why));
+        assert_eq!(b.in_flight(), 0);
+        // Whatever b sends after that is not read.
+        send(&mut worker_b, &done(7, "all tests passed")).await;
+
+        // a's call is untouched, and takes its own worker's answer.
+        assert!(a.has(7));
+        assert!(victim.try_recv().is_err(), "not answered by the forgery");
+        send(&mut worker_a, &done(7, "exit 3")).await;
+        match answer(victim).await {
+            Reply::Done(o) => assert_eq!((o.status, o.content.as_str()), (Status::Ok, "exit 3")),
+            other => panic!("{other:?}"),
+        }
+
+        // A call a answered already is not a's any more either.
+        send(&mut worker_a, &done(7, "again")).await;
+        let (generation, why) = next(&mut seen).await;
+        assert_eq!(generation, 1);
+        assert!(why.contains("`done` for call 7"), "{why}");
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn output_for_another_call_or_a_frame_that_does_not_decode_is_a_violation() {
+        let (tx, mut seen) = mpsc::unbounded_channel();
+        let (actor, _) = Actor::spawn(None, Recorder, tx).await.unwrap();
+
+        // Output for a call it was not given (a number that was never dispatched).
+        let (a, mut worker_a) = link(1, &actor).await;
+        let call = submit(&a, 3).await;
+        let output = FromWorker::Output {
+            call: 4,
+            stream: "stdout".into(),
+            data: "x".into(),
+        };
+        send(&mut worker_a, &output).await;
+        let (generation, why) = next(&mut seen).await;
+        assert_eq!(generation, 1);
+        assert!(why.contains("`output` for call 4"), "{why}");
+        assert!(matches!(answer(call).await, Reply::Crashed(_)));
+
+        // Garbage: its calls crash, it is given up.
+        let (b, mut worker_b) = link(2, &actor).await;
+        let call = submit(&b, 5).await;
+        worker_b
+            .write_all(b"\x00\x00\x00\x04\xc1\xc1\xc1\xc1")
+            .await
+            .unwrap();
+        let (generation, why) = next(&mut seen).await;
+        assert_eq!(generation, 2);
+        assert!(why.contains("does not decode"), "{why}");
+        assert!(matches!(answer(call).await, Reply::Crashed(_)));
+
+        // A frame announcing more than the limit.
+        let (c, mut worker_c) = link(3, &actor).await;
+        let _call = submit(&c, 6).await;
+        worker_c.write_all(b"\xff\xff\xff\x7f").await.unwrap();
+        let (generation, why) = next(&mut seen).await;
+        assert_eq!(generation, 3);
+        assert!(why.contains("cannot be read"), "{why}");
+
+        // An honest worker: output, then its answer, then EOF; no violation.
+        let (d, mut worker_d) = link(4, &actor).await;
+        let (out_tx, mut out_rx) = mpsc::channel(4);
+        let run = frame::encode(&ToWorker::Cancel { call: 9 }).unwrap();
+        let call = d.submit(run, 9, Some(out_tx)).await.unwrap();
+        let output = FromWorker::Output {
+            call: 9,
+            stream: "stdout".into(),
+            data: "hi".into(),
+        };
+        send(&mut worker_d, &output).await;
+        send(&mut worker_d, &done(9, "hi")).await;
+        assert_eq!(out_rx.recv().await, Some(("stdout".into(), "hi".into())));
+        assert!(matches!(answer(call).await, Reply::Done(_)));
+        drop(worker_d);
+        assert_eq!(next(&mut seen).await, (4, "eof".to_owned()));
+    }
 }

@@ -430,8 +430,10 @@ impl Launcher {
     }
 }
 
-/// In the child before exec: enter the cwd, join the cgroup, hand the report pipe and
-/// the control channel over (or, without a shim, take the terminal), arm the
+/// In the child before exec: enter the cwd, join the cgroup, let every descriptor but
+/// the standard streams close at the exec except the report pipe and the control channel
+/// (handed to the shim; without a shim, none: the command is exec'd here), take the
+/// terminal (no shim), arm the
 /// parent-death signal and check the worker did not die before it was armed.
 /// Async-signal-safe calls only.
 fn pre_exec(cmd: &mut Command, setup: ChildSetup, shim: bool) {
@@ -449,6 +451,10 @@ fn pre_exec(cmd: &mut Command, setup: ChildSetup, shim: bool) {
             if libc::fchdir(setup.cwd) != 0 {
                 return Err(std::io::Error::last_os_error());
             }
+            // Nothing of the worker's past the standard streams (its link to the
+            // supervisor, other commands' pipes) crosses the exec; then the two the
+            // shim is handed are let through again.
+            toolvisor_os::fds::cloexec_from(toolvisor_os::fds::FIRST_NON_STDIO)?;
             for fd in setup.keep.into_iter().flatten() {
                 if libc::fcntl(fd, libc::F_SETFD, 0) < 0 {
                     return Err(std::io::Error::last_os_error());
