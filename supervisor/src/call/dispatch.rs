@@ -2,6 +2,7 @@
 //! worker a background-process handle names, streamed output forwarded to the client,
 //! and the fan-out for tools whose answer is spread over every worker.
 
+use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
@@ -52,12 +53,13 @@ impl Service {
             timeout: self.deadline(call),
             rerunnable: rerunnable(call.tool),
             output,
-            worker: worker_of_handle(call.tool, &call.req.args),
+            worker: worker_of_handle(call.tool, &call.req.args).or_else(|| home_of(call)),
             session: call.session.id.clone(),
             network,
             takeover: call.takeover,
         };
         let end = pool.run(job, call.cancel).await;
+        remember_home(call, &end.outcome);
         if let Some(f) = forwarder {
             let _ = f.await; // every output frame goes out before the result
         }
@@ -171,6 +173,30 @@ fn rerunnable(tool: &ToolDef) -> bool {
 fn first_answer(ends: &[(u32, JobEnd)]) -> Ran {
     let ok = ends.iter().find(|(_, e)| e.outcome.status == Status::Ok);
     ok.or(ends.first()).and_then(|(_, e)| e.worker.clone())
+}
+
+/// A session's `run_command` goes to the exec worker that holds its background
+/// processes, once it has one: that worker holds the session's loopback.
+fn home_of(call: &Call<'_>) -> Option<u32> {
+    let is_command = call.tool.name == toolvisor_protocol::tools::run_command::NAME;
+    let home = call.session.exec_home.load(Ordering::SeqCst);
+    (is_command && home != u32::MAX).then_some(home)
+}
+
+/// A command that became a background process (`meta.process`, `w<index>-<n>`) makes
+/// that worker the session's home.
+fn remember_home(call: &Call<'_>, outcome: &Outcome) {
+    if call.tool.name != toolvisor_protocol::tools::run_command::NAME {
+        return;
+    }
+    let index = outcome
+        .meta
+        .get("process")
+        .and_then(Value::as_str)
+        .and_then(|h| h.strip_prefix('w')?.split('-').next()?.parse::<u32>().ok());
+    if let Some(i) = index {
+        call.session.exec_home.store(i, Ordering::SeqCst);
+    }
 }
 
 /// Background process handles (`w<index>-<n>`) name the worker that owns them.

@@ -31,6 +31,11 @@ pub struct SessionInfo {
     pub out: Outbox,
     /// What this session already did successfully that lowers a call's risk.
     pub familiar: Arc<crate::call::familiar::Familiar>,
+    /// The exec worker (index) where this session's background processes run, and with
+    /// them its loopback (one network namespace per session, held by that worker): its
+    /// later commands go there, so they reach what its jobs listen on. `u32::MAX`: none
+    /// yet.
+    pub exec_home: Arc<std::sync::atomic::AtomicU32>,
 }
 
 /// An admitted call on its way: who asks, what, for which tool, and its cancel.

@@ -303,6 +303,7 @@ impl SessionState {
             uid: self.uid,
             out: self.out.clone(),
             familiar: Default::default(),
+            exec_home: Arc::new(std::sync::atomic::AtomicU32::new(u32::MAX)),
         }));
         self.out.send(&ServerMessage::Welcome {
             protocol: PROTOCOL_VERSION,
