@@ -324,6 +324,84 @@ fn substitutions_anywhere() {
     clean("echo '$(x)' \"\\$(y)\"");
 }
 
+/// A command that must ask: undecidable, or with a hazard.
+#[track_caller]
+fn asks(cmd: &str) {
+    let x = a(cmd);
+    assert!(
+        x.undecidable.is_some() || x.all_hazards().next().is_some(),
+        "{cmd:?} reads as clean, but bash runs its substitution"
+    );
+}
+
+/// Quotes are read as bash reads them where the substitution sits: a `'` inside a
+/// double-quoted `${…}`, a here-document body, arithmetic or a subscript does not
+/// quote, and bash deletes `\<newline>` before it reads anything else. Each of these
+/// makes bash run `touch M` (bash 5.2, checked by hand and by the differential test).
+#[test]
+fn quotes_bash_does_not_take_for_quotes() {
+    for cmd in [
+        "echo \"${x:-'$(touch M)'}\"",
+        "echo \"${x-'$(touch M)'}\"",
+        "echo \"${x:='$(touch M)'}\"",
+        "echo \"${PWD:+'$(touch M)'}\"",
+        "echo \"${x:-'`touch M`'}\"",
+        "echo \"${x:-${y:-'$(touch M)'}}\"",
+        "echo \"${x:-\"'$(touch M)'\"}\"",
+        "echo \"${x:-$'$(touch M)'}\"",
+        "echo \"${x:-$\"$(touch M)\"}\"",
+        "echo \"${PWD:0:'$(touch M)'}\"",
+        "echo ${PWD:0:'$(touch M)'}",
+        "echo \"${a['$(touch M)']}\"",
+        "echo ${a['$(touch M)']}",
+        "echo \"${PWD[$'$(touch M)']}\"",
+        "echo $(( '$(touch M)' ))",
+        "echo $[ '$(touch M)' ]",
+        "(( $'$(touch M)' ))",
+        "for ((i='$(touch M)'; i<0;)); do :; done",
+        "a['$(touch M)']=1",
+        "a[$'$(touch M)']=1",
+        "echo \"$'$(touch M)'\"",
+        "echo $\"'$(touch M)'\"",
+        "echo $\"${x:-'$(touch M)'}\"",
+        "cat <<EOF\n${x:-'$(touch M)'}\nEOF",
+        "cat <<EOF\n'$(touch M)'\nEOF",
+        "cat <<EOF\n$'$(touch M)'\nEOF",
+        "for i in 1; do echo \"${x:-'$(touch M)'}\"; done",
+        "echo \"${x:-'$(touch M)'}\" | cat",
+        "true && grep x \"${x:-'$(touch M)'}\"",
+        // Line continuations: between `$` and `(`, `<` and `(`, inside `$((`.
+        "echo ${x:-$\\\n(touch M)}",
+        "echo \"${x:-$\\\n(touch M)}\"",
+        "echo $\\\n(touch M)",
+        "echo \"$\\\n(touch M)\"",
+        "echo <\\\n(touch M)",
+        "echo $(\\\n(x[$(touch M)]))",
+        "echo \"$((1+\\\n$(touch M)))\"",
+        "cat <<EOF\n$\\\n(touch M)\nEOF",
+        "echo $\\\n{x@P}",
+    ] {
+        asks(cmd);
+    }
+    // What bash does leave alone stays clean.
+    for cmd in [
+        "echo '$(x)' $'$(y)' \"\\$(z)\"",
+        "echo \"a'b\" '$(x)'",
+        "x='$(y)'; echo \"$x\"",
+        "a=('$(x)')",
+        "case a in '$(x)') ;; esac",
+        "for i in '$(x)'; do :; done",
+        "cat <<'EOF'\n${x:-'$(touch M)'}\nEOF",
+        "cat <<'EOF'\n$\\\n(touch M)\nEOF",
+        "echo '$\\\n(touch M)'",
+        "{ echo '$(x)'; }",
+        "(echo '$(x)')",
+        "echo a # '$(x)'",
+    ] {
+        clean(cmd);
+    }
+}
+
 #[test]
 fn substitution_commands_are_parts_of_their_own() {
     let x = a("echo $(rm -rf x) `ls`");

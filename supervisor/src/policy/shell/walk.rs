@@ -174,7 +174,9 @@ impl Walker<'_> {
         while let Some(n) = todo.pop() {
             let r = n.byte_range();
             match n.kind() {
-                "raw_string" | "ansi_c_string" | "comment" => m.inert.push(r),
+                "raw_string" | "ansi_c_string" | "comment" if quotes_as_written(n) => {
+                    m.inert.push(r);
+                }
                 "expansion" => {
                     m.expansions.insert(r.start);
                 }
@@ -199,6 +201,63 @@ impl Walker<'_> {
         }
         m
     }
+}
+
+/// Node kinds in which bash reads `'…'`, `$'…'` and `#` as the parser does: the
+/// command level, where single quotes quote and nothing inside them expands.
+///
+/// Everywhere else bash's reading differs by context, and the parser's does not: inside
+/// a double-quoted string, a `$"…"`, an unquoted here-document body, arithmetic and
+/// subscripts, a `'` is a plain character and `$(…)` inside it runs (`"${x:-'$(c)'}"`,
+/// `$(('$(c)'))`, `a['$(c)']=1`); inside `${…}` it depends on the operator and on where
+/// the `${…}` sits. So a quoted string is inert to the raw scan only when every node
+/// around it is one of these; elsewhere its text is scanned like any other (a
+/// substitution in it asks, even where bash would not have run it).
+const QUOTING_KINDS: &[&str] = &[
+    "program",
+    "list",
+    "pipeline",
+    "redirected_statement",
+    "command",
+    "command_name",
+    "concatenation",
+    "file_redirect",
+    "herestring_redirect",
+    "heredoc_redirect",
+    "variable_assignment",
+    "variable_assignments",
+    "declaration_command",
+    "unset_command",
+    "for_statement",
+    "case_statement",
+    "case_item",
+    "if_statement",
+    "elif_clause",
+    "else_clause",
+    "while_statement",
+    "do_group",
+    "subshell",
+    "function_definition",
+    "negated_command",
+    "command_substitution",
+    "process_substitution",
+    "array",
+];
+
+/// Does bash take this `'…'`, `$'…'` or comment as the quoting the parser took it
+/// for? Only when every node around it is at the command level ([`QUOTING_KINDS`];
+/// `{ …; }` is, `(( … ))` is arithmetic).
+fn quotes_as_written(n: Node<'_>) -> bool {
+    let mut up = n.parent();
+    while let Some(p) = up {
+        let command_level = QUOTING_KINDS.contains(&p.kind())
+            || (p.kind() == "compound_statement" && first_token(p) != Some("(("));
+        if !command_level {
+            return false;
+        }
+        up = p.parent();
+    }
+    true
 }
 
 /// At most this many distinct hazards are kept per part: one is enough to ask, and a
