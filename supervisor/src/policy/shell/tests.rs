@@ -380,6 +380,15 @@ fn quotes_bash_does_not_take_for_quotes() {
         "echo \"$((1+\\\n$(touch M)))\"",
         "cat <<EOF\n$\\\n(touch M)\nEOF",
         "echo $\\\n{x@P}",
+        // bash joins names and operators across a continuation; the tree splits them.
+        "a=1; b=2; echo $((a\\\nb))",
+        "echo \"${x:-a\\\nb}\"",
+        "echo \"${x:0:a\\\nb}\"",
+        "echo ${a[x\\\ny]}",
+        "for ((i=0; i<a\\\nb; i++)); do :; done",
+        // Two here-documents on one line: each body is read by its own delimiter.
+        "cat <<A <<'B'\n$(touch M)\nA\nx\nB",
+        "cat <<'A' <<B\nx\nA\n$(touch M)\nB",
     ] {
         asks(cmd);
     }

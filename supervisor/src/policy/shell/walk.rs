@@ -173,6 +173,17 @@ impl Walker<'_> {
         let mut todo = vec![root];
         while let Some(n) = todo.pop() {
             let r = n.byte_range();
+            // bash deletes `\<newline>` before it reads names and operators: in
+            // `$((a\<newline>b))` it reads the variable `ab`, where the parser's nodes
+            // show `a` and `b`. Inside what holds names, arithmetic or operators, the
+            // tree cannot show bash's reading: ask.
+            let joins = matches!(
+                n.kind(),
+                "expansion" | "arithmetic_expansion" | "subscript" | "c_style_for_statement"
+            ) || (n.kind() == "compound_statement" && first_token(n) == Some("(("));
+            if joins && self.text(n).contains("\\\n") {
+                self.undecidable("a line continuation inside an expansion or arithmetic");
+            }
             match n.kind() {
                 "raw_string" | "ansi_c_string" | "comment" if quotes_as_written(n) => {
                     m.inert.push(r);
