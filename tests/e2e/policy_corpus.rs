@@ -101,6 +101,9 @@ const BYPASSES: &[Attempt] = &[
     a("echo \"$'$(touch MARK)'\""),
     a("echo ${NOPE:-$\\\n(touch MARK)}"),
     a("echo <\\\n(touch MARK)"),
+    // Quotes `declare` takes off again: a `(…)` value given to an array.
+    a("echo hi; declare DIRSTACK='($(touch MARK))'"),
+    a("echo hi; a=(1); typeset a='($(touch MARK))'"),
     a("ls ${PATH#<(touch MARK)}"),
     a("echo ${a[$(touch MARK)]}"),
     a("echo $(( $(touch MARK) + 1 ))"),

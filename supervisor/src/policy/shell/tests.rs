@@ -497,3 +497,28 @@ fn argument_hazards_are_argument_kind() {
     clean("find . -name '*exec*'");
     clean("sed 's/e/E/' README.md");
 }
+
+/// `declare`, `typeset` and `local` read a value that starts with `(` again as an
+/// array assignment when the variable is an array — whatever quoted it. bash 5.2 runs
+/// `touch M` in each of these.
+#[test]
+fn quoted_compound_assignments_ask() {
+    for cmd in [
+        "declare DIRSTACK='($(touch M))'",
+        "declare a=(1); declare a='($(touch M))'",
+        "a=(1); declare a='($(touch M))'",
+        "typeset a=\"($(touch M))\"",
+        "declare -a a='($(touch M))'",
+        "declare -A a='([x]=$(touch M))'",
+        "declare -ga a='($(touch M))'",
+        "declare -a 'a=($(touch M))'",
+        "x='($(touch M))'; declare -a a=$x",
+        "x='($(touch M))'; declare DIRSTACK=$x",
+        "declare -a $x",
+        "f() { local -a a='($(touch M))'; }; f",
+    ] {
+        has(cmd, "array assignment");
+    }
+    clean("declare a=(1 2) b=x c=\"x$HOME\"");
+    clean("declare -a a=('$(x)')");
+}

@@ -316,6 +316,11 @@ fn is_fd_variable(t: &str) -> bool {
         .is_some_and(is_name)
 }
 
+/// Could this value start with `(` when bash expands it?
+fn may_start_with_paren(w: &Word) -> bool {
+    w.prefix().starts_with('(') || (w.prefix().is_empty() && !w.literal())
+}
+
 fn literal_word(t: &str, span: Range<usize>) -> Word {
     Word {
         text: t.to_owned(),
