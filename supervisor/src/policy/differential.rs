@@ -1,11 +1,12 @@
 //! The differential test of the policy's reading of quotes against the real bash
-//! (docs/POLICY.md, "Quoting"). A deterministic generator enumerates commands that
+//! (docs/POLICY.md, §3.1 Quoting). A deterministic generator enumerates commands that
 //! hide a substitution creating a marker file — every `${…}` operator × the quoting
 //! around the substitution × the quoting around the `${…}` (none, `"…"`, `$"…"`, a
-//! here-document body) × the program × the statement around it — and asks the policy
-//! with rules that allow `echo `, `cat `, `grep ` and `ls`. Every command the policy
-//! allows is then run by `bash --noprofile --norc -c` in an empty directory: if the
-//! marker appears, the policy allowed a command whose substitution bash ran.
+//! here-document body, a `declare` value) × the program × the statement around it —
+//! and asks the policy with rules that allow `echo `, `cat `, `grep ` and `ls`. Every
+//! command the policy allows is then run by `bash --noprofile --norc -c` in an empty
+//! directory: if the marker appears, the policy allowed a command whose substitution
+//! bash ran.
 //!
 //! The unit test runs a fixed slice (a stride through the enumeration, plus the
 //! reported attacks); `scripts/policy-diff.sh` runs every variant (the ignored test).
@@ -87,6 +88,10 @@ enum Wrapper {
     Translated,
     Heredoc,
     QuotedHeredoc,
+    /// The value of `declare` for an array (bash re-reads a `(…)` value), in single
+    /// quotes and in double quotes, after the host.
+    DeclareSingle,
+    DeclareDouble,
 }
 
 const WRAPPERS: &[Wrapper] = &[
@@ -95,6 +100,8 @@ const WRAPPERS: &[Wrapper] = &[
     Wrapper::Translated,
     Wrapper::Heredoc,
     Wrapper::QuotedHeredoc,
+    Wrapper::DeclareSingle,
+    Wrapper::DeclareDouble,
 ];
 
 /// The programs the rules allow.
@@ -155,6 +162,14 @@ fn variant(index: usize) -> Variant {
             format!("{} <<'EOF'", HOSTS[h]),
             format!("\n{expansion}\nEOF"),
         ),
+        Wrapper::DeclareSingle => (
+            format!("{} .; declare DIRSTACK='({expansion})'", HOSTS[h]),
+            String::new(),
+        ),
+        Wrapper::DeclareDouble => (
+            format!("{} .; declare DIRSTACK=\"({expansion})\"", HOSTS[h]),
+            String::new(),
+        ),
     };
     let command = CONTEXTS[c].replace("{H}", &heredoc).replace("{C}", &line);
     Variant {
@@ -184,6 +199,9 @@ const REPORTED: &[&str] = &[
     "echo \"$'$(touch MARK)'\"",
     "echo $\"'$(touch MARK)'\"",
     "echo $(\\\n(x[$(touch MARK)]))",
+    "echo hi; declare DIRSTACK='($(touch MARK))'",
+    "echo hi; a=(1); typeset a='($(touch MARK))'",
+    "echo \"${x:-'$(touch MARK)'}\"; [[ 'a[$(touch MARK)]' -eq 1 ]]",
 ];
 
 fn policy() -> Policy {

@@ -389,6 +389,8 @@ fn quotes_bash_does_not_take_for_quotes() {
         // Two here-documents on one line: each body is read by its own delimiter.
         "cat <<A <<'B'\n$(touch M)\nA\nx\nB",
         "cat <<'A' <<B\nx\nA\n$(touch M)\nB",
+        // `[[ -eq ]]` evaluates its operands as arithmetic, quotes or not.
+        "[[ 'a[$(touch M)]' -eq 1 ]]",
     ] {
         asks(cmd);
     }
@@ -516,6 +518,7 @@ fn quoted_compound_assignments_ask() {
         "x='($(touch M))'; declare DIRSTACK=$x",
         "declare -a $x",
         "f() { local -a a='($(touch M))'; }; f",
+        "readonly -a a='($(touch M))'",
     ] {
         has(cmd, "array assignment");
     }

@@ -5,6 +5,10 @@ use tree_sitter::Node;
 
 use super::*;
 
+/// Builtins that read a value starting with `(` again as an array assignment when the
+/// variable is an array (bash 5.2: `readonly` only with `-a`/`-A`; asked for always).
+const ARRAY_DECLARERS: &[&str] = &["declare", "typeset", "local", "readonly"];
+
 impl Walker<'_> {
     /// A simple command: one part, plus a part for each command it runs.
     pub(super) fn command(&mut self, n: Node<'_>) -> usize {
@@ -288,12 +292,12 @@ impl Walker<'_> {
     }
 
     /// `declare a='($(cmd))'`: when `a` is an array (`-a`, `-A`, declared before, or
-    /// one of bash's own such as `DIRSTACK`), `declare`, `typeset` and `local` read a
-    /// value that starts with `(` again as an array assignment, expanding what its
+    /// one of bash's own such as `DIRSTACK`), `declare`, `typeset`, `local` and
+    /// `readonly -a` read a value that starts with `(` again as an array assignment, expanding what its
     /// quotes hid. Only a real `(…)` array (which the walk reads) or a value that
     /// cannot start with `(` is safe.
     fn compound_value(&mut self, keyword: &str, assignment: Node<'_>, value: Option<&Word>) {
-        if !matches!(keyword, "declare" | "typeset" | "local") {
+        if !ARRAY_DECLARERS.contains(&keyword) {
             return;
         }
         let array = assignment
@@ -388,7 +392,7 @@ impl Walker<'_> {
                         }
                         None => !w.literal(),
                     };
-                    if risky && matches!(keyword.as_str(), "declare" | "typeset" | "local") {
+                    if risky && ARRAY_DECLARERS.contains(&keyword.as_str()) {
                         self.hazard(Hazard::structural(format!(
                             "{keyword} of a quoted (…) value (bash reads it as an array \
                              assignment)"
