@@ -389,6 +389,9 @@ fn quotes_bash_does_not_take_for_quotes() {
         // Two here-documents on one line: each body is read by its own delimiter.
         "cat <<A <<'B'\n$(touch M)\nA\nx\nB",
         "cat <<'A' <<B\nx\nA\n$(touch M)\nB",
+        // A continuation inside a word joins it for bash, not for the parser.
+        "echo hi; e\\\nval 'touch M'",
+        "echo hi; decl\\\nare DIRSTACK='($(touch M))'",
         // `[[ -eq ]]` evaluates its operands as arithmetic, quotes or not.
         "[[ 'a[$(touch M)]' -eq 1 ]]",
     ] {
