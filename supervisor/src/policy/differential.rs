@@ -36,7 +36,7 @@ const PAYLOADS: &[&str] = &[
     "${y:-$(touch MARK)}",
 ];
 
-/// The quoting around the payload, `{P}`, inside the operand.
+/// The quoting around the payload, `{P}` (or `{E}`, escaped), inside the operand.
 const QUOTINGS: &[&str] = &[
     "{P}",
     "'{P}'",
@@ -45,7 +45,18 @@ const QUOTINGS: &[&str] = &[
     "$\"{P}\"",
     "\\{P}",
     "\"'{P}'\"",
+    // The payload spelled with ANSI-C escapes (`$'\x24(touch MARK)'`): no `$(` in the
+    // text, but bash decodes it and, where it reads the value again, runs it.
+    "$'{E}'",
 ];
+
+/// The payload with `$`, `` ` ``, `<` written as ANSI-C escapes.
+fn escaped(payload: &str) -> String {
+    payload
+        .replace('$', "\\x24")
+        .replace('`', "\\x60")
+        .replace('<', "\\x3c")
+}
 
 /// The expansions around the quoted payload, `{W}`. `x` is unset and `PWD` set, so that
 /// each operator expands its operand.
@@ -151,7 +162,9 @@ fn variant(index: usize) -> Variant {
         pick(HOSTS.len()),
         pick(CONTEXTS.len()),
     );
-    let operand = QUOTINGS[q].replace("{P}", PAYLOADS[p]);
+    let operand = QUOTINGS[q]
+        .replace("{P}", PAYLOADS[p])
+        .replace("{E}", &escaped(PAYLOADS[p]));
     let expansion = OPERATORS[o].replace("{W}", &operand);
     let (line, heredoc) = match WRAPPERS[w] {
         Wrapper::Unquoted => (format!("{} {expansion}", HOSTS[h]), String::new()),
@@ -202,6 +215,9 @@ const REPORTED: &[&str] = &[
     "echo hi; declare DIRSTACK='($(touch MARK))'",
     "echo hi; a=(1); typeset a='($(touch MARK))'",
     "echo \"${x:-'$(touch MARK)'}\"; [[ 'a[$(touch MARK)]' -eq 1 ]]",
+    "echo \"${x:-$'\\x24(touch MARK)'}\"",
+    "echo $(( $'\\x24(touch MARK)' ))",
+    "echo hi; a[$'\\x24(touch MARK)']=1",
 ];
 
 fn policy() -> Policy {

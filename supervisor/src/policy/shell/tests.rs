@@ -392,6 +392,17 @@ fn quotes_bash_does_not_take_for_quotes() {
         // A continuation inside a word joins it for bash, not for the parser.
         "echo hi; e\\\nval 'touch M'",
         "echo hi; decl\\\nare DIRSTACK='($(touch M))'",
+        // `$'…'` escapes: no `$(` in the text, but bash decodes the value and reads it
+        // again in a double-quoted `${…}`, arithmetic and subscripts.
+        "echo \"${x:-$'\\x24(touch M)'}\"",
+        "echo \"${x:-$'\\x60touch M\\x60'}\"",
+        "echo \"${PWD[$'\\x24(touch M)']}\"",
+        "echo $(( $'\\x24(touch M)' ))",
+        "echo ${a[$'\\x24(touch M)']}",
+        "a[$'\\x24(touch M)']=1",
+        "[[ $'a[\\x24(touch M)]' -eq 1 ]]",
+        "declare -a a=$'(\\x24(touch M))'",
+        "cat <<EOF\n${x:-$'\\x24(touch M)'}\nEOF",
         // `[[ -eq ]]` evaluates its operands as arithmetic, quotes or not.
         "[[ 'a[$(touch M)]' -eq 1 ]]",
     ] {
