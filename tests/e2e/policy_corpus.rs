@@ -89,6 +89,21 @@ const BYPASSES: &[Attempt] = &[
     a("echo ${PATH#\"$(touch MARK)\"}"),
     a("echo ${PATH:+\"a${NOPE:-$(touch MARK)}b\"}"),
     a("echo \"${PATH%%<(touch MARK)}\""),
+    // Quotes bash does not take for quotes: a `'` in a double-quoted `${…}` operand, a
+    // here-document body or arithmetic, and `\<newline>` between `$` and `(`.
+    a("echo \"${NOPE:-'$(touch MARK)'}\""),
+    a("grep x \"${NOPE-'`touch MARK`'}\" README.md"),
+    a("for i in 1; do ls \"${PATH:+'$(touch MARK)'}\"; done"),
+    a("echo \"${NOPE:-${NOPE2:-'$(touch MARK)'}}\" | cat"),
+    a("cat <<EOF\n${NOPE:-'$(touch MARK)'}\nEOF"),
+    a("echo \"${PATH:0:'$(touch MARK)'}\""),
+    a("echo $(( '$(touch MARK)' ))"),
+    a("echo \"$'$(touch MARK)'\""),
+    a("echo ${NOPE:-$\\\n(touch MARK)}"),
+    a("echo <\\\n(touch MARK)"),
+    // Quotes `declare` takes off again: a `(…)` value given to an array.
+    a("echo hi; declare DIRSTACK='($(touch MARK))'"),
+    a("echo hi; a=(1); typeset a='($(touch MARK))'"),
     a("ls ${PATH#<(touch MARK)}"),
     a("echo ${a[$(touch MARK)]}"),
     a("echo $(( $(touch MARK) + 1 ))"),

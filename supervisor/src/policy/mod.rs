@@ -140,4 +140,6 @@ impl Policy {
 }
 
 #[cfg(test)]
+mod differential;
+#[cfg(test)]
 mod tests;

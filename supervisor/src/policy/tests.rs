@@ -233,6 +233,62 @@ fn dangerous_env_needs_a_rule_that_tests_env() {
     assert_eq!(d.action, Allow, "{}", d.reason);
 }
 
+/// Test runners, version managers and package tools load code named by a variable of
+/// the call's `env`: a rule for `python3 -m pytest` (or `ls`) must not cover them.
+#[test]
+fn code_loading_env_of_runners_and_version_managers_asks() {
+    let p = policy(
+        Mode::Auto,
+        vec![rule(
+            "run_command",
+            Action::Allow,
+            vec![cond("command", Operator::StartsWith, "python3 -m pytest")],
+        )],
+    );
+    let d = decide(
+        &p,
+        "run_command",
+        json!({"command": "python3 -m pytest -q", "env": {"PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1", "CI": "1"}}),
+    );
+    assert_eq!(d.action, Allow, "{}", d.reason);
+    for (key, value) in [
+        ("PYTEST_ADDOPTS", "-p evil"),
+        ("PYTEST_PLUGINS", "evil"),
+        ("COVERAGE_PROCESS_START", ".coveragerc"),
+        ("COVERAGE_RCFILE", "evil.ini"),
+        ("PYENV_VERSION", "evil"),
+        ("PYENV_HOOK_PATH", "/tmp/hooks"),
+        ("PYTHONPATH", "/tmp"),
+        ("PYTHONPYCACHEPREFIX", "/tmp/pyc"),
+        ("VIRTUAL_ENV", "/tmp/venv"),
+        ("UV_PYTHON", "/tmp/python"),
+        ("TOX_OVERRIDE", "testenv.commands=sh"),
+        ("MPLBACKEND", "module://evil"),
+        ("NODE_OPTIONS", "--require ./evil.js"),
+        ("RUBYOPT", "-revil"),
+        ("PERL5OPT", "-Mevil"),
+        ("JAVA_TOOL_OPTIONS", "-javaagent:evil.jar"),
+        ("RUSTC_WRAPPER", "./evil"),
+        ("CARGO_TARGET_X86_64_UNKNOWN_LINUX_GNU_RUNNER", "./evil"),
+        ("Npm_Config_Script_Shell", "./evil"),
+        ("RIPGREP_CONFIG_PATH", "evil.rc"),
+        ("GOPROXY", "http://evil"),
+        ("NIX_CONFIG", "post-build-hook = ./evil"),
+        ("DOTNET_STARTUP_HOOKS", "evil.dll"),
+        ("BASH_ENV", "./evil.sh"),
+        ("LD_PRELOAD", "./evil.so"),
+    ] {
+        let d = decide(
+            &p,
+            "run_command",
+            json!({"command": "python3 -m pytest -q", "env": {key: value}}),
+        );
+        assert_eq!(d.action, Ask, "{key}: {}", d.reason);
+        assert_eq!(d.risk, Risk::High, "{key}");
+        assert!(d.reason.contains(key), "{}", d.reason);
+    }
+}
+
 #[test]
 fn run_command_asks_in_every_mode_without_a_rule() {
     for mode in [Mode::Yolo, Mode::Workspace, Mode::Auto, Mode::Ask] {

@@ -48,16 +48,50 @@ pub static ENV_KEYS: &[EnvKey] = {
         P("SCCACHE_"), P("CMAKE_"), P("CGO_"), E("GOFLAGS"), E("GOENV"), E("GOROOT"),
         E("GOTOOLCHAIN"), P("BUNDLE_"), P("YARN_"), P("PIP_"), E("GRADLE_USER_HOME"),
         E("XZ_OPT"), E("XZ_DEFAULTS"), E("GZIP"), E("BZIP2"), E("BZIP"),
+        // Test runners and their plugins: extra options (`-p plugin`, `-c file`),
+        // modules to import, a start-up hook, a config that names plugins.
+        E("PYTEST_ADDOPTS"), E("PYTEST_PLUGINS"), P("COVERAGE_"), P("TOX_"), E("RAKEOPT"),
+        E("MAVEN_ARGS"), E("ANT_ARGS"), E("SCONSFLAGS"), E("MPLBACKEND"), E("MPLCONFIGDIR"),
+        E("IPYTHONDIR"), P("JUPYTER_"), E("PYTHONPLATLIBDIR"), E("PYTHONPYCACHEPREFIX"),
+        E("NODE_REPL_EXTERNAL_MODULE"), E("DENO_DIR"), E("RIPGREP_CONFIG_PATH"),
+        E("BAT_CONFIG_PATH"), E("AWKPATH"), E("AWKLIBPATH"), E("shell_escape"),
+        E("PSQLRC"), E("HGRCPATH"), E("HGEDITOR"), E("KUBECTL_EXTERNAL_DIFF"),
+        E("HELM_PLUGINS"), E("TF_CLI_CONFIG_FILE"), E("TERRAFORM_CONFIG"),
+        E("AWS_SHARED_CREDENTIALS_FILE"), P("PKG_CONFIG"), E("M4"), E("AUTOCONF"),
+        E("AUTOHEADER"), E("AUTOMAKE"), E("ACLOCAL"), E("AUTOM4TE"), E("LIBTOOLIZE"),
+        E("OCAMLPARAM"), P("JULIA_"), P("R_ENVIRON"), P("R_LIBS"), P("ERL_"),
+        E("GUILE_LOAD_PATH"), E("GUILE_LOAD_COMPILED_PATH"), E("DOTNET_STARTUP_HOOKS"),
+        E("DOTNET_ROOT"), E("DOTNET_ADDITIONAL_DEPS"), E("DOTNET_SHARED_STORE"),
+        P("CORECLR_"), S("_EXECUTABLE_PATH"), E("PLAYWRIGHT_BROWSERS_PATH"),
+        // Where a package or build tool fetches or caches the code it runs.
+        E("GOPROXY"), E("GOSUMDB"), E("GONOSUMDB"), E("GONOSUMCHECK"), E("GOINSECURE"),
+        E("GOPATH"), E("GOCACHE"), E("GOMODCACHE"), P("UV_"), P("POETRY_"), P("PIPENV_"),
+        P("COREPACK_"), E("M2_HOME"), E("MAVEN_HOME"), P("NIX_"), E("VIRTUAL_ENV"),
+        E("CONDA_PREFIX"), E("CONDARC"),
+        // Version managers: which interpreter or tool runs, and hooks they source.
+        P("PYENV_"), P("RBENV_"), P("NODENV_"), P("GOENV_"), P("JENV_"), P("PLENV_"),
+        P("PHPENV_"), P("ASDF_"), P("MISE_"), P("RTX_"), P("VOLTA_"), P("FNM_"),
+        P("SDKMAN_"), P("RYE_"), E("NVM_DIR"), E("NVM_BIN"),
     ]
 };
+
+/// Prefixes a program matches whatever their case: npm (and pnpm) read
+/// `NPM_CONFIG_SCRIPT_SHELL`, `npm_config_script_shell` and `Npm_Config_Script_Shell`
+/// alike.
+const ANY_CASE_PREFIXES: &[&str] = &["npm_config_"];
 
 /// Does setting `key` change what runs? (`PATH[0]` sets `PATH`; `BASH_CMDS[ls]`
 /// sets where bash finds `ls`.)
 pub fn is_env_hazard(key: &str) -> bool {
     let key = key.split('[').next().unwrap_or(key);
-    ENV_KEYS.iter().any(|k| match k {
-        EnvKey::Exact(e) => key == *e,
-        EnvKey::Prefix(p) => key.starts_with(p),
-        EnvKey::Suffix(s) => key.ends_with(s),
-    })
+    let any_case = ANY_CASE_PREFIXES.iter().any(|p| {
+        key.get(..p.len())
+            .is_some_and(|head| head.eq_ignore_ascii_case(p))
+    });
+    any_case
+        || ENV_KEYS.iter().any(|k| match k {
+            EnvKey::Exact(e) => key == *e,
+            EnvKey::Prefix(p) => key.starts_with(p),
+            EnvKey::Suffix(s) => key.ends_with(s),
+        })
 }

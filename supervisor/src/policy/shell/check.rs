@@ -159,12 +159,15 @@ pub(crate) fn scan(src: &str, marks: &Landmarks) -> Vec<(usize, Finding)> {
             i = r.end;
             continue;
         }
-        let next = b.get(i + 1).copied();
+        // bash deletes `\<newline>` before it reads the line: `$\<newline>(c)` is `$(c)`.
+        let at_next = skip_continuations(b, i + 1);
+        let next = b.get(at_next).copied();
+        let second = b.get(skip_continuations(b, at_next + 1)).copied();
         match (b[i], next) {
             (b'\\', _) => i += 1,
             (b'`', _) => out.push((i, Finding::CommandSubstitution)),
-            (b'$', Some(b'(')) if b.get(i + 2) == Some(&b'(') && marks.arithmetic.contains(&i) => {}
-            (b'$', Some(b'(')) if b.get(i + 2) == Some(&b'(') => {
+            (b'$', Some(b'(')) if second == Some(b'(') && marks.arithmetic.contains(&i) => {}
+            (b'$', Some(b'(')) if second == Some(b'(') => {
                 out.push((i, Finding::UnparsedArithmetic));
             }
             (b'$', Some(b'(')) => out.push((i, Finding::CommandSubstitution)),
@@ -181,6 +184,14 @@ pub(crate) fn scan(src: &str, marks: &Landmarks) -> Vec<(usize, Finding)> {
         i += 1;
     }
     out
+}
+
+/// The first index from `i` that is not part of a `\<newline>` line continuation.
+pub(crate) fn skip_continuations(b: &[u8], mut i: usize) -> usize {
+    while b.get(i) == Some(&b'\\') && b.get(i + 1) == Some(&b'\n') {
+        i += 2;
+    }
+    i
 }
 
 /// A here-document as bash reads it: its delimiter, whether it is quoted, and where

@@ -324,6 +324,109 @@ fn substitutions_anywhere() {
     clean("echo '$(x)' \"\\$(y)\"");
 }
 
+/// A command that must ask: undecidable, or with a hazard.
+#[track_caller]
+fn asks(cmd: &str) {
+    let x = a(cmd);
+    assert!(
+        x.undecidable.is_some() || x.all_hazards().next().is_some(),
+        "{cmd:?} reads as clean, but bash runs its substitution"
+    );
+}
+
+/// Quotes are read as bash reads them where the substitution sits: a `'` inside a
+/// double-quoted `${…}`, a here-document body, arithmetic or a subscript does not
+/// quote, and bash deletes `\<newline>` before it reads anything else. Each of these
+/// makes bash run `touch M` (bash 5.2, checked by hand and by the differential test).
+#[test]
+fn quotes_bash_does_not_take_for_quotes() {
+    for cmd in [
+        "echo \"${x:-'$(touch M)'}\"",
+        "echo \"${x-'$(touch M)'}\"",
+        "echo \"${x:='$(touch M)'}\"",
+        "echo \"${PWD:+'$(touch M)'}\"",
+        "echo \"${x:-'`touch M`'}\"",
+        "echo \"${x:-${y:-'$(touch M)'}}\"",
+        "echo \"${x:-\"'$(touch M)'\"}\"",
+        "echo \"${x:-$'$(touch M)'}\"",
+        "echo \"${x:-$\"$(touch M)\"}\"",
+        "echo \"${PWD:0:'$(touch M)'}\"",
+        "echo ${PWD:0:'$(touch M)'}",
+        "echo \"${a['$(touch M)']}\"",
+        "echo ${a['$(touch M)']}",
+        "echo \"${PWD[$'$(touch M)']}\"",
+        "echo $(( '$(touch M)' ))",
+        "echo $[ '$(touch M)' ]",
+        "(( $'$(touch M)' ))",
+        "for ((i='$(touch M)'; i<0;)); do :; done",
+        "a['$(touch M)']=1",
+        "a[$'$(touch M)']=1",
+        "echo \"$'$(touch M)'\"",
+        "echo $\"'$(touch M)'\"",
+        "echo $\"${x:-'$(touch M)'}\"",
+        "cat <<EOF\n${x:-'$(touch M)'}\nEOF",
+        "cat <<EOF\n'$(touch M)'\nEOF",
+        "cat <<EOF\n$'$(touch M)'\nEOF",
+        "for i in 1; do echo \"${x:-'$(touch M)'}\"; done",
+        "echo \"${x:-'$(touch M)'}\" | cat",
+        "true && grep x \"${x:-'$(touch M)'}\"",
+        // Line continuations: between `$` and `(`, `<` and `(`, inside `$((`.
+        "echo ${x:-$\\\n(touch M)}",
+        "echo \"${x:-$\\\n(touch M)}\"",
+        "echo $\\\n(touch M)",
+        "echo \"$\\\n(touch M)\"",
+        "echo <\\\n(touch M)",
+        "echo $(\\\n(x[$(touch M)]))",
+        "echo \"$((1+\\\n$(touch M)))\"",
+        "cat <<EOF\n$\\\n(touch M)\nEOF",
+        "echo $\\\n{x@P}",
+        // bash joins names and operators across a continuation; the tree splits them.
+        "a=1; b=2; echo $((a\\\nb))",
+        "echo \"${x:-a\\\nb}\"",
+        "echo \"${x:0:a\\\nb}\"",
+        "echo ${a[x\\\ny]}",
+        "for ((i=0; i<a\\\nb; i++)); do :; done",
+        // Two here-documents on one line: each body is read by its own delimiter.
+        "cat <<A <<'B'\n$(touch M)\nA\nx\nB",
+        "cat <<'A' <<B\nx\nA\n$(touch M)\nB",
+        // A continuation inside a word joins it for bash, not for the parser.
+        "echo hi; e\\\nval 'touch M'",
+        "echo hi; decl\\\nare DIRSTACK='($(touch M))'",
+        // `$'…'` escapes: no `$(` in the text, but bash decodes the value and reads it
+        // again in a double-quoted `${…}`, arithmetic and subscripts.
+        "echo \"${x:-$'\\x24(touch M)'}\"",
+        "echo \"${x:-$'\\x60touch M\\x60'}\"",
+        "echo \"${PWD[$'\\x24(touch M)']}\"",
+        "echo $(( $'\\x24(touch M)' ))",
+        "echo ${a[$'\\x24(touch M)']}",
+        "a[$'\\x24(touch M)']=1",
+        "[[ $'a[\\x24(touch M)]' -eq 1 ]]",
+        "declare -a a=$'(\\x24(touch M))'",
+        "cat <<EOF\n${x:-$'\\x24(touch M)'}\nEOF",
+        // `[[ -eq ]]` evaluates its operands as arithmetic, quotes or not.
+        "[[ 'a[$(touch M)]' -eq 1 ]]",
+    ] {
+        asks(cmd);
+    }
+    // What bash does leave alone stays clean.
+    for cmd in [
+        "echo '$(x)' $'$(y)' \"\\$(z)\"",
+        "echo \"a'b\" '$(x)'",
+        "x='$(y)'; echo \"$x\"",
+        "a=('$(x)')",
+        "case a in '$(x)') ;; esac",
+        "for i in '$(x)'; do :; done",
+        "cat <<'EOF'\n${x:-'$(touch M)'}\nEOF",
+        "cat <<'EOF'\n$\\\n(touch M)\nEOF",
+        "echo '$\\\n(touch M)'",
+        "{ echo '$(x)'; }",
+        "(echo '$(x)')",
+        "echo a # '$(x)'",
+    ] {
+        clean(cmd);
+    }
+}
+
 #[test]
 fn substitution_commands_are_parts_of_their_own() {
     let x = a("echo $(rm -rf x) `ls`");
@@ -409,4 +512,30 @@ fn argument_hazards_are_argument_kind() {
     );
     clean("find . -name '*exec*'");
     clean("sed 's/e/E/' README.md");
+}
+
+/// `declare`, `typeset` and `local` read a value that starts with `(` again as an
+/// array assignment when the variable is an array — whatever quoted it. bash 5.2 runs
+/// `touch M` in each of these.
+#[test]
+fn quoted_compound_assignments_ask() {
+    for cmd in [
+        "declare DIRSTACK='($(touch M))'",
+        "declare a=(1); declare a='($(touch M))'",
+        "a=(1); declare a='($(touch M))'",
+        "typeset a=\"($(touch M))\"",
+        "declare -a a='($(touch M))'",
+        "declare -A a='([x]=$(touch M))'",
+        "declare -ga a='($(touch M))'",
+        "declare -a 'a=($(touch M))'",
+        "x='($(touch M))'; declare -a a=$x",
+        "x='($(touch M))'; declare DIRSTACK=$x",
+        "declare -a $x",
+        "f() { local -a a='($(touch M))'; }; f",
+        "readonly -a a='($(touch M))'",
+    ] {
+        has(cmd, "array assignment");
+    }
+    clean("declare a=(1 2) b=x c=\"x$HOME\"");
+    clean("declare -a a=('$(x)')");
 }

@@ -173,8 +173,21 @@ impl Walker<'_> {
         let mut todo = vec![root];
         while let Some(n) = todo.pop() {
             let r = n.byte_range();
+            // bash deletes `\<newline>` before it reads names and operators: in
+            // `$((a\<newline>b))` it reads the variable `ab`, where the parser's nodes
+            // show `a` and `b`. Inside what holds names, arithmetic or operators, the
+            // tree cannot show bash's reading: ask.
+            let joins = matches!(
+                n.kind(),
+                "expansion" | "arithmetic_expansion" | "subscript" | "c_style_for_statement"
+            ) || (n.kind() == "compound_statement" && first_token(n) == Some("(("));
+            if joins && self.text(n).contains("\\\n") {
+                self.undecidable("a line continuation inside an expansion or arithmetic");
+            }
             match n.kind() {
-                "raw_string" | "ansi_c_string" | "comment" => m.inert.push(r),
+                "raw_string" | "ansi_c_string" | "comment" if quotes_as_written(n) => {
+                    m.inert.push(r);
+                }
                 "expansion" => {
                     m.expansions.insert(r.start);
                 }
@@ -199,6 +212,63 @@ impl Walker<'_> {
         }
         m
     }
+}
+
+/// Node kinds in which bash reads `'…'`, `$'…'` and `#` as the parser does: the
+/// command level, where single quotes quote and nothing inside them expands.
+///
+/// Everywhere else bash's reading differs by context, and the parser's does not: inside
+/// a double-quoted string, a `$"…"`, an unquoted here-document body, arithmetic and
+/// subscripts, a `'` is a plain character and `$(…)` inside it runs (`"${x:-'$(c)'}"`,
+/// `$(('$(c)'))`, `a['$(c)']=1`); inside `${…}` it depends on the operator and on where
+/// the `${…}` sits. So a quoted string is inert to the raw scan only when every node
+/// around it is one of these; elsewhere its text is scanned like any other (a
+/// substitution in it asks, even where bash would not have run it).
+const QUOTING_KINDS: &[&str] = &[
+    "program",
+    "list",
+    "pipeline",
+    "redirected_statement",
+    "command",
+    "command_name",
+    "concatenation",
+    "file_redirect",
+    "herestring_redirect",
+    "heredoc_redirect",
+    "variable_assignment",
+    "variable_assignments",
+    "declaration_command",
+    "unset_command",
+    "for_statement",
+    "case_statement",
+    "case_item",
+    "if_statement",
+    "elif_clause",
+    "else_clause",
+    "while_statement",
+    "do_group",
+    "subshell",
+    "function_definition",
+    "negated_command",
+    "command_substitution",
+    "process_substitution",
+    "array",
+];
+
+/// Does bash take this `'…'`, `$'…'` or comment as the quoting the parser took it
+/// for? Only when every node around it is at the command level ([`QUOTING_KINDS`];
+/// `{ …; }` is, `(( … ))` is arithmetic).
+fn quotes_as_written(n: Node<'_>) -> bool {
+    let mut up = n.parent();
+    while let Some(p) = up {
+        let command_level = QUOTING_KINDS.contains(&p.kind())
+            || (p.kind() == "compound_statement" && first_token(p) != Some("(("));
+        if !command_level {
+            return false;
+        }
+        up = p.parent();
+    }
+    true
 }
 
 /// At most this many distinct hazards are kept per part: one is enough to ask, and a
@@ -244,6 +314,11 @@ fn is_fd_variable(t: &str) -> bool {
     t.strip_prefix('{')
         .and_then(|r| r.strip_suffix('}'))
         .is_some_and(is_name)
+}
+
+/// Could this value start with `(` when bash expands it?
+fn may_start_with_paren(w: &Word) -> bool {
+    w.prefix().starts_with('(') || (w.prefix().is_empty() && !w.literal())
 }
 
 fn literal_word(t: &str, span: Range<usize>) -> Word {

@@ -8,6 +8,8 @@
 
 use std::ops::Range;
 
+use super::check::skip_continuations;
+
 /// One word of a simple command after quote removal.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Word {
@@ -354,12 +356,34 @@ fn skip_double(b: &[u8], mut i: usize) -> Option<usize> {
             b'\\' => i += 2,
             b'"' => return Some(i + 1),
             b'`' => i = skip_backquote(b, i + 1)?,
-            b'$' if b.get(i + 1) == Some(&b'(') => i = skip_parens(b, i + 2)?,
-            b'$' if b.get(i + 1) == Some(&b'{') => i = skip_braces(b, i + 2)?,
+            b'$' => i = skip_dollar(b, i)?,
             _ => i += 1,
         }
     }
     None
+}
+
+/// From a `$`: past the `$(…)` or `${…}` it opens (through line continuations, which
+/// bash deletes first), else just past the `$`.
+fn skip_dollar(b: &[u8], i: usize) -> Option<usize> {
+    let next = skip_continuations(b, i + 1);
+    match b.get(next) {
+        Some(b'(') => skip_parens(b, next + 1),
+        Some(b'{') => skip_braces(b, next + 1),
+        _ => Some(i + 1),
+    }
+}
+
+/// `$'…'` inside `${…}`: bash's parser ends it by ANSI-C rules (`\'` does not end
+/// it), then reads the result again when it expands, in ways that vary with the
+/// context and the operator. Only a string that both readings end at the same place,
+/// and that holds no backslash, is taken; `None` (undecidable) otherwise.
+fn skip_ansi_in_braces(b: &[u8], i: usize) -> Option<usize> {
+    let end = skip_single(b, i)?;
+    if b[i..end].contains(&b'\\') {
+        return None;
+    }
+    Some(end)
 }
 
 /// From inside `${…}`: the index just past the closing brace.
@@ -371,8 +395,8 @@ fn skip_braces(b: &[u8], mut i: usize) -> Option<usize> {
             b'\'' => i = skip_single(b, i + 1)?,
             b'"' => i = skip_double(b, i + 1)?,
             b'`' => i = skip_backquote(b, i + 1)?,
-            b'$' if b.get(i + 1) == Some(&b'(') => i = skip_parens(b, i + 2)?,
-            b'$' if b.get(i + 1) == Some(&b'{') => i = skip_braces(b, i + 2)?,
+            b'$' if b.get(i + 1) == Some(&b'\'') => i = skip_ansi_in_braces(b, i + 2)?,
+            b'$' => i = skip_dollar(b, i)?,
             b'{' => {
                 depth += 1;
                 i += 1;
@@ -397,6 +421,7 @@ fn skip_parens(b: &[u8], mut i: usize) -> Option<usize> {
             b'\'' => i = skip_single(b, i + 1)?,
             b'"' => i = skip_double(b, i + 1)?,
             b'`' => i = skip_backquote(b, i + 1)?,
+            b'$' if b.get(i + 1) == Some(&b'\'') => i = skip_ansi(b, i + 2)?,
             b'(' => {
                 depth += 1;
                 i += 1;
@@ -406,6 +431,18 @@ fn skip_parens(b: &[u8], mut i: usize) -> Option<usize> {
                 depth -= 1;
                 i += 1;
             }
+            _ => i += 1,
+        }
+    }
+    None
+}
+
+/// From inside `$'…'`: a backslash escapes the next byte, a `'` ends it.
+fn skip_ansi(b: &[u8], mut i: usize) -> Option<usize> {
+    while let Some(&c) = b.get(i) {
+        match c {
+            b'\\' => i += 2,
+            b'\'' => return Some(i + 1),
             _ => i += 1,
         }
     }
@@ -488,5 +525,17 @@ mod tests {
         let s = "${a:-{b}}c";
         assert_eq!(matching_end(s, 0), Some(s.len() - 1));
         assert_eq!(matching_end("\"abc", 0), None);
+        // bash deletes `\<newline>` first: `$\<newline>(` opens a substitution.
+        let s = "\"$\\\n(echo \")\")\" x";
+        assert_eq!(matching_end(s, 0), Some(s.len() - 2));
+        let s = "${x:-$\\\n(echo })}z";
+        assert_eq!(matching_end(s, 0), Some(s.len() - 1));
+        // `$'…'` inside `${…}` with a backslash: bash's two readings differ.
+        assert_eq!(matching_end("${x:-$'a\\'}'}", 0), None);
+        assert_eq!(matching_end("\"${x:-$'a\\'}'}\"", 0), None);
+        let s = "${x:-$'a'}z";
+        assert_eq!(matching_end(s, 0), Some(s.len() - 1));
+        let s = "$(echo $'a\\')')z";
+        assert_eq!(matching_end(&format!("\"{s}\""), 0), Some(s.len() + 2));
     }
 }

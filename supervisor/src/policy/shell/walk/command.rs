@@ -5,6 +5,10 @@ use tree_sitter::Node;
 
 use super::*;
 
+/// Builtins that read a value starting with `(` again as an array assignment when the
+/// variable is an array (bash 5.2: `readonly` only with `-a`/`-A`; asked for always).
+const ARRAY_DECLARERS: &[&str] = &["declare", "typeset", "local", "readonly"];
+
 impl Walker<'_> {
     /// A simple command: one part, plus a part for each command it runs.
     pub(super) fn command(&mut self, n: Node<'_>) -> usize {
@@ -266,10 +270,10 @@ impl Walker<'_> {
     }
 
     /// A bare `X=value`: runs nothing, but may change what runs later.
-    pub(super) fn bare_assignment(&mut self, n: Node<'_>) {
+    pub(super) fn bare_assignment(&mut self, n: Node<'_>) -> Option<Word> {
         if n.kind() != "variable_assignment" {
             self.undecidable(format!("`{}` in a list of assignments", n.kind()));
-            return;
+            return None;
         }
         let appends = has_token(n, "+=");
         let (name, value) = self.assignment_parts(n);
@@ -278,11 +282,31 @@ impl Walker<'_> {
             self.hazard(Hazard::structural(format!("sets {base}")));
             self.out.env_keys.push(base.to_owned());
         }
-        match value {
+        match &value {
             Some(v) if v.literal() && !appends => self.vars.assign(&name, Some(&v.text)),
             // `i=$((i + 1))`: an arithmetic result is an integer.
             Some(v) if v.numeric && !appends && v.prefix().is_empty() => self.vars.set_safe(&name),
             _ => self.vars.forget(&name),
+        }
+        value
+    }
+
+    /// `declare a='($(cmd))'`: when `a` is an array (`-a`, `-A`, declared before, or
+    /// one of bash's own such as `DIRSTACK`), `declare`, `typeset`, `local` and
+    /// `readonly -a` read a value that starts with `(` again as an array assignment, expanding what its
+    /// quotes hid. Only a real `(…)` array (which the walk reads) or a value that
+    /// cannot start with `(` is safe.
+    fn compound_value(&mut self, keyword: &str, assignment: Node<'_>, value: Option<&Word>) {
+        if !ARRAY_DECLARERS.contains(&keyword) {
+            return;
+        }
+        let array = assignment
+            .child_by_field_name("value")
+            .is_some_and(|v| v.kind() == "array");
+        if !array && value.is_some_and(may_start_with_paren) {
+            self.hazard(Hazard::structural(format!(
+                "{keyword} of a quoted (…) value (bash reads it as an array assignment)"
+            )));
         }
     }
 
@@ -334,7 +358,8 @@ impl Walker<'_> {
         if !has_options && only_names {
             for k in &kids[1..] {
                 if k.kind() == "variable_assignment" {
-                    self.bare_assignment(*k);
+                    let value = self.bare_assignment(*k);
+                    self.compound_value(&keyword, *k, value.as_ref());
                 }
             }
             return;
@@ -346,6 +371,7 @@ impl Walker<'_> {
             match k.kind() {
                 "variable_assignment" => {
                     let (name, value) = self.assignment_parts(*k);
+                    self.compound_value(&keyword, *k, value.as_ref());
                     self.vars.forget(&name);
                     let v = value.map(|v| v.text).unwrap_or_default();
                     words.push(literal_word(&format!("{name}={v}"), k.byte_range()));
@@ -358,6 +384,20 @@ impl Walker<'_> {
                 "file_redirect" | "herestring_redirect" => self.redirect(*k),
                 _ if k.is_named() => {
                     let w = self.word(*k);
+                    // `declare -a 'a=($(cmd))'`, `declare -a $x`: an assignment bash
+                    // finds only in the word's value.
+                    let risky = match w.prefix().split_once('=') {
+                        Some((_, known)) => {
+                            known.starts_with('(') || (known.is_empty() && !w.literal())
+                        }
+                        None => !w.literal(),
+                    };
+                    if risky && ARRAY_DECLARERS.contains(&keyword.as_str()) {
+                        self.hazard(Hazard::structural(format!(
+                            "{keyword} of a quoted (…) value (bash reads it as an array \
+                             assignment)"
+                        )));
+                    }
                     words.push(w);
                 }
                 _ => self.token(*k),

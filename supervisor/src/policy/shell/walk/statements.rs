@@ -30,8 +30,12 @@ impl Walker<'_> {
             "command" => {
                 self.command(n);
             }
-            "variable_assignment" => self.bare_assignment(n),
-            "variable_assignments" => self.each_named(n, |w, c| w.bare_assignment(c)),
+            "variable_assignment" => {
+                self.bare_assignment(n);
+            }
+            "variable_assignments" => self.each_named(n, |w, c| {
+                w.bare_assignment(c);
+            }),
             "declaration_command" => self.declaration(n),
             "unset_command" => self.unset(n),
             "test_command" => self.test_command(n),
