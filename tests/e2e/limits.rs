@@ -443,12 +443,20 @@ fn command_cgroups_leave_nothing_behind_even_after_a_worker_kill_9() {
             assert_eq!(r.status, Status::Ok, "{r:?}");
         }
         // Nothing left but the group of the worker's spare sandbox, which waits in it
-        // for the next command.
-        let left: Vec<_> = cgroups_of(worker)
-            .into_iter()
-            .filter(|g| !holds_a_spare(g))
-            .collect();
-        assert!(left.is_empty(), "{left:?}");
+        // for the next command (a spare being built has its group before its shim is
+        // in it: wait for that, within a deadline).
+        let end = Instant::now() + Duration::from_secs(20);
+        loop {
+            let left: Vec<_> = cgroups_of(worker)
+                .into_iter()
+                .filter(|g| !holds_a_spare(g))
+                .collect();
+            if left.is_empty() {
+                break;
+            }
+            assert!(Instant::now() < end, "{left:?}");
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
         // A command in flight when its worker is killed: the next worker removes its group.
         let mark = unique_marker("cg-kill");
         send(
