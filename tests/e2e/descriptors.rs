@@ -61,10 +61,17 @@ impl Leaky {
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::piped());
-        // SAFETY: dup2 between fork and exec; the copy it makes has no close-on-exec.
+        // SAFETY: dup2 (or fcntl) between fork and exec. The copy dup2 makes has no
+        // close-on-exec; but when the pipe already is LEAKED_FD, dup2 does nothing and
+        // the flag std set stays, so it is cleared by hand.
         unsafe {
             cmd.pre_exec(move || {
-                if libc::dup2(raw, LEAKED_FD) < 0 {
+                let done = if raw == LEAKED_FD {
+                    libc::fcntl(raw, libc::F_SETFD, 0)
+                } else {
+                    libc::dup2(raw, LEAKED_FD)
+                };
+                if done < 0 {
                     return Err(std::io::Error::last_os_error());
                 }
                 Ok(())
@@ -300,7 +307,7 @@ fn mcp_servers_and_external_workers_start_with_only_their_own_descriptors() {
             p.display()
         )
     };
-    let server = env!("CARGO_BIN_EXE_toolvisor-test-mcp-server");
+    let server = test_mcp_server();
     let config = format!(
         "{ALLOW_ALL}\n\
          [mcp.servers.fds]\ncommand = [\"bash\", \"-c\", {mcp:?}]\n\

@@ -13,6 +13,29 @@ use toolvisor_protocol::client::Client;
 use toolvisor_protocol::message::{CallRequest, ClientMessage, ServerMessage, ToolResult};
 
 pub const BIN: &str = env!("CARGO_BIN_EXE_toolvisor");
+
+/// The test MCP server (tests/mcp_server), an example of this package: `cargo test`
+/// builds examples, a run filtered to the e2e tests does not, so it is built here once
+/// per test process (a no-op when it is up to date; cargo holds no lock while tests
+/// run). Its path.
+pub fn test_mcp_server() -> &'static str {
+    static BUILT: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    BUILT.get_or_init(|| {
+        let name = "toolvisor-test-mcp-server";
+        let status = Command::new(env!("CARGO"))
+            .args(["build", "--quiet", "--locked", "--example", name])
+            .current_dir(env!("CARGO_MANIFEST_DIR"))
+            .status()
+            .expect("run cargo");
+        assert!(status.success(), "cannot build the {name} example");
+        let target = Path::new(env!("CARGO_TARGET_TMPDIR"))
+            .parent()
+            .expect("the target directory");
+        let exe = target.join("debug/examples").join(name);
+        assert!(exe.is_file(), "{} is missing", exe.display());
+        exe.display().to_string()
+    })
+}
 /// Generous: a loaded 2-core CI machine starts a debug build slowly.
 pub const START_DEADLINE: Duration = Duration::from_secs(30);
 

@@ -25,10 +25,7 @@ use rmcp::service::{
 use rmcp::{ClientHandler, ErrorData, RoleClient, ServiceExt};
 use serde_json::{Map, Value, json};
 
-use crate::harness::{BIN, Server, block};
-
-/// The test MCP server binary (tests/mcp_server).
-pub const TEST_SERVER: &str = env!("CARGO_BIN_EXE_toolvisor-test-mcp-server");
+use crate::harness::{BIN, Server, block, test_mcp_server};
 
 /// How the client answers an elicitation (`None` in [`TestClient`]: it cannot be asked).
 #[derive(Clone, Copy, Debug)]
@@ -277,7 +274,7 @@ pub fn structured(r: &CallToolResult) -> Value {
 
 /// A config with the test MCP server as `[mcp.servers.NAME]`, plus `extra` lines.
 pub fn with_server(name: &str, args: &[&str], extra: &str) -> String {
-    let argv: Vec<String> = std::iter::once(TEST_SERVER)
+    let argv: Vec<String> = std::iter::once(test_mcp_server())
         .chain(args.iter().copied())
         .map(|a| format!("{a:?}"))
         .collect();
