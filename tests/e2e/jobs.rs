@@ -84,18 +84,24 @@ fn handle_key(h: &str) -> (u32, u64) {
     (w.parse().expect("index"), n.parse().expect("n"))
 }
 
-/// Two jobs on each of the two exec workers, started on `c`; returns the handles.
-async fn jobs_on_both_workers(c: &mut Client, marker: &str) -> Vec<String> {
-    // Calls go to the least-loaded worker (ties: the first). With one worker busy the
-    // first two jobs land on the other; once it is free, the next two on the first.
-    occupy_a_worker(c, "blocker", marker).await;
-    let mut handles = vec![
+/// Two jobs on each of the two exec workers: two started on `c`, two on `other` (a
+/// session's commands all go to the worker that holds its first job, where its loopback
+/// lives); returns every handle, sorted, and `c`'s.
+async fn jobs_on_both_workers(
+    c: &mut Client,
+    other: &mut Client,
+    marker: &str,
+) -> (Vec<String>, Vec<String>) {
+    let mine = vec![
         start_job(c, "j1", marker).await,
         start_job(c, "j2", marker).await,
     ];
+    // With `c`'s worker busy, `other` (no job yet) gets the other, least-loaded one.
+    occupy_a_worker(c, "blocker", marker).await;
+    let mut handles = mine.clone();
+    handles.push(start_job(other, "j3", marker).await);
+    handles.push(start_job(other, "j4", marker).await);
     cancel_call(c, "blocker").await;
-    handles.push(start_job(c, "j3", marker).await);
-    handles.push(start_job(c, "j4", marker).await);
     let workers: BTreeSet<u32> = handles.iter().map(|h| handle_key(h).0).collect();
     assert_eq!(
         workers,
@@ -103,7 +109,7 @@ async fn jobs_on_both_workers(c: &mut Client, marker: &str) -> Vec<String> {
         "jobs not spread over both workers: {handles:?}"
     );
     handles.sort_by_key(|h| handle_key(h));
-    handles
+    (handles, mine)
 }
 
 #[test]
@@ -112,7 +118,8 @@ fn list_processes_shows_every_workers_jobs_in_one_audited_call() {
     let marker = unique_marker("jobs");
     block(T, async {
         let mut c = s.client().await;
-        let handles = jobs_on_both_workers(&mut c, &marker).await;
+        let mut other = s.client().await;
+        let (handles, mine) = jobs_on_both_workers(&mut c, &mut other, &marker).await;
 
         let r = call_on(&mut c, "lp1", "list_processes", json!({})).await;
         assert_eq!(r.status, Status::Ok, "{r:?}");
@@ -138,7 +145,7 @@ fn list_processes_shows_every_workers_jobs_in_one_audited_call() {
         assert_eq!(kinds, ["requested", "completed"]);
 
         // A job killed on one worker shows as exited; the others still run.
-        let victim = handles[handles.len() - 1].clone();
+        let victim = mine[1].clone();
         let r = call_on(&mut c, "k1", "kill_process", json!({"process": victim})).await;
         assert_eq!(r.status, Status::Ok, "{r:?}");
         let r = call_on(&mut c, "lp2", "list_processes", json!({})).await;
@@ -155,7 +162,16 @@ fn list_processes_shows_every_workers_jobs_in_one_audited_call() {
             assert!(line.contains(want), "{line}");
         }
 
-        kill_all(&mut c, &handles[..handles.len() - 1], &marker).await;
+        let theirs: Vec<String> = handles
+            .iter()
+            .filter(|h| !mine.contains(h))
+            .cloned()
+            .collect();
+        for h in &theirs {
+            let r = call_on(&mut other, "k", "kill_process", json!({"process": h})).await;
+            assert_eq!(r.status, Status::Ok, "{r:?}");
+        }
+        kill_all(&mut c, &mine[..1], &marker).await;
     });
 }
 
@@ -177,7 +193,8 @@ fn list_processes_leaves_out_a_worker_that_died() {
     let marker = unique_marker("jobs-dead");
     block(T, async {
         let mut c = s.client().await;
-        let handles = jobs_on_both_workers(&mut c, &marker).await;
+        let mut other = s.client().await;
+        let (handles, mine) = jobs_on_both_workers(&mut c, &mut other, &marker).await;
         let w1 = s
             .worker_status()
             .await
@@ -206,7 +223,14 @@ fn list_processes_leaves_out_a_worker_that_died() {
             .await;
         let r = call_on(&mut c, "lp2", "list_processes", json!({})).await;
         assert_eq!(listed(&r), survivors, "{}", r.content);
-        kill_all(&mut c, &survivors, &marker).await;
+        // Each session kills its own survivors.
+        let (own, others): (Vec<String>, Vec<String>) =
+            survivors.into_iter().partition(|h| mine.contains(h));
+        for h in &others {
+            let r = call_on(&mut other, "k", "kill_process", json!({"process": h})).await;
+            assert_eq!(r.status, Status::Ok, "{r:?}");
+        }
+        kill_all(&mut c, &own, &marker).await;
     });
 }
 

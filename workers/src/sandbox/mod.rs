@@ -23,3 +23,20 @@ pub mod spec;
 
 pub use error::SandboxError;
 pub use landlock::{command_writable, confine, restrict_writes};
+
+/// Where unit tests make their workspaces: not under `/tmp`, which the plan treats as
+/// the command's own (a checkout under `/tmp` would make those tests prove nothing, or
+/// fail); the crate's directory when it is not there, else `/var/tmp`, else `$HOME`.
+#[cfg(test)]
+pub(crate) fn test_base() -> std::path::PathBuf {
+    let shared = |p: &std::path::Path| !p.starts_with("/tmp") && p.is_dir();
+    let manifest = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR"));
+    if shared(&manifest) {
+        return manifest;
+    }
+    let var_tmp = std::path::PathBuf::from("/var/tmp");
+    if shared(&var_tmp) {
+        return var_tmp;
+    }
+    std::env::var_os("HOME").map_or(manifest, std::path::PathBuf::from)
+}

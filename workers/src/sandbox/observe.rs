@@ -166,9 +166,7 @@ mod tests {
 
     fn ws() -> (tempfile::TempDir, PathBuf) {
         // Not under /tmp: the plan treats paths there specially.
-        let base = std::env::var_os("CARGO_TARGET_TMPDIR")
-            .map(PathBuf::from)
-            .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")));
+        let base = super::super::test_base();
         let d = tempfile::tempdir_in(base).unwrap();
         let r = d.path().canonicalize().unwrap();
         (d, r)

@@ -409,9 +409,7 @@ mod tests {
     impl Ws {
         fn new() -> Ws {
             // Not under /tmp: the plan treats paths there specially.
-            let base = std::env::var_os("CARGO_TARGET_TMPDIR")
-                .map(PathBuf::from)
-                .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")));
+            let base = super::super::test_base();
             Ws {
                 dir: tempfile::tempdir_in(base).unwrap(),
             }
