@@ -225,14 +225,29 @@ async fn recv_packet_max(fd: &AsyncFd<OwnedFd>, max: usize) -> Packet {
 /// Read one packet of at most `max` bytes without blocking: None when it would block,
 /// Closed at EOF.
 fn recv_one(fd: RawFd, max: usize) -> Option<Packet> {
+    let (packet, mut passed) = match recv_with_fds(fd, max)? {
+        Some(p) => p,
+        None => return Some(Packet::Closed),
+    };
+    Some(match (packet.first(), passed.pop()) {
+        (Some(&TERMINAL), Some(t)) => Packet::Terminal(t),
+        _ => Packet::Other(packet),
+    })
+}
+
+/// One packet of at most `max` bytes and the descriptors passed with it (up to two),
+/// without blocking: None when it would block, `Some(None)` at the end (or a failed
+/// socket). The descriptors arrive close-on-exec.
+#[allow(clippy::option_option)]
+pub(crate) fn recv_with_fds(fd: RawFd, max: usize) -> Option<Option<(Vec<u8>, Vec<OwnedFd>)>> {
     let mut buf = vec![0u8; max];
     let mut iov = [IoSliceMut::new(&mut buf)];
-    let mut space = nix::cmsg_space!([RawFd; 1]);
+    let mut space = nix::cmsg_space!([RawFd; 2]);
     let flags = MsgFlags::MSG_DONTWAIT | MsgFlags::MSG_CMSG_CLOEXEC;
     let msg = match recvmsg::<()>(fd, &mut iov, Some(&mut space), flags) {
         Ok(m) => m,
         Err(nix::errno::Errno::EAGAIN | nix::errno::Errno::EINTR) => return None,
-        Err(_) => return Some(Packet::Closed),
+        Err(_) => return Some(None),
     };
     let mut passed = Vec::new();
     if let Ok(cmsgs) = msg.cmsgs() {
@@ -245,11 +260,7 @@ fn recv_one(fd: RawFd, max: usize) -> Option<Packet> {
     }
     let n = msg.bytes;
     if n == 0 {
-        return Some(Packet::Closed);
+        return Some(None);
     }
-    let packet = buf[..n].to_vec();
-    Some(match (packet.first(), passed.pop()) {
-        (Some(&TERMINAL), Some(t)) => Packet::Terminal(t),
-        _ => Packet::Other(packet),
-    })
+    Some(Some((buf[..n].to_vec(), passed)))
 }

@@ -14,13 +14,12 @@
 //! the worker (their parent-death signal, and killed when dropped).
 
 use std::collections::{BTreeMap, HashMap};
-use std::io::IoSliceMut;
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsRawFd, OwnedFd};
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use nix::sys::socket::{ControlMessageOwned, MsgFlags, recvmsg, send};
+use nix::sys::socket::{MsgFlags, send};
 use tokio::io::Interest;
 use tokio::io::unix::AsyncFd;
 use tokio::process::Child;
@@ -293,37 +292,10 @@ impl Holder {
 /// One packet and the descriptors it carried; None when the holder's end is closed.
 async fn recv(fd: &AsyncFd<OwnedFd>) -> Option<(Vec<u8>, Vec<OwnedFd>)> {
     fd.async_io(Interest::READABLE, |f| {
-        recv_one(f.as_raw_fd()).ok_or_else(|| std::io::ErrorKind::WouldBlock.into())
+        crate::exec::control::recv_with_fds(f.as_raw_fd(), 4096)
+            .ok_or_else(|| std::io::ErrorKind::WouldBlock.into())
     })
     .await
     .ok()
     .flatten()
-}
-
-/// Read one packet without blocking: None when it would block, Some(None) at the end.
-#[allow(clippy::option_option)]
-fn recv_one(fd: RawFd) -> Option<Option<(Vec<u8>, Vec<OwnedFd>)>> {
-    let mut buf = vec![0u8; 4096];
-    let mut iov = [IoSliceMut::new(&mut buf)];
-    let mut space = nix::cmsg_space!([RawFd; 2]);
-    let flags = MsgFlags::MSG_DONTWAIT | MsgFlags::MSG_CMSG_CLOEXEC;
-    let msg = match recvmsg::<()>(fd, &mut iov, Some(&mut space), flags) {
-        Ok(m) => m,
-        Err(nix::errno::Errno::EAGAIN | nix::errno::Errno::EINTR) => return None,
-        Err(_) => return Some(None),
-    };
-    let mut passed = Vec::new();
-    if let Ok(cmsgs) = msg.cmsgs() {
-        for c in cmsgs {
-            if let ControlMessageOwned::ScmRights(fds) = c {
-                // SAFETY: the kernel just installed these descriptors for us.
-                passed.extend(fds.into_iter().map(|f| unsafe { OwnedFd::from_raw_fd(f) }));
-            }
-        }
-    }
-    let n = msg.bytes;
-    if n == 0 {
-        return Some(None);
-    }
-    Some(Some((buf[..n].to_vec(), passed)))
 }
