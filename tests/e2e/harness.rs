@@ -105,7 +105,8 @@ impl Server {
         wait_line(&self.log, &mut self.log_seen, needle, deadline)
     }
 
-    /// Wait until every worker is ready (status says so).
+    /// Wait until every worker is ready and the start's guard canary has ended (status
+    /// says both).
     pub fn wait_ready(&mut self, deadline: Duration) {
         let end = Instant::now() + deadline;
         let rt = rt();
@@ -122,9 +123,11 @@ impl Server {
                     )
                     .await
                 {
-                    Ok(ServerMessage::Status { workers, .. }) => {
-                        workers.iter().all(|w| w.state == "ready")
-                    }
+                    // Ready, and the guard canary the daemon runs at start (one command
+                    // on an exec worker) has ended: a test starts on a settled daemon.
+                    Ok(ServerMessage::Status {
+                        workers, guards, ..
+                    }) => workers.iter().all(|w| w.state == "ready") && !guards.verified.is_empty(),
                     _ => false,
                 }
             });
