@@ -86,16 +86,7 @@ impl Control {
             Control::Channel(fd) => fd.lock().await,
         };
         let request = format!("{}{}", SIGNAL as char, sig as i32);
-        let sent = fd
-            .async_io(Interest::WRITABLE, |f| {
-                send(
-                    f.as_raw_fd(),
-                    request.as_bytes(),
-                    MsgFlags::MSG_NOSIGNAL | MsgFlags::MSG_DONTWAIT,
-                )
-                .map_err(std::io::Error::from)
-            })
-            .await;
+        let sent = send_request(&fd, request.as_bytes()).await;
         if sent.is_err() {
             return Err(SignalError::Gone);
         }
@@ -233,6 +224,20 @@ fn recv_one(fd: RawFd, max: usize) -> Option<Packet> {
         (Some(&TERMINAL), Some(t)) => Packet::Terminal(t),
         _ => Packet::Other(packet),
     })
+}
+
+/// Send one request packet on a shim's channel (without SIGPIPE when it is gone).
+pub(crate) async fn send_request(fd: &AsyncFd<OwnedFd>, request: &[u8]) -> std::io::Result<()> {
+    fd.async_io(Interest::WRITABLE, |f| {
+        send(
+            f.as_raw_fd(),
+            request,
+            MsgFlags::MSG_NOSIGNAL | MsgFlags::MSG_DONTWAIT,
+        )
+        .map(drop)
+        .map_err(std::io::Error::from)
+    })
+    .await
 }
 
 /// One packet of at most `max` bytes and the descriptors passed with it (up to two),

@@ -19,7 +19,6 @@ use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use nix::sys::socket::{MsgFlags, send};
 use tokio::io::Interest;
 use tokio::io::unix::AsyncFd;
 use tokio::process::Child;
@@ -218,12 +217,7 @@ impl Holder {
             }),
             ..ShimArgs::default()
         };
-        let mut cmd = inner.shim.command(&a, &inner.env).map_err(|e| e.message)?;
-        cmd.stdin(std::process::Stdio::null())
-            .stdout(std::process::Stdio::null())
-            .stderr(std::process::Stdio::null())
-            .process_group(0)
-            .kill_on_drop(true);
+        let mut cmd = inner.shim.detached(&a, &inner.env).map_err(|e| e.message)?;
         let setup = ChildSetup {
             cwd: root.as_raw_fd(),
             keep: fds.keep(),
@@ -260,15 +254,7 @@ impl Holder {
     pub(crate) async fn connect(&self, port: u16) -> Result<std::net::TcpStream, String> {
         let channel = self.channel.lock().await;
         let request = format!("{}{port}", CONNECT as char);
-        channel
-            .async_io(Interest::WRITABLE, |f| {
-                send(
-                    f.as_raw_fd(),
-                    request.as_bytes(),
-                    MsgFlags::MSG_NOSIGNAL | MsgFlags::MSG_DONTWAIT,
-                )
-                .map_err(std::io::Error::from)
-            })
+        crate::exec::control::send_request(&channel, request.as_bytes())
             .await
             .map_err(|e| format!("the session's loopback holder is gone: {e}"))?;
         let answer = tokio::time::timeout(CONNECT_WAIT, recv(&channel))

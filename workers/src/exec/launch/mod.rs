@@ -113,6 +113,18 @@ impl ShimLauncher {
         }
         Ok(c)
     }
+
+    /// [`Self::command`] for a shim that runs nothing of a person's: no standard
+    /// streams, a process group of its own, killed when dropped (a spare, a holder).
+    fn detached(&self, a: &ShimArgs, env: &BTreeMap<String, String>) -> Result<Command, ToolError> {
+        let mut cmd = self.command(a, env)?;
+        cmd.stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .process_group(0)
+            .kill_on_drop(true);
+        Ok(cmd)
+    }
 }
 
 /// The report pipe and the control channel of a shim about to start: the worker's

@@ -288,12 +288,7 @@ impl Spare {
             spare: true,
             ..inner.shim.args(&inner.instance, &inner.root, false, fds)
         };
-        let mut cmd = inner.shim.command(&a, &inner.env)?;
-        cmd.stdin(std::process::Stdio::null())
-            .stdout(std::process::Stdio::null())
-            .stderr(std::process::Stdio::null())
-            .process_group(0)
-            .kill_on_drop(true);
+        let mut cmd = inner.shim.detached(&a, &inner.env)?;
         let setup = ChildSetup {
             cwd: root.as_raw_fd(),
             keep: fds.keep(),
