@@ -140,6 +140,11 @@ fn dirent_numbers(buf: &[u8]) -> impl Iterator<Item = RawFd> + '_ {
 mod tests {
     use super::*;
     use std::os::fd::AsRawFd;
+    use std::sync::Mutex;
+
+    /// The tests mark ranges of this process's descriptors: one at a time, or one
+    /// test's range covers the descriptors another test checks are still unmarked.
+    static MARKING: Mutex<()> = Mutex::new(());
 
     fn is_cloexec(fd: RawFd) -> bool {
         // SAFETY: fcntl on an integer descriptor.
@@ -159,6 +164,7 @@ mod tests {
 
     #[test]
     fn every_descriptor_from_the_first_is_marked() {
+        let _one = MARKING.lock().unwrap_or_else(|e| e.into_inner());
         let low = inheritable(100);
         let high = inheritable(900);
         assert!(!is_cloexec(low.as_raw_fd()) && !is_cloexec(high.as_raw_fd()));
@@ -171,6 +177,7 @@ mod tests {
 
     #[test]
     fn the_proc_fallback_marks_them_too() {
+        let _one = MARKING.lock().unwrap_or_else(|e| e.into_inner());
         let a = inheritable(200);
         let b = inheritable(700);
         cloexec_listed(a.as_raw_fd()).unwrap();
