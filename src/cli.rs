@@ -100,6 +100,25 @@ pub enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// Put back what calls changed in the workspace, newest first (a path changed
+    /// since by anything else is left alone and reported). Exit 1 when anything was
+    /// left alone or cannot be undone.
+    Undo {
+        /// Call ids as results and the audit log give them (`call_id`: `s3:c7`).
+        calls: Vec<String>,
+        /// Every call of this trace.
+        #[arg(long, value_name = "ID")]
+        trace: Option<String>,
+        /// The newest N calls that changed something.
+        #[arg(long, value_name = "N")]
+        last: Option<u64>,
+        /// Say what would be put back; change nothing.
+        #[arg(long)]
+        dry_run: bool,
+        /// Print the answer as JSON.
+        #[arg(long)]
+        json: bool,
+    },
     /// Restart the workers (of one group), one at a time, after their calls end.
     Restart {
         /// `search`, `edit`, `exec`, `web`, `state`, `meta`, an external group

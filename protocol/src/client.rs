@@ -294,7 +294,7 @@ pub fn answers(m: &ServerMessage, id: &Id) -> bool {
         | ServerMessage::Ack { id: i }
         | ServerMessage::Pong { id: i } => i == id,
         ServerMessage::Error { id: Some(i), .. } => i == id,
-        ServerMessage::Explanation { id: i, .. } => i == id,
+        ServerMessage::Explanation { id: i, .. } | ServerMessage::Undone { id: i, .. } => i == id,
         _ => false,
     }
 }

@@ -87,6 +87,15 @@ pub enum ErrorType {
     UnknownInteraction,
     /// An `envelope` whose block cannot be run (the message names the problem).
     BadEnvelope,
+    /// The command sandbox (or one of its guards) is not verified on this host, so the
+    /// call cannot run the way it asked.
+    SandboxUnverified,
+    /// An undo left a path alone: something changed it after the call being undone.
+    UndoConflict,
+    /// What a call changed cannot be put back (the message says why).
+    NotUndoable,
+    /// A command's connection to a host the network list does not allow.
+    NetworkDenied,
 }
 
 impl ErrorType {
@@ -131,6 +140,10 @@ impl ErrorType {
             ErrorType::UnknownCall => "UnknownCall",
             ErrorType::UnknownInteraction => "UnknownInteraction",
             ErrorType::BadEnvelope => "BadEnvelope",
+            ErrorType::SandboxUnverified => "SandboxUnverified",
+            ErrorType::UndoConflict => "UndoConflict",
+            ErrorType::NotUndoable => "NotUndoable",
+            ErrorType::NetworkDenied => "NetworkDenied",
         }
     }
 

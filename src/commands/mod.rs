@@ -11,6 +11,7 @@ mod plain_call;
 pub mod policy;
 pub mod status;
 pub mod tools;
+pub mod undo;
 
 use serde_json::Value;
 use toolvisor_protocol::client::{Client, ClientError};
@@ -93,6 +94,22 @@ async fn dispatch(cmd: &Command, r: &Resolved) -> Result<i32, ClientError> {
         Command::Doctor { json } => {
             let mut c = connect(r).await?;
             doctor::run(&mut c, *json).await
+        }
+        Command::Undo {
+            calls,
+            trace,
+            last,
+            dry_run,
+            json,
+        } => {
+            let o = undo::Options {
+                calls: calls.clone(),
+                trace: trace.clone(),
+                last: *last,
+                dry_run: *dry_run,
+                json: *json,
+            };
+            undo::run(r, o).await
         }
         Command::Restart { group } => {
             let mut c = connect(r).await?;

@@ -19,4 +19,5 @@ pub mod registry;
 pub mod serve;
 pub mod service;
 pub mod session;
+pub mod undo;
 pub mod workers;

@@ -103,6 +103,8 @@ pub struct Service {
     /// What the last guard canary found (`status.guards.verified`; empty until the
     /// first one ends).
     verified: std::sync::Mutex<std::collections::BTreeMap<String, serde_json::Value>>,
+    /// The undo journal of what calls changed in the workspace.
+    undo: crate::call::journaling::Undo,
 }
 
 impl Service {
@@ -154,7 +156,13 @@ impl Service {
             order.push(group.name.clone());
             pools.insert(group.name, pool);
         }
+        let undo = crate::call::journaling::Undo::open(
+            &paths.state_dir,
+            init.roots.clone(),
+            config.undo.max_bytes,
+        );
         let service = Arc::new(Service {
+            undo,
             paths,
             config: RwLock::new(Arc::new(config)),
             registry: LiveRegistry::new(registry),
@@ -236,6 +244,11 @@ impl Service {
     /// The calls waiting for a person's answer.
     pub fn confirmations(&self) -> &Confirmations {
         &self.confirmations
+    }
+
+    /// The undo journal and the captures still open.
+    pub fn undo(&self) -> &crate::call::journaling::Undo {
+        &self.undo
     }
 
     /// The calls running now (`status.calls`).

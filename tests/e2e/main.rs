@@ -37,4 +37,5 @@ mod state;
 mod supervision;
 mod surfaces;
 mod terminal;
+mod undo;
 mod web;

@@ -190,6 +190,24 @@ pub enum ClientMessage {
         #[serde(default = "empty_args")]
         args: Value,
     },
+    /// Put back what earlier calls changed in the workspace, newest first (exactly one
+    /// of `calls`, `trace`, `last`).
+    Undo {
+        /// Echoed in `undone`.
+        id: Id,
+        /// These calls, by their audit ids (`s3:c7`; a bare `c7` is this session's).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        calls: Option<Vec<String>>,
+        /// Every call of this trace.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        trace: Option<String>,
+        /// The newest `last` calls that changed something.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        last: Option<u64>,
+        /// Say what would be done, change nothing.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        dry_run: Option<bool>,
+    },
     /// A model's text with (at most) one fenced `yips-agent` or `yips-tools` block: its
     /// tool actions run as a batch.
     Envelope {

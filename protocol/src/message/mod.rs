@@ -18,6 +18,7 @@ pub const KNOWN_CLIENT_TYPES: &[&str] = &[
     "ping",
     "explain",
     "envelope",
+    "undo",
 ];
 
 /// The `type` values the server sends.
@@ -38,6 +39,7 @@ pub const KNOWN_SERVER_TYPES: &[&str] = &[
     "error",
     "explanation",
     "envelope_done",
+    "undone",
 ];
 
 mod client;

@@ -249,6 +249,25 @@ pub enum ServerMessage {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         error: Option<ErrorBody>,
     },
+    /// The answer to `undo`.
+    Undone {
+        /// The request's id.
+        id: Id,
+        /// The calls undone (or, dry, that would be), newest first.
+        calls: Vec<String>,
+        /// Paths put back to what they were.
+        restored: Vec<String>,
+        /// Paths removed (those calls made them).
+        removed: Vec<String>,
+        /// Paths left alone because something changed them since.
+        conflicts: Vec<UndoConflict>,
+        /// Calls (or parts) that cannot be undone.
+        not_undoable: Vec<NotUndoable>,
+        /// Whether nothing was changed (a dry run).
+        dry_run: bool,
+        /// This undo's own id in the journal: undo it to redo what it put back.
+        call_id: String,
+    },
     /// An envelope's end: after its batch's `batch_done` (when it had a block).
     EnvelopeDone {
         /// The envelope's id.
@@ -268,4 +287,22 @@ impl ServerMessage {
             error: ErrorBody::new(kind, message),
         }
     }
+}
+
+/// A path an undo left alone.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct UndoConflict {
+    /// The path, as the tools show it.
+    pub path: String,
+    /// What changed it since.
+    pub reason: String,
+}
+
+/// A call an undo could not put back (whole or in part).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct NotUndoable {
+    /// The call's audit id.
+    pub call: String,
+    /// Why.
+    pub reason: String,
 }

@@ -452,6 +452,7 @@ pub fn result_schema(extra: &[(&str, Value)]) -> Value {
         },
         "full_output": {"type": "string", "description": "Where the whole output is: read it with read_file (also linked as a toolvisor://artifacts/ resource)"},
         "structured": {"description": "An external worker's tool: the structured result it returned"},
+        "undo": {"type": ["boolean", "string"], "description": "true: what the call changed in the workspace can be undone (or it changed nothing); else why not"},
         "duration_ms": {"type": "integer", "minimum": 0},
         "audit_seq": {"type": "integer", "minimum": 0}
     });

@@ -165,7 +165,9 @@ impl Service {
             );
             return to_result(req.id.clone(), o, extra, started, 0);
         }
+        let capture = self.capture_begin(&call, &rec.call_id).await;
         let (mut outcome, worker) = self.route_watched(&call, decision.network).await;
+        self.capture_end(capture, &mut outcome).await;
         session.familiar.learn(&tool, &req.args, outcome.status);
         if let Some(g) = self.config().workers.group(&tool.group) {
             crate::call::timeout_hint::explain(g, &tool, &req, &mut outcome);
@@ -248,6 +250,8 @@ pub fn to_result(
 ) -> ToolResult {
     let mut meta = o.meta;
     meta.extend(extra);
+    // Nothing a call that never ran (or changes nothing) did needs undoing.
+    meta.entry("undo").or_insert(Value::Bool(true));
     let error = match (o.status, o.error) {
         (Status::Ok, _) => None,
         (_, Some(e)) => Some(e),

@@ -72,6 +72,23 @@ pub struct Config {
     pub skills: SkillsSettings,
     /// `[mcp.servers.NAME]`: MCP servers run as supervised workers.
     pub mcp: mcp::McpConfig,
+    /// `[undo]`: the journal of what calls changed.
+    pub undo: UndoConfig,
+}
+
+/// `[undo]`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct UndoConfig {
+    /// The most bytes of file contents the journal keeps; past it the oldest calls'
+    /// records are dropped first.
+    pub max_bytes: u64,
+}
+
+impl Default for UndoConfig {
+    fn default() -> Self {
+        UndoConfig { max_bytes: 1 << 30 }
+    }
 }
 
 /// `[workspace]`: the roots tools may reach; relative paths are taken against the

@@ -230,6 +230,26 @@ impl SessionState {
                 );
             }
             ClientMessage::Restart { id, group } => self.restart(id, group),
+            ClientMessage::Undo {
+                id,
+                calls,
+                trace,
+                last,
+                dry_run,
+            } => {
+                let req = crate::call::undo_request::UndoRequest {
+                    id,
+                    calls,
+                    trace,
+                    last,
+                    dry_run: dry_run.unwrap_or(false),
+                };
+                let person = info.interactive && !self.peer.is_command();
+                let (svc, out) = (self.service.clone(), self.out.clone());
+                tokio::spawn(async move {
+                    out.send(&svc.undo_request(&info, person, req).await);
+                });
+            }
             ClientMessage::Subscribe { id, topics } => {
                 crate::session::subscribe::start(&self.service, &self.out, id, topics);
             }
@@ -372,6 +392,7 @@ fn request_id(m: &ClientMessage) -> Option<Id> {
         | ClientMessage::Restart { id, .. }
         | ClientMessage::Ping { id }
         | ClientMessage::Explain { id, .. }
+        | ClientMessage::Undo { id, .. }
         | ClientMessage::Envelope { id, .. } => Some(id.clone()),
         ClientMessage::Call(c) => Some(c.id.clone()),
         ClientMessage::Hello { .. } | ClientMessage::Confirm { .. } => None,

@@ -1,0 +1,178 @@
+//! The journal's blobs: file contents kept by their SHA-256 under the state directory
+//! (`undo/blobs/ab/abcdef…`), each written once (to a temporary name, then renamed),
+//! so a blob that exists is whole. What refers to which blob, and how many bytes they
+//! may take, is [`super::state`]'s business.
+
+use std::fs::File;
+use std::io::{self, Read, Write};
+use std::path::{Path, PathBuf};
+
+use sha2::{Digest, Sha256};
+
+/// The blob directory.
+#[derive(Clone, Debug)]
+pub struct Store {
+    dir: PathBuf,
+}
+
+/// A file's content, hashed (and kept, when asked).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Hashed {
+    /// Lowercase hex SHA-256.
+    pub sha256: String,
+    /// Bytes read.
+    pub size: u64,
+}
+
+impl Store {
+    /// The store under `dir` (made when missing; leftover temporaries removed).
+    pub fn open(dir: &Path) -> io::Result<Store> {
+        std::fs::create_dir_all(dir.join("tmp"))?;
+        for e in std::fs::read_dir(dir.join("tmp"))?.flatten() {
+            let _ = std::fs::remove_file(e.path());
+        }
+        Ok(Store {
+            dir: dir.to_path_buf(),
+        })
+    }
+
+    /// Where blob `sha` lives.
+    pub fn path(&self, sha: &str) -> PathBuf {
+        let (head, _) = sha.split_at(sha.len().min(2));
+        self.dir.join(head).join(sha)
+    }
+
+    /// Whether blob `sha` is there.
+    pub fn has(&self, sha: &str) -> bool {
+        self.path(sha).is_file()
+    }
+
+    /// Hash the file at `path` without keeping it.
+    pub fn hash(path: &Path) -> io::Result<Hashed> {
+        copy_hashing(&mut File::open(path)?, &mut io::sink())
+    }
+
+    /// Hash the file at `path` and keep its content.
+    pub fn put(&self, path: &Path) -> io::Result<Hashed> {
+        let mut src = File::open(path)?;
+        let tmp = tempfile_in(&self.dir.join("tmp"))?;
+        let hashed = copy_hashing(&mut src, &mut io::BufWriter::new(&tmp.1))?;
+        let dest = self.path(&hashed.sha256);
+        if dest.is_file() {
+            let _ = std::fs::remove_file(&tmp.0);
+            return Ok(hashed);
+        }
+        if let Some(parent) = dest.parent() {
+            std::fs::create_dir_all(parent)?;
+        }
+        std::fs::rename(&tmp.0, &dest)?;
+        Ok(hashed)
+    }
+
+    /// Drop blob `sha` (gone already is fine).
+    pub fn remove(&self, sha: &str) {
+        let _ = std::fs::remove_file(self.path(sha));
+    }
+
+    /// Open blob `sha` for reading.
+    pub fn read(&self, sha: &str) -> io::Result<File> {
+        File::open(self.path(sha))
+    }
+
+    /// Flush everything written to the store's file system: a journal record naming a
+    /// blob is written only after the blob is on disk.
+    pub fn sync(&self) -> io::Result<()> {
+        let dir = File::open(&self.dir)?;
+        use std::os::fd::AsRawFd;
+        // SAFETY: syncfs on a descriptor we own.
+        if unsafe { libc::syncfs(dir.as_raw_fd()) } == 0 {
+            Ok(())
+        } else {
+            Err(io::Error::last_os_error())
+        }
+    }
+}
+
+/// Copy `src` to `dst` while hashing it.
+fn copy_hashing(src: &mut impl Read, dst: &mut impl Write) -> io::Result<Hashed> {
+    let mut hasher = Sha256::new();
+    let mut buf = vec![0u8; 256 * 1024];
+    let mut size = 0u64;
+    loop {
+        let n = match src.read(&mut buf) {
+            Ok(0) => break,
+            Ok(n) => n,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+            Err(e) => return Err(e),
+        };
+        hasher.update(&buf[..n]);
+        dst.write_all(&buf[..n])?;
+        size += n as u64;
+    }
+    dst.flush()?;
+    Ok(Hashed {
+        sha256: hex(&hasher.finalize()),
+        size,
+    })
+}
+
+/// Lowercase hex of `bytes`.
+pub fn hex(bytes: &[u8]) -> String {
+    use std::fmt::Write as _;
+    bytes.iter().fold(String::new(), |mut s, b| {
+        let _ = write!(s, "{b:02x}");
+        s
+    })
+}
+
+/// A new file with a unique name in `dir`.
+fn tempfile_in(dir: &Path) -> io::Result<(PathBuf, File)> {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static NEXT: AtomicU64 = AtomicU64::new(0);
+    loop {
+        let n = NEXT.fetch_add(1, Ordering::Relaxed);
+        let p = dir.join(format!("{}-{n}", std::process::id()));
+        match std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .open(&p)
+        {
+            Ok(f) => return Ok((p, f)),
+            Err(e) if e.kind() == io::ErrorKind::AlreadyExists => continue,
+            Err(e) => return Err(e),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_kept_blob_reads_back_and_hashes_alike() {
+        let d = tempfile::tempdir().unwrap();
+        let store = Store::open(&d.path().join("blobs")).unwrap();
+        let f = d.path().join("f");
+        std::fs::write(&f, b"hello\n").unwrap();
+        let kept = store.put(&f).unwrap();
+        assert_eq!(kept, Store::hash(&f).unwrap());
+        assert_eq!(
+            kept.sha256,
+            "5891b5b522d5df086d0ff0b110fbd9d21bb4fc7163af34d08286a2e846f6be03"
+        );
+        let mut back = Vec::new();
+        store
+            .read(&kept.sha256)
+            .unwrap()
+            .read_to_end(&mut back)
+            .unwrap();
+        assert_eq!(back, b"hello\n");
+        assert_eq!(
+            store.put(&f).unwrap(),
+            kept,
+            "a second put is the same blob"
+        );
+        store.remove(&kept.sha256);
+        assert!(!store.has(&kept.sha256));
+    }
+}
