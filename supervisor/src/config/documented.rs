@@ -70,6 +70,7 @@ fn every_key_is_documented() {
         "audit",
         "web",
         "skills",
+        "undo",
         "words",
         "mcp",
         "servers",
