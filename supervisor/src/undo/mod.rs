@@ -12,6 +12,7 @@
 pub mod node;
 pub mod records;
 pub mod restore;
+pub mod safe;
 pub mod snapshot;
 pub mod store;
 
@@ -105,11 +106,11 @@ struct Bounded<'a> {
 }
 
 impl Keeper for Bounded<'_> {
-    fn keep(&mut self, path: &Path, size: u64) -> io::Result<(String, bool)> {
+    fn keep(&mut self, file: &mut std::fs::File, size: u64) -> io::Result<(String, bool)> {
         if size.saturating_add(*self.used) > self.max {
-            return Ok((Store::hash(path)?.sha256, false));
+            return Ok((Store::hash(file)?.sha256, false));
         }
-        let h = self.store.put(path)?;
+        let h = self.store.put(file)?;
         if !self.sizes.contains_key(&h.sha256) {
             self.sizes.insert(h.sha256.clone(), h.size);
             *self.used += h.size;
@@ -366,7 +367,7 @@ impl Inner {
             .iter()
             .filter_map(|c| self.entries().rev().find(|e| &e.call == c))
             .collect();
-        let done = restore::undo(&entries, &self.store, dry_run);
+        let done = restore::undo(&entries, &self.store, &self.scope.roots, dry_run);
         report.calls = chosen;
         merge(&mut report.undone, done);
         if !dry_run {

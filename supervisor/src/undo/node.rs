@@ -113,6 +113,19 @@ pub struct Stamp {
 }
 
 impl Stamp {
+    /// The stamp of a `stat` result.
+    pub fn of_stat(st: &rustix::fs::Stat) -> Stamp {
+        let ns = |s: i64, n: i64| i128::from(s) * 1_000_000_000 + i128::from(n);
+        Stamp {
+            dev: st.st_dev,
+            ino: st.st_ino,
+            size: st.st_size as u64,
+            mtime_ns: ns(st.st_mtime, st.st_mtime_nsec as i64),
+            ctime_ns: ns(st.st_ctime, st.st_ctime_nsec as i64),
+            mode: st.st_mode,
+        }
+    }
+
     /// The stamp of `meta` (from `lstat`).
     pub fn of(meta: &std::fs::Metadata) -> Stamp {
         Stamp {

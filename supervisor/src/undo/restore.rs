@@ -9,13 +9,13 @@
 //! skipped, so an undo cut short by a crash is finished by running it again.
 
 use std::io;
-use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::time::SystemTime;
 
 use super::node::{Node, same_state, shown};
 use super::records::CallEntry;
-use super::snapshot::{Change, Keeper, look};
+use super::safe::{At, root_of};
+use super::snapshot::{Change, HashOnly, look};
 use super::store::Store;
 
 /// What an undo did (or, dry, would do).
@@ -33,25 +33,63 @@ pub struct Undone {
     pub changes: Vec<Change>,
 }
 
-/// Hash without keeping: what is there now.
-struct HashOnly;
+/// Where the work happens: the store and the roots paths are reached from.
+struct Ctx<'a> {
+    store: &'a Store,
+    roots: &'a [PathBuf],
+}
 
-impl Keeper for HashOnly {
-    fn keep(&mut self, path: &Path, _size: u64) -> io::Result<(String, bool)> {
-        Ok((Store::hash(path)?.sha256, false))
+impl Ctx<'_> {
+    /// The state of `path` now.
+    fn now(&self, path: &Path) -> Option<Node> {
+        look(
+            self.roots,
+            path,
+            None,
+            &mut HashOnly,
+            SystemTime::UNIX_EPOCH,
+        )
+        .map(|s| s.node)
+    }
+
+    fn at(&self, path: &Path, make_parents: bool) -> io::Result<At> {
+        let root = root_of(self.roots, path)
+            .ok_or_else(|| io::Error::other("it is outside the journaled roots"))?;
+        At::reach(root, path, make_parents)
+    }
+
+    /// Remove whatever is at `path` (a directory must be empty: its entries are paths
+    /// of their own, removed before it).
+    fn remove(&self, path: &Path) -> io::Result<()> {
+        match self.at(path, false).and_then(|at| at.remove()) {
+            Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(()),
+            Err(e) if e.raw_os_error() == Some(libc::ENOTEMPTY) => Err(io::Error::other(
+                "the directory holds paths the journal does not know",
+            )),
+            r => r,
+        }
+    }
+
+    /// Make `path` be `node` again.
+    fn put(&self, path: &Path, node: &Node) -> io::Result<()> {
+        let at = self.at(path, true)?;
+        match node {
+            Node::Dir { mode } => at.make_dir(*mode),
+            Node::File { sha256, mode, .. } => {
+                at.replace_with_file(&mut self.store.read(sha256)?, *mode)
+            }
+            Node::Symlink { target } => at.replace_with_symlink(target),
+            Node::Other => Err(io::Error::other("a special file cannot be made again")),
+        }
     }
 }
 
-/// The state of `path` now.
-fn now(path: &Path) -> Option<Node> {
-    look(path, None, &mut HashOnly, SystemTime::UNIX_EPOCH).map(|s| s.node)
-}
-
-/// Undo `entries` (newest first) against the workspace.
-pub fn undo(entries: &[&CallEntry], store: &Store, dry_run: bool) -> Undone {
+/// Undo `entries` (newest first) against the workspace under `roots`.
+pub fn undo(entries: &[&CallEntry], store: &Store, roots: &[PathBuf], dry_run: bool) -> Undone {
+    let cx = Ctx { store, roots };
     let mut out = Undone::default();
     for e in entries {
-        undo_one(e, store, dry_run, &mut out);
+        undo_one(e, &cx, dry_run, &mut out);
     }
     out
 }
@@ -60,10 +98,10 @@ fn depth(p: &Path) -> usize {
     p.components().count()
 }
 
-fn undo_one(e: &CallEntry, store: &Store, dry_run: bool, out: &mut Undone) {
+fn undo_one(e: &CallEntry, cx: &Ctx<'_>, dry_run: bool, out: &mut Undone) {
     let mut todo: Vec<&Change> = Vec::new();
     for c in &e.changes {
-        match why_not(c, store) {
+        match why_not(c, cx.store) {
             Some(why) => out
                 .not_undoable
                 .push((e.call.clone(), format!("{}: {why}", shown(&c.path)))),
@@ -83,7 +121,7 @@ fn undo_one(e: &CallEntry, store: &Store, dry_run: bool, out: &mut Undone) {
         if !kind_changed {
             continue;
         }
-        let cur = now(&c.path);
+        let cur = cx.now(&c.path);
         if same_state(cur.as_ref(), c.before.as_ref()) {
             continue;
         }
@@ -93,7 +131,7 @@ fn undo_one(e: &CallEntry, store: &Store, dry_run: bool, out: &mut Undone) {
             removed_here.insert(c.path.clone());
             continue;
         }
-        if !dry_run && let Err(err) = remove(&c.path) {
+        if !dry_run && let Err(err) = cx.remove(&c.path) {
             out.conflicts
                 .push((c.path.clone(), format!("cannot remove it: {err}")));
             removed_here.insert(c.path.clone());
@@ -115,7 +153,7 @@ fn undo_one(e: &CallEntry, store: &Store, dry_run: bool, out: &mut Undone) {
             continue;
         }
         if !cleared {
-            let cur = now(&c.path);
+            let cur = cx.now(&c.path);
             if same_state(cur.as_ref(), Some(before)) {
                 continue;
             }
@@ -125,7 +163,7 @@ fn undo_one(e: &CallEntry, store: &Store, dry_run: bool, out: &mut Undone) {
                 continue;
             }
         }
-        if !dry_run && let Err(err) = put(&c.path, before, store) {
+        if !dry_run && let Err(err) = cx.put(&c.path, before) {
             out.conflicts
                 .push((c.path.clone(), format!("cannot put it back: {err}")));
             continue;
@@ -168,72 +206,4 @@ fn reverse(c: &Change) -> Change {
         before: c.after.clone(),
         after: c.before.clone(),
     }
-}
-
-/// Remove whatever is at `path` (a directory must be empty: its entries are paths of
-/// their own, removed before it).
-fn remove(path: &Path) -> io::Result<()> {
-    match std::fs::symlink_metadata(path) {
-        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(()),
-        Err(e) => Err(e),
-        Ok(m) if m.is_dir() => std::fs::remove_dir(path).map_err(|e| {
-            if e.raw_os_error() == Some(libc::ENOTEMPTY) {
-                io::Error::other("the directory holds paths the journal does not know")
-            } else {
-                e
-            }
-        }),
-        Ok(_) => std::fs::remove_file(path),
-    }
-}
-
-/// Make `path` be `node` again.
-fn put(path: &Path, node: &Node, store: &Store) -> io::Result<()> {
-    if let Some(parent) = path.parent() {
-        std::fs::create_dir_all(parent)?;
-    }
-    match node {
-        Node::Dir { mode } => {
-            match std::fs::create_dir(path) {
-                Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {}
-                r => r?,
-            }
-            std::fs::set_permissions(path, std::fs::Permissions::from_mode(*mode))
-        }
-        Node::File { sha256, mode, .. } => {
-            let tmp = beside(path);
-            let mut src = store.read(sha256)?;
-            let mut dst = std::fs::File::create(&tmp)?;
-            io::copy(&mut src, &mut dst)?;
-            dst.set_permissions(std::fs::Permissions::from_mode(*mode))?;
-            dst.sync_data()?;
-            replace(&tmp, path)
-        }
-        Node::Symlink { target } => {
-            let tmp = beside(path);
-            std::os::unix::fs::symlink(target, &tmp)?;
-            replace(&tmp, path)
-        }
-        Node::Other => Err(io::Error::other("a special file cannot be made again")),
-    }
-}
-
-/// Rename `tmp` over `path`; a directory in the way (already emptied) is removed first.
-fn replace(tmp: &Path, path: &Path) -> io::Result<()> {
-    if std::fs::symlink_metadata(path).is_ok_and(|m| m.is_dir()) {
-        std::fs::remove_dir(path)?;
-    }
-    std::fs::rename(tmp, path).inspect_err(|_| {
-        let _ = std::fs::remove_file(tmp);
-    })
-}
-
-/// A temporary name in `path`'s directory.
-fn beside(path: &Path) -> PathBuf {
-    use std::sync::atomic::{AtomicU64, Ordering};
-    static NEXT: AtomicU64 = AtomicU64::new(0);
-    let n = NEXT.fetch_add(1, Ordering::Relaxed);
-    let mut name = std::ffi::OsString::from(".toolvisor-undo-");
-    name.push(format!("{}-{n}", std::process::id()));
-    path.with_file_name(name)
 }

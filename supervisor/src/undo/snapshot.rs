@@ -9,13 +9,15 @@
 //! and read again next time (git's index has the same rule).
 
 use std::collections::BTreeMap;
+use std::fs::File;
 use std::io;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime};
 
 use serde::{Deserialize, Serialize};
 
-use super::node::{Node, Stamp, bytes_path, mode_of};
+use super::node::{Node, Stamp, bytes_path};
+use super::safe::{At, root_of};
 use super::store::Store;
 
 /// What was seen of one path.
@@ -45,17 +47,26 @@ pub struct Scope {
 
 /// How a content is kept when a snapshot reads it.
 pub trait Keeper {
-    /// Read `path` (a regular file of `size` bytes): its hash, and whether its content
+    /// Read `file` (a regular file of `size` bytes): its hash, and whether its content
     /// is now kept.
-    fn keep(&mut self, path: &Path, size: u64) -> io::Result<(String, bool)>;
+    fn keep(&mut self, file: &mut File, size: u64) -> io::Result<(String, bool)>;
 }
 
-/// Keep every content in `store` (no bound): for tests and for hashing only.
+/// Keep every content in `store` (no bound).
 pub struct KeepAll<'a>(pub &'a Store);
 
 impl Keeper for KeepAll<'_> {
-    fn keep(&mut self, path: &Path, _size: u64) -> io::Result<(String, bool)> {
-        Ok((self.0.put(path)?.sha256, true))
+    fn keep(&mut self, file: &mut File, _size: u64) -> io::Result<(String, bool)> {
+        Ok((self.0.put(file)?.sha256, true))
+    }
+}
+
+/// Hash without keeping: what is there now.
+pub struct HashOnly;
+
+impl Keeper for HashOnly {
+    fn keep(&mut self, file: &mut File, _size: u64) -> io::Result<(String, bool)> {
+        Ok((Store::hash(file)?.sha256, false))
     }
 }
 
@@ -77,7 +88,7 @@ impl Scope {
         let mut out = BTreeMap::new();
         for root in &self.roots {
             for path in self.list(root) {
-                if let Some(seen) = look(&path, prev.0.get(&path), keeper, started) {
+                if let Some(seen) = look(&self.roots, &path, prev.0.get(&path), keeper, started) {
                     out.insert(path, seen);
                 }
             }
@@ -106,7 +117,7 @@ impl Scope {
         let started = SystemTime::now();
         let mut out = BTreeMap::new();
         for p in paths.iter().filter(|p| self.covers(p)) {
-            if let Some(seen) = look(p, prev.0.get(p), keeper, started) {
+            if let Some(seen) = look(&self.roots, p, prev.0.get(p), keeper, started) {
                 out.insert(p.clone(), seen);
             }
         }
@@ -146,42 +157,49 @@ fn in_object_store(path: &Path) -> bool {
     false
 }
 
-/// What is at `path` now (`None`: nothing, or it vanished while looked at).
+/// What is at `path` now (`None`: nothing, or it vanished while looked at), reached
+/// from its root in `roots` without following a symlink ([`At`]).
 pub fn look(
+    roots: &[PathBuf],
     path: &Path,
     prev: Option<&Seen>,
     keeper: &mut dyn Keeper,
     now: SystemTime,
 ) -> Option<Seen> {
-    let meta = std::fs::symlink_metadata(path).ok()?;
-    let stamp = Stamp::of(&meta);
+    let at = At::reach(root_of(roots, path)?, path, false).ok()?;
+    let st = at.stat().ok()?;
+    let stamp = Stamp::of_stat(&st);
     if let Some(p) = prev
         && p.stamp == stamp
         && !p.racy
     {
         return Some(p.clone());
     }
-    let ft = meta.file_type();
-    let node = if ft.is_file() {
-        let (sha256, stored) = keeper.keep(path, meta.len()).ok()?;
-        Node::File {
-            sha256,
-            mode: mode_of(&meta),
-            size: meta.len(),
-            stored,
+    let mode = st.st_mode & 0o7777;
+    let node = match st.st_mode & libc::S_IFMT {
+        libc::S_IFREG => {
+            let (mut file, fst) = at.open_file().ok()?;
+            if fst.st_ino != st.st_ino {
+                // Replaced between the two looks: the next snapshot sees it.
+                return None;
+            }
+            let (sha256, stored) = keeper.keep(&mut file, fst.st_size as u64).ok()?;
+            Node::File {
+                sha256,
+                mode,
+                size: fst.st_size as u64,
+                stored,
+            }
         }
-    } else if ft.is_dir() {
-        Node::Dir {
-            mode: mode_of(&meta),
-        }
-    } else if ft.is_symlink() {
-        Node::Symlink {
-            target: std::fs::read_link(path).ok()?,
-        }
-    } else {
-        Node::Other
+        libc::S_IFDIR => Node::Dir { mode },
+        libc::S_IFLNK => Node::Symlink {
+            target: at.readlink().ok()?,
+        },
+        _ => Node::Other,
     };
-    let racy = ft.is_file() && meta.modified().map(|m| m + RACY >= now).unwrap_or(true);
+    let modified = std::time::UNIX_EPOCH
+        + std::time::Duration::new(st.st_mtime.max(0) as u64, st.st_mtime_nsec as u32);
+    let racy = matches!(node, Node::File { .. }) && modified + RACY >= now;
     Some(Seen { node, stamp, racy })
 }
 

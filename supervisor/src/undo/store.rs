@@ -47,16 +47,15 @@ impl Store {
         self.path(sha).is_file()
     }
 
-    /// Hash the file at `path` without keeping it.
-    pub fn hash(path: &Path) -> io::Result<Hashed> {
-        copy_hashing(&mut File::open(path)?, &mut io::sink())
+    /// Hash what `src` reads without keeping it.
+    pub fn hash(src: &mut impl Read) -> io::Result<Hashed> {
+        copy_hashing(src, &mut io::sink())
     }
 
-    /// Hash the file at `path` and keep its content.
-    pub fn put(&self, path: &Path) -> io::Result<Hashed> {
-        let mut src = File::open(path)?;
+    /// Hash what `src` reads and keep it.
+    pub fn put(&self, src: &mut impl Read) -> io::Result<Hashed> {
         let tmp = tempfile_in(&self.dir.join("tmp"))?;
-        let hashed = copy_hashing(&mut src, &mut io::BufWriter::new(&tmp.1))?;
+        let hashed = copy_hashing(src, &mut io::BufWriter::new(&tmp.1))?;
         let dest = self.path(&hashed.sha256);
         if dest.is_file() {
             let _ = std::fs::remove_file(&tmp.0);
@@ -154,8 +153,8 @@ mod tests {
         let store = Store::open(&d.path().join("blobs")).unwrap();
         let f = d.path().join("f");
         std::fs::write(&f, b"hello\n").unwrap();
-        let kept = store.put(&f).unwrap();
-        assert_eq!(kept, Store::hash(&f).unwrap());
+        let kept = store.put(&mut File::open(&f).unwrap()).unwrap();
+        assert_eq!(kept, Store::hash(&mut File::open(&f).unwrap()).unwrap());
         assert_eq!(
             kept.sha256,
             "5891b5b522d5df086d0ff0b110fbd9d21bb4fc7163af34d08286a2e846f6be03"
@@ -167,11 +166,8 @@ mod tests {
             .read_to_end(&mut back)
             .unwrap();
         assert_eq!(back, b"hello\n");
-        assert_eq!(
-            store.put(&f).unwrap(),
-            kept,
-            "a second put is the same blob"
-        );
+        let again = store.put(&mut File::open(&f).unwrap()).unwrap();
+        assert_eq!(again, kept, "a second put is the same blob");
         store.remove(&kept.sha256);
         assert!(!store.has(&kept.sha256));
     }

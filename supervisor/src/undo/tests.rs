@@ -357,3 +357,50 @@ proptest! {
         prop_assert_eq!(fingerprint(&f.w), worked);
     }
 }
+
+#[test]
+fn an_undo_never_reaches_through_a_directory_swapped_for_a_symlink() {
+    let f = fixture();
+    let outside = f.w.parent().unwrap().join("home");
+    std::fs::create_dir_all(&outside).unwrap();
+    std::fs::write(outside.join(".bashrc"), "the person's").unwrap();
+    let j = f.journal(1 << 30);
+    // Call A copies a file of the person's into d/; a later call swaps d for a link to
+    // the person's directory, and the person is asked to undo A only.
+    let a = j.begin(info("s1:a"), None).unwrap();
+    std::fs::create_dir(f.w.join("d")).unwrap();
+    std::fs::write(f.w.join("d/.bashrc"), "the person's").unwrap();
+    j.finish(a);
+    let b = j.begin(info("s1:b"), None).unwrap();
+    std::fs::remove_dir_all(f.w.join("d")).unwrap();
+    std::os::unix::fs::symlink(&outside, f.w.join("d")).unwrap();
+    j.finish(b);
+    let r = j
+        .undo("s1:u", &Select::Calls(vec!["s1:a".into()]), &all, false)
+        .unwrap();
+    assert!(!r.undone.conflicts.is_empty());
+    assert_eq!(
+        std::fs::read(outside.join(".bashrc")).unwrap(),
+        b"the person's"
+    );
+}
+
+#[test]
+fn a_snapshot_never_reads_through_a_symlinked_directory() {
+    let f = fixture();
+    let outside = f.w.parent().unwrap().join("secrets");
+    std::fs::create_dir_all(&outside).unwrap();
+    std::fs::write(outside.join("key"), "secret").unwrap();
+    std::os::unix::fs::symlink(&outside, f.w.join("d")).unwrap();
+    let scope = Scope {
+        roots: vec![f.w.clone()],
+        skip: vec![],
+    };
+    let store = Store::open(&f.state.join("blobs")).unwrap();
+    let t = scope.take_paths(
+        &[f.w.join("d/key")],
+        &Tree::default(),
+        &mut snapshot::KeepAll(&store),
+    );
+    assert!(t.0.is_empty(), "{t:?}");
+}
