@@ -220,7 +220,8 @@ impl Service {
     }
 
     /// Put a reloaded configuration and its policy in force (SIGHUP).
-    pub fn replace_config(&self, config: Config, policy: Policy) {
+    pub fn replace_config(&self, config: Config, mut policy: Policy) {
+        policy.share_boundary(&self.policy());
         self.confirmations.set_timeout(policy.confirm_timeout());
         *self.policy.write().unwrap_or_else(|p| p.into_inner()) = Arc::new(policy);
         *self.config.write().unwrap_or_else(|p| p.into_inner()) = Arc::new(config);

@@ -28,7 +28,12 @@ fn denied(kind: ErrorType, message: impl Into<String>) -> Outcome {
 
 /// `meta.policy` of a result.
 pub fn meta(d: &Decision) -> Value {
-    json!({"decision": d.action.as_str(), "reason": d.reason, "rule": d.rule, "risk": d.risk.as_str()})
+    let decision = if d.confined {
+        "confined"
+    } else {
+        d.action.as_str()
+    };
+    json!({"decision": decision, "reason": d.reason, "rule": d.rule, "risk": d.risk.as_str()})
 }
 
 impl Service {

@@ -150,7 +150,11 @@ impl Service {
         };
         let (decision, gate) = self.gate(&call, &rec.call_id).await;
         let reason = decision.reason.clone();
-        rec.decision = decision.action.as_str();
+        rec.decision = if decision.confined {
+            "confined"
+        } else {
+            decision.action.as_str()
+        };
         rec.reason = &reason;
         rec.rule = decision.rule.as_deref();
         extra.insert("policy".into(), crate::call::gate::meta(&decision));

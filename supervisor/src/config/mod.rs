@@ -12,7 +12,9 @@ mod toml_error;
 mod validate;
 mod workers;
 
-pub use policy::{Action, Condition, Expose, Hazards, Mode, Operator, PolicyConfig, Rule};
+pub use policy::{
+    Action, Condition, Confined, Expose, Hazards, Mode, Operator, PolicyConfig, Rule,
+};
 use toml_error::describe_toml_error;
 pub use workers::{BUILTIN_GROUPS, DEFAULT_HIDDEN, GroupConfig, SandboxMode, WorkersConfig};
 

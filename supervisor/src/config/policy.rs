@@ -146,12 +146,26 @@ pub enum Hazards {
     Allow,
 }
 
+/// What a confined call (one that stays inside the verified boundary) meets when no
+/// rule asks or denies.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Confined {
+    /// It runs without asking (modes `auto`, `workspace` and `yolo`).
+    #[default]
+    Allow,
+    /// It is decided like any call (the mode asks).
+    Ask,
+}
+
 /// `[policy]`.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct PolicyConfig {
     /// What decides when no rule matches.
     pub mode: Mode,
+    /// Whether calls that stay inside the verified boundary run without asking.
+    pub confined: Confined,
     /// How long a `confirm_required` waits for an answer.
     pub confirm_timeout_ms: u64,
     /// The rules, in file order.
@@ -162,6 +176,7 @@ impl Default for PolicyConfig {
     fn default() -> Self {
         PolicyConfig {
             mode: Mode::Auto,
+            confined: Confined::Allow,
             confirm_timeout_ms: 60_000,
             rules: Vec::new(),
         }

@@ -109,6 +109,7 @@ impl Policy {
             suggestion: None,
             parts: part_decisions(facts, verdicts),
             network: action == Action::Allow && network_granted(verdicts),
+            confined: false,
         }
     }
 

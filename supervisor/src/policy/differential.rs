@@ -231,6 +231,7 @@ fn policy() -> Policy {
     };
     let cfg = PolicyConfig {
         mode: Mode::Ask,
+        confined: crate::config::Confined::Ask,
         confirm_timeout_ms: 60_000,
         rules: ["echo ", "cat ", "grep ", "ls"]
             .into_iter()

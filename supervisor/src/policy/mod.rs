@@ -18,6 +18,7 @@ pub mod rules;
 pub mod sed;
 pub mod shell;
 
+pub mod confine;
 pub mod decide;
 pub mod facts;
 pub mod suggest;
@@ -29,7 +30,7 @@ use serde_json::Value;
 use toolvisor_protocol::tools::{Risk, ToolDef};
 use toolvisor_protocol::worker::Roots;
 
-use crate::config::{Action, Mode, PolicyConfig};
+use crate::config::{Action, Confined, Mode, PolicyConfig};
 use facts::Facts;
 use paths::Scopes;
 use rules::RuleSet;
@@ -66,6 +67,9 @@ pub struct Decision {
     /// host's network.
     #[serde(skip)]
     pub network: bool,
+    /// It runs because it stays inside the verified boundary (`[policy] confined`).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub confined: bool,
 }
 
 /// How one simple command of a `run_command` was decided (`explain` shows these).
@@ -87,6 +91,10 @@ pub struct PartDecision {
 #[derive(Clone, Debug)]
 pub struct Policy {
     mode: Mode,
+    confined: Confined,
+    /// Whether the command sandbox's guards are verified (shared by every policy the
+    /// service has had: a reload keeps what the last canary found).
+    boundary: confine::Boundary,
     confirm_timeout: Duration,
     rules: RuleSet,
     scopes: Scopes,
@@ -98,6 +106,8 @@ impl Policy {
     pub fn new(cfg: &PolicyConfig, roots: &Roots, tools: &ToolNames) -> Result<Policy, String> {
         Ok(Policy {
             mode: cfg.mode,
+            confined: cfg.confined,
+            boundary: confine::Boundary::default(),
             confirm_timeout: Duration::from_millis(cfg.confirm_timeout_ms),
             rules: RuleSet::new(&cfg.rules, tools)?,
             scopes: Scopes::new(roots).map_err(|e| e.to_string())?,
@@ -132,6 +142,7 @@ impl Policy {
         let facts = Facts::gather(tool, args, &self.scopes, base);
         let verdicts = self.verdicts(&facts);
         let mut decision = self.combine(&facts, &verdicts);
+        self.confine(&facts, &verdicts, &mut decision);
         if decision.action == Action::Ask {
             decision.suggestion = suggest::suggestion(&facts, &verdicts);
         }

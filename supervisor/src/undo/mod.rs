@@ -390,7 +390,9 @@ impl Inner {
                 let mut out = Vec::new();
                 for id in ids {
                     let found = self.entries().rev().find(|e| &e.call == id);
+                    let running = self.open.values().any(|o| &o.info.call == id);
                     match found {
+                        None if running => refused.push((id.clone(), "it is still running (a background job): its changes are recorded when it ends; undo it then".to_owned())),
                         None => refused.push((id.clone(), "nothing it changed is in the journal: it changed nothing in the workspace, ran before the journal, or was dropped over [undo] max_bytes".to_owned())),
                         Some(e) if !may(&e.session) => refused.push((id.clone(), "it is another session's call: only a person (an interactive session) may undo those".to_owned())),
                         Some(e) => match undone.get(e.call.as_str()) {
