@@ -242,6 +242,8 @@ fn without_namespaces_a_sandboxed_server_or_worker_does_not_start_and_says_why()
         crate::mcp::support::wait_listed(&s, &["open__echo"]).await;
         let r = s.call("boxed__echo", json!({"text": "hi"})).await;
         assert_eq!(r.status, Status::Error, "{r:?}");
+        let message = r.error.map(|e| e.message).unwrap_or_default();
+        assert!(message.contains(why), "{message}");
     });
     s.wait_log("it runs unsandboxed, as the daemon's user", T);
     assert!(

@@ -84,7 +84,7 @@ impl<'de> Visitor<'de> for NetworkVisitor {
     type Value = Network;
 
     fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("true, false or a list of domain names")
+        f.write_str("`network` = true, false or a list of domain names")
     }
 
     fn visit_bool<E: de::Error>(self, v: bool) -> Result<Network, E> {

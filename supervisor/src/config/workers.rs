@@ -84,7 +84,7 @@ pub const DEFAULT_HIDDEN: [&str; 19] = [
 /// (`auto`), or refuse to start without them (`required`), or never (`off`: Landlock
 /// and the reap shim only).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
+#[serde(rename_all = "lowercase", try_from = "String")]
 pub enum SandboxMode {
     /// Namespaces where the host allows them, the fallback (with a warning) where not.
     #[default]
@@ -95,6 +95,22 @@ pub enum SandboxMode {
     Off,
     /// An external worker only: in the command sandbox (its default).
     On,
+}
+
+impl TryFrom<String> for SandboxMode {
+    type Error = String;
+
+    fn try_from(v: String) -> Result<Self, String> {
+        match v.as_str() {
+            "auto" => Ok(SandboxMode::Auto),
+            "required" => Ok(SandboxMode::Required),
+            "off" => Ok(SandboxMode::Off),
+            "on" => Ok(SandboxMode::On),
+            other => Err(format!(
+                "sandbox {other:?}: an external worker's is \"on\" (the default) or \"off\"; [workers.exec]'s \"auto\", \"required\" or \"off\""
+            )),
+        }
+    }
 }
 
 impl Default for GroupConfig {

@@ -114,7 +114,10 @@ mod tests {
                 "workers.w.sandbox must be \"on\" (the default) or \"off\", not \"auto\"",
             ),
             ("sandbox = \"required\"", "not \"required\""),
-            ("sandbox = \"maybe\"", "sandbox"),
+            (
+                "sandbox = \"maybe\"",
+                "sandbox \"maybe\": an external worker's is \"on\"",
+            ),
             ("network = \"yes\"", "network"),
         ] {
             let text = format!("[workers.w]\ncommand = [\"x\"]\n{bad}\n");
