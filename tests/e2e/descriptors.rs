@@ -444,7 +444,8 @@ fn a_worker_that_forges_other_calls_results_is_replaced_and_changes_nothing_else
         eprintln!("python3 is not on PATH; skipping");
         return;
     }
-    let out = tempfile::tempdir().expect("tempdir");
+    // Not under /tmp: the worker runs in the command sandbox, whose /tmp is its own.
+    let out = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).expect("tempdir");
     let script = out.path().join("forger.py");
     std::fs::write(&script, FORGER).unwrap();
     let pythonpath = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("clients/python/src");

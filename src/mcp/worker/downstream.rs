@@ -168,13 +168,13 @@ fn spawn(
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .kill_on_drop(true);
-    // SAFETY: the hooks only make async-signal-safe calls between fork and exec. The
-    // shim turns SIGTERM into the kill of the server's tree.
+    // The shim turns SIGTERM into the kill of the server's whole tree.
     let death = if init.sandbox {
         libc::SIGTERM
     } else {
         libc::SIGKILL
     };
+    // SAFETY: the hooks only make async-signal-safe calls between fork and exec.
     unsafe {
         cmd.pre_exec(crate::mcp::child::die_with_parent(death));
         cmd.pre_exec(crate::mcp::child::only_stdio);
