@@ -272,3 +272,53 @@ fn a_domain_list_is_accepted_and_gives_no_network_yet() {
     }
     assert_eq!(line(&result(&s, "listed"), "connect:"), "refused");
 }
+
+/// Wait until none of `pids` is alive (a foreign process's death has no event to wait
+/// on: look again, up to the deadline).
+async fn wait_dead(pids: &[u32], what: &str) {
+    let end = Instant::now() + T;
+    while pids.iter().any(|&p| pid_alive(p)) {
+        assert!(
+            Instant::now() < end,
+            "{what}: {pids:?} outlived their parent"
+        );
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+}
+
+#[test]
+fn a_killed_worker_or_daemon_leaves_no_sandboxed_process_behind() {
+    let (mcp_mark, ext_mark) = (unique_marker("mcp-tree"), unique_marker("ext-tree"));
+    let server = format!("sleep 600 & exec {}", test_mcp_server());
+    let config = format!(
+        "{ALLOW_ALL}\n[mcp.servers.tree]\ncommand = [\"bash\", \"-c\", {server:?}]\n\
+         env = {{ TREE_MARK = {mcp_mark:?} }}\n\
+         [workers.tree]\ncommand = [\"bash\", \"-c\", \"sleep 600 & exec sleep 601\"]\n\
+         env = {{ TREE_MARK = {ext_mark:?} }}\n"
+    );
+    let mut s = serve(&config, Path::new("/nonexistent-home"), &[]);
+    if !sandboxed(&s, "confined") {
+        return;
+    }
+    block(T, async {
+        let first = wait_procs_with_env(&mcp_mark, "sleep", 1, T).await;
+        // The MCP server's worker dies: the server's whole tree goes with it.
+        for pid in s.worker_pids("mcp:tree").await {
+            let _ = nix::sys::signal::kill(
+                nix::unistd::Pid::from_raw(pid as i32),
+                nix::sys::signal::Signal::SIGKILL,
+            );
+        }
+        wait_dead(&first, "the MCP server's tree").await;
+        wait_procs_with_env(&mcp_mark, "sleep", 1, T).await;
+        wait_procs_with_env(&ext_mark, "sleep", 2, T).await;
+    });
+    // The daemon dies: every server and worker tree goes with it.
+    s.kill9();
+    block(T, async {
+        for mark in [&mcp_mark, &ext_mark] {
+            let left = wait_no_procs_with_env(mark, T).await;
+            assert_eq!(left, Ok(()), "left behind");
+        }
+    });
+}
