@@ -415,6 +415,14 @@ fn serve_cmd(r: Resolved) -> i32 {
                     .map_err(|e| NoNamespaces(e.to_string()))
             },
             prepare_cgroups: toolvisor_workers::exec::cgroup::prepare_delegated_v2,
+            wrap_worker: |init, argv, network, keep_fds| {
+                let spec = toolvisor_workers::exec::server::ServerSpec {
+                    argv,
+                    network,
+                    keep_fds,
+                };
+                toolvisor_workers::exec::server::command_line(init, spec).map_err(|e| e.to_string())
+            },
         },
         workspace: r.workspace,
         config_file: r.config_file,

@@ -158,6 +158,11 @@ pub struct SandboxSettings {
     pub hidden: Vec<PathBuf>,
     /// Per-command resource limits (`[workers.exec.limits]`).
     pub limits: ExecLimits,
+    /// Why this host cannot build the sandbox (no user namespaces), whatever
+    /// `workers.exec.sandbox` says; None where it can. An MCP server or external worker
+    /// with `sandbox = "on"` does not start then.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub refused: Option<String>,
 }
 
 /// `[workers.exec.limits]`; 0 turns a limit off.
@@ -240,6 +245,17 @@ pub struct McpServerInit {
     pub tools: Option<Vec<String>>,
     /// How long the server has to answer `initialize` and `tools/list`.
     pub startup_timeout_ms: u64,
+    /// Run the server's command in the command sandbox (`sandbox = "on"`, the
+    /// default); false: as the daemon's user (`sandbox = "off"`).
+    #[serde(default = "yes")]
+    pub sandbox: bool,
+    /// Give the sandboxed server the host's network (`network = true`).
+    #[serde(default)]
+    pub network: bool,
+}
+
+fn yes() -> bool {
+    true
 }
 
 /// `[web]`: the web tools' settings.

@@ -51,6 +51,8 @@ pub struct Paths {
     /// Whether commands can have their own namespaces here (probed once at start),
     /// or why not.
     pub namespaces: Result<(), crate::serve::sandbox::NoNamespaces>,
+    /// Puts an external worker's command under the reap shim in the command sandbox.
+    pub wrap_worker: crate::workers::confine::WrapFn,
 }
 
 /// Why the service could not start (serve exits 78: the configuration cannot work).
@@ -124,6 +126,9 @@ impl Service {
         }));
         let init = worker_init(&paths, &config, &instance).map_err(StartError::Workers)?;
         crate::registry::mcp::secrets(&config);
+        for w in config.warnings() {
+            tracing::warn!("{w}");
+        }
         let registry = Registry::new(tools::builtin())?;
         let policy = Policy::new(&config.policy, &init.roots, &tool_names(&config, &registry))
             .map_err(StartError::Policy)?;
@@ -417,6 +422,16 @@ fn pool_spec(
     announce: Option<Announce>,
 ) -> PoolSpec {
     let gcfg = config.group_settings(&group.name).unwrap_or_default();
+    let launch = match group.kind {
+        Kind::External { .. } => Some(crate::workers::confine::external(
+            &group.name,
+            &gcfg,
+            init,
+            paths.wrap_worker,
+        )),
+        Kind::Builtin | Kind::Mcp { .. } => None,
+    };
+    let refused = launch.as_ref().and_then(|l| l.refused.clone());
     PoolSpec {
         group: group.name.clone(),
         count: config.workers.count(&group.name),
@@ -426,7 +441,7 @@ fn pool_spec(
         spawn: SpawnSpec {
             exe: paths.exe.clone(),
             group: group.name.clone(),
-            command: group.command(),
+            command: launch.map(|l| l.command).or_else(|| group.command()),
             cwd: paths.workspace.clone(),
             passthrough: gcfg.env_passthrough.clone(),
             // A built-in group's `env` is for the commands it runs, not the worker.
@@ -436,6 +451,7 @@ fn pool_spec(
                 Kind::Builtin | Kind::Mcp { .. } => Default::default(),
             },
             nice: group.nice(),
+            refused,
         },
         init: WorkerInit {
             group: group.name.clone(),

@@ -297,9 +297,10 @@ async fn wait_file(path: &Path) -> String {
 
 #[test]
 fn mcp_servers_and_external_workers_start_with_only_their_own_descriptors() {
-    let out = tempfile::tempdir().expect("tempdir");
-    let at = |name: &str| -> PathBuf { out.path().join(name) };
-    // The listing goes to a file (the server's stdout is its MCP channel), whole.
+    // Both run in the command sandbox, their working directory the workspace: the
+    // listing goes to a file there (relative; the server's stdout is its MCP channel),
+    // whole.
+    let at = |name: &str| -> PathBuf { PathBuf::from(format!("fds-{name}")) };
     let list_to = |p: PathBuf| {
         let tmp = format!("{}.tmp", p.display());
         format!(
@@ -316,6 +317,7 @@ fn mcp_servers_and_external_workers_start_with_only_their_own_descriptors() {
         ext = format!("{}; exec sleep 600", list_to(at("external"))),
     );
     let l = Leaky::start(&config, false);
+    let at = |name: &str| l.s.ws().join(at(name));
     block(T, async {
         let mcp = wait_file(&at("mcp")).await;
         // No fd 3: readlink printed nothing.
@@ -442,7 +444,8 @@ fn a_worker_that_forges_other_calls_results_is_replaced_and_changes_nothing_else
         eprintln!("python3 is not on PATH; skipping");
         return;
     }
-    let out = tempfile::tempdir().expect("tempdir");
+    // Not under /tmp: the worker runs in the command sandbox, whose /tmp is its own.
+    let out = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).expect("tempdir");
     let script = out.path().join("forger.py");
     std::fs::write(&script, FORGER).unwrap();
     let pythonpath = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("clients/python/src");

@@ -10,6 +10,7 @@ mod pty;
 
 mod batch;
 mod cli;
+mod confined;
 mod crash;
 mod descriptors;
 mod disk_full;

@@ -208,6 +208,8 @@ mod tests {
             env: Default::default(),
             tools: allow.map(|a| a.iter().map(|s| s.to_string()).collect()),
             startup_timeout_ms: 1000,
+            sandbox: true,
+            network: false,
         }
     }
 

@@ -3,14 +3,16 @@
 //!
 //! The child gets the worker's (scrubbed) environment plus its own `env`, the workspace
 //! as its directory, the worker's process group (so the supervisor's kill of the worker
-//! reaches it) and death with the worker (parent-death signal). Its stderr goes to the
+//! reaches it), death with the worker (parent-death signal), and no descriptor past its
+//! standard streams. It runs under the reap shim in the command sandbox
+//! ([`toolvisor_workers::exec::server`]) unless its section says `sandbox = "off"`; the
+//! shim kills its whole tree when the worker goes. Its stderr goes to the
 //! daemon's log, bounded ([`super::stderr`]); an answer too long for rmcp to read is
 //! answered as an error in its place ([`super::oversize`]), never waited for. A server that asks its client for input (elicitation) is declined:
 //! toolvisor's own confirmations happen before the call reaches the server. Its
 //! progress notifications (for calls that asked for them) are handed to the worker,
 //! which passes them on; a flood of them is cut to what the worker keeps up with.
 
-use std::path::Path;
 use std::process::Stdio;
 use std::time::Duration;
 
@@ -21,7 +23,8 @@ use rmcp::model::{
 use rmcp::service::{NotificationContext, RequestContext, RunningService};
 use rmcp::{ClientHandler, ErrorData, RoleClient, ServiceExt};
 use tokio::sync::mpsc;
-use toolvisor_protocol::worker::McpServerInit;
+use toolvisor_protocol::worker::{McpServerInit, WorkerInit};
+use toolvisor_workers::exec::server::{self, ServerSpec};
 
 /// The running client session with the server.
 pub type Session = RunningService<RoleClient, Handler>;
@@ -38,6 +41,9 @@ pub enum ConnectError {
     Timeout(Duration),
     #[error("the MCP handshake failed: {0}")]
     Handshake(String),
+    /// The server cannot be run in the command sandbox: not started (and not retried).
+    #[error("{0}")]
+    Sandbox(#[from] toolvisor_workers::exec::server::ServerSandboxError),
 }
 
 /// Progress notifications waiting for the worker before more are dropped (progress
@@ -89,8 +95,12 @@ impl ClientHandler for Handler {
     }
 }
 
-/// Connect to the server `init` describes, within its start-up deadline.
-pub async fn connect(init: &McpServerInit, cwd: &Path) -> Result<(Session, Heard), ConnectError> {
+/// Connect to the server `init` describes, within its start-up deadline; `worker`
+/// says where and in which sandbox a stdio server runs.
+pub async fn connect(
+    init: &McpServerInit,
+    worker: &WorkerInit,
+) -> Result<(Session, Heard), ConnectError> {
     let (changed, changed_rx) = mpsc::channel(1);
     let (progress, progress_rx) = mpsc::channel(PROGRESS_DEPTH);
     let heard = Heard {
@@ -107,7 +117,7 @@ pub async fn connect(init: &McpServerInit, cwd: &Path) -> Result<(Session, Heard
             tokio::time::timeout(deadline, handler.serve(transport)).await
         }
         None => {
-            let (stdout, stdin) = spawn(init, cwd)?;
+            let (stdout, stdin) = spawn(init, worker)?;
             let stdout = super::oversize::Bounded::new(stdout);
             tokio::time::timeout(deadline, handler.serve((stdout, stdin))).await
         }
@@ -119,29 +129,54 @@ pub async fn connect(init: &McpServerInit, cwd: &Path) -> Result<(Session, Heard
     }
 }
 
+/// The command line that starts the server: under the reap shim in the command
+/// sandbox, or as configured with `sandbox = "off"` (said in the log).
+fn command_line(init: &McpServerInit, worker: &WorkerInit) -> Result<Vec<String>, ConnectError> {
+    if !init.sandbox {
+        tracing::warn!(
+            "MCP server `{}`: sandbox = \"off\": it runs unsandboxed, as the daemon's user",
+            init.name
+        );
+        return Ok(init.command.clone());
+    }
+    let spec = ServerSpec {
+        argv: &init.command,
+        network: init.network,
+        keep_fds: &[],
+    };
+    Ok(server::command_line(worker, spec)?)
+}
+
 /// Start the server's command; its pipes for the client.
 fn spawn(
     init: &McpServerInit,
-    cwd: &Path,
+    worker: &WorkerInit,
 ) -> Result<(tokio::process::ChildStdout, tokio::process::ChildStdin), ConnectError> {
     let spawn_err = |source| ConnectError::Spawn {
         program: init.command.first().cloned().unwrap_or_default(),
         source,
     };
-    let Some((program, args)) = init.command.split_first() else {
+    let line = command_line(init, worker)?;
+    let Some((program, args)) = line.split_first() else {
         return Err(spawn_err(std::io::Error::other("the command is empty")));
     };
     let mut cmd = tokio::process::Command::new(program);
     cmd.args(args)
         .envs(&init.env)
-        .current_dir(cwd)
+        .current_dir(&worker.roots.private)
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .kill_on_drop(true);
+    // The shim turns SIGTERM into the kill of the server's whole tree.
+    let death = if init.sandbox {
+        libc::SIGTERM
+    } else {
+        libc::SIGKILL
+    };
     // SAFETY: the hooks only make async-signal-safe calls between fork and exec.
     unsafe {
-        cmd.pre_exec(crate::mcp::child::die_with_parent(libc::SIGKILL));
+        cmd.pre_exec(crate::mcp::child::die_with_parent(death));
         cmd.pre_exec(crate::mcp::child::only_stdio);
     }
     let mut child = cmd.spawn().map_err(spawn_err)?;

@@ -109,11 +109,15 @@ async fn serve(control: StdUnixStream, init: WorkerInit) -> i32 {
     let Some(server) = init.mcp.clone() else {
         return EXIT_CONFIG;
     };
-    let (session, heard) = match downstream::connect(&server, &init.roots.private).await {
+    let (session, heard) = match downstream::connect(&server, &init).await {
         Ok(s) => s,
         Err(e) => {
             tracing::error!(group = %group, "MCP server `{}`: {e}", server.name);
-            return EXIT_SERVER;
+            // A host that cannot build the sandbox will not build it on a retry.
+            return match e {
+                downstream::ConnectError::Sandbox(_) => EXIT_CONFIG,
+                _ => EXIT_SERVER,
+            };
         }
     };
     let deadline = Duration::from_millis(server.startup_timeout_ms);

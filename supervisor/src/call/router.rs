@@ -218,7 +218,10 @@ impl Service {
     pub(crate) fn admit(&self, req: &CallRequest) -> Result<Arc<ToolDef>, Outcome> {
         let registry = self.registry();
         let Some(entry) = registry.find(&req.tool) else {
-            return Err(fail(ErrorType::ToolNotFound, registry.not_found(&req.tool)));
+            let refused = self.paths().namespaces.as_ref().err().map(|e| e.0.as_str());
+            let message = crate::registry::mcp::not_started(&self.config(), refused, &req.tool)
+                .unwrap_or_else(|| registry.not_found(&req.tool));
+            return Err(fail(ErrorType::ToolNotFound, message));
         };
         if let Err(violations) = entry.check(&req.args) {
             return Err(fail(

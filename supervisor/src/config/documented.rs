@@ -25,6 +25,8 @@ fn everything() -> Config {
     let external = GroupConfig {
         command: vec!["worker".into()],
         risk: Some(toolvisor_protocol::tools::Risk::Medium),
+        sandbox: Some(SandboxMode::Off),
+        network: Network::Domains(vec!["api.example.com".into()]),
         ..GroupConfig::default()
     };
     c.workers.external.insert("words".into(), external);

@@ -7,7 +7,7 @@ use serde::{Deserialize, Serialize};
 use toolvisor_protocol::tools::Risk;
 use toolvisor_protocol::worker::McpServerInit;
 
-use super::{Config, GroupConfig};
+use super::{Config, GroupConfig, Network, WorkerSandbox};
 
 /// The group prefix of an MCP server's worker: `mcp:NAME`.
 pub const GROUP_PREFIX: &str = toolvisor_protocol::tools::def::MCP_GROUP_PREFIX;
@@ -47,6 +47,14 @@ pub struct McpServerConfig {
     /// Only these tools (the server's own names) are offered; all when absent.
     #[serde(default)]
     pub tools: Option<Vec<String>>,
+    /// A stdio server runs in the command sandbox (`"on"`, the default) or as the
+    /// daemon's user (`"off"`).
+    #[serde(default)]
+    pub sandbox: WorkerSandbox,
+    /// The sandboxed server's network: `true` the host's; `false` (the default) or a
+    /// list of domains (not enforced yet) none.
+    #[serde(default)]
+    pub network: Network,
 }
 
 impl Default for McpServerConfig {
@@ -59,6 +67,8 @@ impl Default for McpServerConfig {
             timeout_ms: sixty_seconds(),
             startup_timeout_ms: thirty_seconds(),
             tools: None,
+            sandbox: WorkerSandbox::On,
+            network: Network::default(),
         }
     }
 }
@@ -156,6 +166,8 @@ impl McpConfig {
             env: s.env.clone(),
             tools: s.tools.clone(),
             startup_timeout_ms: s.startup_timeout_ms,
+            sandbox: s.sandbox.is_on(),
+            network: s.network.allowed(),
         })
     }
 
@@ -229,6 +241,40 @@ mod tests {
         assert_eq!(web.url.as_deref(), Some("http://127.0.0.1:8931/mcp"));
         assert_eq!(web.timeout_ms, 5000);
         assert_eq!(web.startup_timeout_ms, 30_000);
+    }
+
+    #[test]
+    fn servers_are_sandboxed_without_network_unless_they_say_so() {
+        let cfg = Config::parse(
+            "[mcp.servers.a]\ncommand = [\"x\"]\n\
+             [mcp.servers.b]\ncommand = [\"x\"]\nsandbox = \"off\"\n\
+             [mcp.servers.c]\ncommand = [\"x\"]\nnetwork = true\n\
+             [mcp.servers.d]\ncommand = [\"x\"]\nnetwork = [\"api.example.com\"]\n",
+            "t",
+        )
+        .unwrap();
+        let init = |n: &str| cfg.mcp.server_init(&format!("mcp:{n}")).unwrap();
+        assert!(init("a").sandbox && !init("a").network);
+        assert!(!init("b").sandbox);
+        assert!(init("c").sandbox && init("c").network);
+        assert!(init("d").sandbox && !init("d").network);
+        let warnings = cfg.warnings();
+        assert_eq!(warnings.len(), 1, "{warnings:?}");
+        assert!(
+            warnings[0].contains("mcp.servers.d.network"),
+            "{warnings:?}"
+        );
+        assert!(warnings[0].contains("api.example.com"), "{warnings:?}");
+        for (text, needle) in [
+            ("sandbox = \"auto\"", "\"on\" (the default) or \"off\""),
+            ("sandbox = \"maybe\"", "not \"maybe\""),
+            ("network = \"yes\"", "mcp.servers.a.network"),
+            ("network = [\"not a host\"]", "not a domain name"),
+        ] {
+            let cfg = format!("[mcp.servers.a]\ncommand = [\"x\"]\n{text}\n");
+            let err = Config::parse(&cfg, "t").unwrap_err().to_string();
+            assert!(err.contains(needle), "{text}: {err}");
+        }
     }
 
     #[test]

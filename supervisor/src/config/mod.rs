@@ -6,12 +6,14 @@ use std::path::{Path, PathBuf};
 
 use toolvisor_protocol::worker::{Limits, SkillsSettings, WebSettings};
 
+pub mod isolation;
 pub mod mcp;
 mod policy;
 mod toml_error;
 mod validate;
 mod workers;
 
+pub use isolation::{Network, WorkerSandbox};
 pub use policy::{
     Action, Condition, Confined, Expose, Hazards, Mode, Operator, PolicyConfig, Rule,
 };
@@ -214,6 +216,25 @@ impl Default for AuditConfig {
 }
 
 impl Config {
+    /// What the log says about this configuration at load: settings accepted but not
+    /// (yet) enforced as written.
+    pub fn warnings(&self) -> Vec<String> {
+        let servers = self
+            .mcp
+            .servers
+            .iter()
+            .map(|(n, s)| (format!("mcp.servers.{n}"), &s.network));
+        let external = self
+            .workers
+            .external
+            .iter()
+            .map(|(n, g)| (format!("workers.{n}"), &g.network));
+        servers
+            .chain(external)
+            .filter_map(|(key, n)| isolation::domains_warning(&key, n))
+            .collect()
+    }
+
     /// Parse TOML text; errors name the key and line.
     pub fn parse(text: &str, path: &str) -> Result<Config, ConfigError> {
         let cfg: Config = toml::from_str(text).map_err(|e| ConfigError::Parse {

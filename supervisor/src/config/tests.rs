@@ -104,15 +104,18 @@ fn sandbox_keys_parse_and_belong_to_exec() {
         )
         .unwrap();
     let e = &cfg.workers.exec;
-    assert_eq!(e.sandbox, SandboxMode::Required);
-    assert!(e.network);
+    assert_eq!(e.sandbox, Some(SandboxMode::Required));
+    assert!(e.network.allowed());
     assert_eq!(
         (e.limits.memory_mb, e.limits.pids, e.limits.cpu_s),
         (512, 1024, 10)
     );
     assert_eq!(cfg.policy.rules[0].network, Some(true));
     assert_eq!((cfg.limits.many_max, cfg.limits.line_max), (4096, 2048));
-    assert_eq!(Config::default().workers.exec.sandbox, SandboxMode::Auto);
+    assert_eq!(
+        Config::default().workers.exec.exec_mode(),
+        SandboxMode::Auto
+    );
     for (bad, key) in [
         (
             "[workers.exec]\nsandbox = \"maybe\"\n",

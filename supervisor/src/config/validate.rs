@@ -76,18 +76,21 @@ impl Config {
     /// the workspace.
     fn validate_exec_only(&self) -> Result<(), String> {
         let base = GroupConfig::default();
+        let builtin = |n: &str| super::BUILTIN_GROUPS.contains(&n);
         for (name, g) in self.workers.all().filter(|(n, _)| *n != "exec") {
-            let set = g.sandbox != base.sandbox
-                || g.network != base.network
+            let sandbox_keys =
+                builtin(name) && (g.sandbox != base.sandbox || g.network != base.network);
+            let set = sandbox_keys
                 || !g.protected.is_empty()
                 || g.limits != base.limits
                 || g.yield_ms.is_some();
             if set {
                 return Err(format!(
-                    "workers.{name}: sandbox, network, protected, limits and yield_ms belong to [workers.exec]"
+                    "workers.{name}: sandbox, network, protected, limits and yield_ms belong to [workers.exec] (sandbox and network also to external workers)"
                 ));
             }
         }
+        self.validate_sandbox_words()?;
         if self.workers.exec.yield_ms == Some(0) {
             return Err("workers.exec.yield_ms must be at least 1 (leave it out for none)".into());
         }
@@ -102,6 +105,36 @@ impl Config {
                 return Err(format!(
                     "workers.exec.protected: `{}` must be a relative path inside the workspace",
                     p.display()
+                ));
+            }
+        }
+        Ok(())
+    }
+}
+
+impl Config {
+    /// `workers.exec.sandbox` is `auto`, `required` or `off`; an external worker's
+    /// `on` or `off`; only an external worker's `network` may list domains.
+    fn validate_sandbox_words(&self) -> Result<(), String> {
+        use super::SandboxMode::{Auto, On, Required};
+        let exec = &self.workers.exec;
+        if exec.sandbox == Some(On) {
+            return Err(
+                "workers.exec.sandbox must be \"auto\", \"required\" or \"off\" (\"on\" is for MCP servers and external workers)"
+                    .into(),
+            );
+        }
+        if exec.network.domains().is_some() {
+            return Err(
+                "workers.exec.network must be true or false (a list of domains is for MCP servers and external workers)"
+                    .into(),
+            );
+        }
+        for (name, g) in &self.workers.external {
+            if let Some(word @ (Auto | Required)) = g.sandbox {
+                let word = format!("{word:?}").to_ascii_lowercase();
+                return Err(format!(
+                    "workers.{name}.sandbox must be \"on\" (the default) or \"off\", not {word:?}"
                 ));
             }
         }

@@ -32,10 +32,12 @@ pub struct GroupConfig {
     pub writable: Vec<PathBuf>,
     /// `exec` only: background commands one worker keeps at once.
     pub max_jobs: usize,
-    /// `exec` only: how commands are confined (`auto`, `required`, `off`).
-    pub sandbox: SandboxMode,
-    /// `exec` only: commands share the host's network.
-    pub network: bool,
+    /// How commands are confined (`exec`: `auto`, `required`, `off`), or whether an
+    /// external worker runs in the command sandbox (`on`, the default, or `off`).
+    pub sandbox: Option<SandboxMode>,
+    /// Commands (`exec`) or an external worker get the host's network (`true`); a
+    /// list of domains is accepted for external workers (not enforced yet: none).
+    pub network: super::Network,
     /// `exec` only: more workspace-relative paths commands and edit tools may not change.
     pub protected: Vec<PathBuf>,
     /// `exec` only: paths commands never see (and file tools refuse), in addition to
@@ -82,15 +84,33 @@ pub const DEFAULT_HIDDEN: [&str; 19] = [
 /// (`auto`), or refuse to start without them (`required`), or never (`off`: Landlock
 /// and the reap shim only).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
+#[serde(rename_all = "lowercase", try_from = "String")]
 pub enum SandboxMode {
     /// Namespaces where the host allows them, the fallback (with a warning) where not.
     #[default]
     Auto,
     /// Namespaces or no service: `serve` refuses to start without them.
     Required,
-    /// Never: Landlock and the reap shim only.
+    /// Never: Landlock and the reap shim only (an external worker: unsandboxed).
     Off,
+    /// An external worker only: in the command sandbox (its default).
+    On,
+}
+
+impl TryFrom<String> for SandboxMode {
+    type Error = String;
+
+    fn try_from(v: String) -> Result<Self, String> {
+        match v.as_str() {
+            "auto" => Ok(SandboxMode::Auto),
+            "required" => Ok(SandboxMode::Required),
+            "off" => Ok(SandboxMode::Off),
+            "on" => Ok(SandboxMode::On),
+            other => Err(format!(
+                "sandbox {other:?}: an external worker's is \"on\" (the default) or \"off\"; [workers.exec]'s \"auto\", \"required\" or \"off\""
+            )),
+        }
+    }
 }
 
 impl Default for GroupConfig {
@@ -106,14 +126,29 @@ impl Default for GroupConfig {
             env: BTreeMap::new(),
             writable: Vec::new(),
             max_jobs: 64,
-            sandbox: SandboxMode::Auto,
-            network: false,
+            sandbox: None,
+            network: super::Network::default(),
             protected: Vec::new(),
             hidden: Vec::new(),
             limits: Default::default(),
             yield_ms: None,
             command: Vec::new(),
             risk: None,
+        }
+    }
+}
+
+impl GroupConfig {
+    /// `workers.exec.sandbox`, `auto` when unset.
+    pub fn exec_mode(&self) -> SandboxMode {
+        self.sandbox.unwrap_or_default()
+    }
+
+    /// Whether an external worker runs in the command sandbox: unless `"off"`.
+    pub fn worker_sandbox(&self) -> super::WorkerSandbox {
+        match self.sandbox {
+            Some(SandboxMode::Off) => super::WorkerSandbox::Off,
+            _ => super::WorkerSandbox::On,
         }
     }
 }

@@ -83,6 +83,19 @@ pub fn reload_notes<'a>(running: impl Iterator<Item = &'a String>, config: &Conf
     notes
 }
 
+/// Why `tool` is missing when it names a configured stdio server (`NAME__…`) that is
+/// not started because this host cannot build its sandbox (`refused`: why not).
+pub fn not_started(config: &Config, refused: Option<&str>, tool: &str) -> Option<String> {
+    let why = refused?;
+    let (name, _) = tool.split_once("__")?;
+    let server = config.mcp.servers.get(name)?;
+    (server.sandbox.is_on() && !server.command.is_empty()).then(|| {
+        format!(
+            "unknown tool `{tool}`: MCP server `{name}` is not started: it cannot run in the command sandbox on this host ({why}); `sandbox = \"off\"` in [mcp.servers.{name}] runs it unsandboxed"
+        )
+    })
+}
+
 /// Mask the configured servers' `env` values in the audit log from now on.
 pub fn secrets(config: &Config) {
     crate::audit::redact::add_secrets(config.mcp.secrets());
@@ -146,6 +159,24 @@ mod tests {
         assert_eq!(notes.len(), 2, "{notes:?}");
         assert!(notes[0].contains("`new` is new"));
         assert!(notes[1].contains("`gone` was removed"));
+    }
+
+    #[test]
+    fn a_server_without_its_sandbox_is_named_in_the_missing_tools_error() {
+        let cfg = Config::parse(
+            "[mcp.servers.a]\ncommand = [\"x\"]\n[mcp.servers.b]\ncommand = [\"x\"]\nsandbox = \"off\"\n",
+            "t",
+        )
+        .unwrap();
+        let msg = not_started(&cfg, Some("no user namespaces"), "a__echo").unwrap();
+        assert!(
+            msg.contains("no user namespaces") && msg.contains("[mcp.servers.a]"),
+            "{msg}"
+        );
+        assert_eq!(not_started(&cfg, None, "a__echo"), None);
+        assert_eq!(not_started(&cfg, Some("x"), "b__echo"), None);
+        assert_eq!(not_started(&cfg, Some("x"), "c__echo"), None);
+        assert_eq!(not_started(&cfg, Some("x"), "echo"), None);
     }
 
     #[test]

@@ -55,6 +55,8 @@ pub struct HostHooks {
     pub probe_sandbox: sandbox::ProbeFn,
     /// Prepare a delegated cgroup v2 tree for per-command cgroups, where there is one.
     pub prepare_cgroups: fn(),
+    /// Put an external worker's command under the reap shim in the command sandbox.
+    pub wrap_worker: crate::workers::confine::WrapFn,
 }
 
 /// Run the service; returns the process exit code.
@@ -151,6 +153,7 @@ async fn serve(args: ServeArgs, state: StateDir) -> i32 {
         config_file: args.config_file.clone(),
         exe,
         namespaces,
+        wrap_worker: args.host.wrap_worker,
     };
     let audit = match open_audit(&state_dir, &args.config) {
         Ok(a) => a,

@@ -50,6 +50,9 @@ pub async fn reload_and_restart(service: &Arc<Service>) {
     for note in crate::registry::mcp::reload_notes(service.pools().keys(), &cfg) {
         tracing::warn!("SIGHUP: {note}");
     }
+    for w in cfg.warnings() {
+        tracing::warn!("SIGHUP: {w}");
+    }
     let mut plans = Vec::new();
     for (group, pool) in service.pools() {
         if let Some(g) = cfg.group_settings(group) {

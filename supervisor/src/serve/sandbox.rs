@@ -29,7 +29,7 @@ pub async fn probe(
     let result = tokio::task::spawn_blocking(move || run_probe(&exe, &ws, &hidden))
         .await
         .unwrap_or_else(|e| Err(NoNamespaces(format!("the probe failed: {e}"))));
-    match (&result, config.workers.exec.sandbox) {
+    match (&result, config.workers.exec.exec_mode()) {
         (Err(why), SandboxMode::Auto) => tracing::warn!(
             "commands run without their own namespaces (Landlock and the reap shim only; see docs/SANDBOX.md): {why}"
         ),

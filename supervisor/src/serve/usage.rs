@@ -169,9 +169,40 @@ pub fn own_rss(pid: u32) -> u64 {
     procfs::stat(pid as i32).map_or(0, |s| s.rss_pages.saturating_mul(procfs::page_size()))
 }
 
+/// The process that is the worker: `pid` itself, or — for a worker started under the
+/// `toolvisor reap` shim (an external worker in the command sandbox) — the one process
+/// the shim and its namespace's first process run.
+pub fn worker_process(pid: u32) -> u32 {
+    let mut p = pid as i32;
+    // The shim, then the namespace's first process (a fork of it): two at most.
+    for _ in 0..2 {
+        if !is_shim(p) {
+            break;
+        }
+        match procfs::children(p).as_deref() {
+            Some(&[only]) => p = only,
+            _ => break,
+        }
+    }
+    p as u32
+}
+
+/// Whether `pid` runs `toolvisor reap` (its second argument is `reap`).
+fn is_shim(pid: i32) -> bool {
+    std::fs::read(format!("/proc/{pid}/cmdline"))
+        .is_ok_and(|c| c.split(|b| *b == 0).nth(1) == Some(b"reap".as_slice()))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_process_not_under_the_shim_is_its_own_worker() {
+        let me = std::process::id();
+        assert_eq!(worker_process(me), me);
+        assert!(!is_shim(me as i32));
+    }
 
     const UNITS: Units = Units {
         ticks_per_sec: 100,

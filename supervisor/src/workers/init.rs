@@ -180,13 +180,13 @@ fn sandbox_settings(
     config_file: Option<PathBuf>,
 ) -> Result<SandboxSettings, InitError> {
     let exec = &config.workers.exec;
-    let namespaces = match (exec.sandbox, &paths.namespaces) {
+    let namespaces = match (exec.exec_mode(), &paths.namespaces) {
         (SandboxMode::Off, _) => false,
         (_, Ok(())) => true,
         (SandboxMode::Required, Err(why)) => {
             return Err(InitError::SandboxRequired { why: why.clone() });
         }
-        (SandboxMode::Auto, Err(_)) => false,
+        (SandboxMode::Auto | SandboxMode::On, Err(_)) => false,
     };
     let state = canonical(&paths.state_dir);
     let socket = canonical(&paths.socket);
@@ -198,10 +198,11 @@ fn sandbox_settings(
     hidden.extend(hidden_paths(&exec.hidden, &roots, home().as_deref()));
     Ok(SandboxSettings {
         namespaces,
-        network: exec.network,
+        network: exec.network.allowed(),
         protected: protected_names(config, &roots),
         config_file,
         hidden,
         limits: exec.limits.clone(),
+        refused: paths.namespaces.as_ref().err().map(|why| why.to_string()),
     })
 }

@@ -68,6 +68,9 @@ pub struct SpawnSpec {
     /// Scheduling niceness: search walks are CPU-bound and must not starve the
     /// supervisor (a `ping` waits behind them on a 2-core machine otherwise).
     pub nice: i32,
+    /// Why this worker must not be started at all (an external worker that cannot
+    /// have its sandbox here): its start fails with this, and it is not retried.
+    pub refused: Option<String>,
 }
 
 struct Request {

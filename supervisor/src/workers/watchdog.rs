@@ -1,5 +1,6 @@
 //! The memory watchdog: every [`INTERVAL`] it samples the RSS of each ready worker
-//! process itself (not its commands: `status` counts those) and has any worker above its group's
+//! process itself (not its commands: `status` counts those; for an external worker under
+//! the reap shim, the worker below it) and has any worker above its group's
 //! `workers.G.max_rss_mb` replaced once its calls are done. A leaking tool then costs
 //! one planned restart (recorded as `worker_exited` with reason `memory`, counted in the
 //! worker's `restarts`), never the machine's memory.
@@ -70,7 +71,7 @@ pub async fn check(service: &Arc<Service>) {
         let pids = pids.clone();
         tokio::task::spawn_blocking(move || {
             pids.iter()
-                .map(|p| crate::serve::usage::own_rss(*p))
+                .map(|p| crate::serve::usage::own_rss(crate::serve::usage::worker_process(*p)))
                 .collect::<Vec<_>>()
         })
         .await

@@ -253,6 +253,8 @@ fn rules_may_name_only_configured_servers() {
 
 #[test]
 fn mcp_calls_time_out_and_cancel_on_the_server_too() {
+    // The server's log lies in the workspace: a sandboxed server writes nowhere else
+    // (its /tmp is its own).
     let dir = tempfile::tempdir().unwrap();
     let log = dir.path().join("server.log");
     let config = format!(
@@ -266,7 +268,9 @@ fn mcp_calls_time_out_and_cancel_on_the_server_too() {
             )
         )
     );
-    let s = start_with_tools(&config, &["test__sleep"]);
+    std::fs::write(dir.path().join("toolvisor.toml"), &config).unwrap();
+    let s = Server::start_in(dir);
+    block(T, super::support::wait_listed(&s, &["test__sleep"]));
     block(T, async {
         let started = Instant::now();
         let r = s.call("test__sleep", json!({"ms": 30_000})).await;

@@ -5,5 +5,5 @@
 mod client;
 mod results;
 mod server;
-mod support;
+pub(crate) mod support;
 mod third_party;

@@ -34,9 +34,9 @@ use toolvisor_protocol::ErrorType;
 use toolvisor_protocol::tools;
 use toolvisor_protocol::worker::{Outcome, WorkerInit};
 
-use crate::sandbox::spec::SandboxSpec;
 use crate::{ToolContext, ToolError, context::outcome};
 use cgroup::Cgroups;
+pub use launch::server;
 use launch::{Launcher, ShimLauncher};
 use output::Artifacts;
 
@@ -60,21 +60,12 @@ impl ExecState {
     /// in their own process group (logged: no orphan protection).
     pub fn new(init: &WorkerInit, cgroups: Cgroups) -> Self {
         let exe = &init.exec.exe;
-        let settings = &init.exec.sandbox;
-        let launcher_ok = launcher_exists(init);
-        let launcher = if launcher_ok {
-            Launcher::Shim(Box::new(ShimLauncher {
-                program: exe.clone(),
-                prefix: vec!["reap".into()],
-                args_env: None,
-                writable: crate::sandbox::command_writable(init),
-                sandbox: settings.namespaces.then(|| SandboxSpec::template(init)),
-                rlimits: limits::rlimits(
-                    &settings.limits,
-                    cgroups.mechanism().is_some(),
-                    settings.namespaces,
-                ),
-            }))
+        let launcher = if launcher_exists(init) {
+            Launcher::Shim(Box::new(ShimLauncher::for_init(
+                init,
+                cgroups.mechanism().is_some(),
+                init.exec.sandbox.namespaces,
+            )))
         } else {
             tracing::warn!(
                 "no toolvisor binary at {:?}: commands run without the reap shim",

@@ -91,6 +91,9 @@ pub struct ShimArgs {
     /// Hold a session's loopback instead of running a command ([`holder`]); `argv` is
     /// then empty.
     pub holder: bool,
+    /// Descriptors (inherited, at these numbers) the command gets besides its standard
+    /// streams: an external worker's control socket, fd 3.
+    pub keep_fds: Vec<i32>,
     /// The command and its arguments.
     pub argv: Vec<String>,
 }
@@ -164,6 +167,9 @@ impl ShimArgs {
         }
         if self.holder {
             out.push("--holder".to_owned());
+        }
+        for fd in &self.keep_fds {
+            out.extend(["--keep-fd".to_owned(), fd.to_string()]);
         }
         out.push("--".to_owned());
         out.extend(self.argv.iter().cloned());
@@ -246,6 +252,15 @@ pub fn parse(args: Vec<String>) -> Result<ShimArgs, ShimArgsError> {
             }
             "--spare" => out.spare = true,
             "--holder" => out.holder = true,
+            "--keep-fd" => {
+                let fd: i32 = value("--keep-fd")?
+                    .parse()
+                    .map_err(|_| ShimArgsError::BadNumber("--keep-fd"))?;
+                if fd < toolvisor_os::fds::FIRST_NON_STDIO {
+                    return Err(ShimArgsError::BadNumber("--keep-fd (3 or more)"));
+                }
+                out.keep_fds.push(fd);
+            }
             other => return Err(ShimArgsError::UnknownOption(other.to_owned())),
         }
     }
@@ -391,6 +406,8 @@ fn detach_stdio() {
 struct Start<'a> {
     argv: &'a [String],
     instance: Option<&'a str>,
+    /// Descriptors the command keeps besides its standard streams.
+    keep: &'a [i32],
     /// The command's whole environment (None: this process's own).
     env: Option<&'a [(String, String)]>,
 }
@@ -400,6 +417,7 @@ impl<'a> Start<'a> {
         Start {
             argv: &a.argv,
             instance: a.instance.as_deref(),
+            keep: &a.keep_fds,
             env: None,
         }
     }
@@ -408,6 +426,7 @@ impl<'a> Start<'a> {
         Start {
             argv: &g.argv,
             instance: g.instance.as_deref(),
+            keep: &[],
             env: Some(&g.env),
         }
     }
@@ -441,8 +460,20 @@ fn spawn(s: &Start<'_>, terminal: Option<&std::os::fd::OwnedFd>) -> std::io::Res
     // The command gets its standard streams and nothing else: not the report pipe or
     // the control channel, not whatever the worker or the daemon held when it started
     // us (docs/SANDBOX.md, "Descriptors"). Marked here, closed by the kernel at the exec.
-    // SAFETY: `cloexec_from` makes only async-signal-safe calls.
-    unsafe { cmd.pre_exec(|| toolvisor_os::fds::cloexec_from(toolvisor_os::fds::FIRST_NON_STDIO)) };
+    // SAFETY: `cloexec_from` and `fcntl` are async-signal-safe; `keep` is copied
+    // before the fork, nothing is allocated after it.
+    let keep = s.keep.to_vec();
+    unsafe {
+        cmd.pre_exec(move || {
+            toolvisor_os::fds::cloexec_from(toolvisor_os::fds::FIRST_NON_STDIO)?;
+            for &fd in &keep {
+                if libc::fcntl(fd, libc::F_SETFD, 0) < 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+            }
+            Ok(())
+        })
+    };
     if let Some(id) = instance {
         cmd.env(MARKER_VAR, id);
     }
@@ -558,12 +589,15 @@ pub(crate) mod tests {
             tty: Some((24, 80)),
             spare: false,
             holder: false,
+            keep_fds: vec![3],
             argv: vec!["sh".into(), "-c".into(), "true".into()],
         };
         assert_eq!(parse(a.to_args().unwrap()).unwrap(), a);
+        assert!(parse(["--keep-fd", "2", "--", "sh"].map(String::from).to_vec()).is_err());
         let spare = ShimArgs {
             spare: true,
             tty: None,
+            keep_fds: vec![],
             argv: vec![],
             ..a
         };

@@ -373,6 +373,15 @@ impl WorkerActorState {
         let generation = self.generation;
         self.args.shared.set_state(WorkerState::Starting);
         self.args.shared.set_retry_at(None);
+        if let Some(why) = &self.args.spec.refused {
+            tracing::error!(group = %self.args.shared.group, "not started: {why}");
+            let _ = myself.cast(WorkerMsg::Exited {
+                generation,
+                code: Some(crate::workers::restart::EXIT_CONFIG),
+                signal: None,
+            });
+            return;
+        }
         let spawned = match self.args.spawner.spawn(self.args.spec.clone()).await {
             Ok(s) => s,
             Err(e) => {

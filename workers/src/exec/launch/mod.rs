@@ -24,8 +24,10 @@ use crate::ToolError;
 use crate::reap::ShimArgs;
 use crate::reap::report::Report;
 use crate::sandbox::spec::{Rlimits, SandboxSpec};
+use toolvisor_protocol::worker::WorkerInit;
 
 mod loopback;
+pub mod server;
 mod spare;
 mod supervise;
 
@@ -74,6 +76,21 @@ pub(crate) struct ShimLauncher {
 }
 
 impl ShimLauncher {
+    /// `init.exec.exe reap` as the exec worker runs every command: Landlock's
+    /// allow-list, the namespace sandbox when `namespaces`, the limits (cgroups, when
+    /// `cgroups`, bound memory and processes instead of rlimits).
+    pub(crate) fn for_init(init: &WorkerInit, cgroups: bool, namespaces: bool) -> ShimLauncher {
+        let settings = &init.exec.sandbox;
+        ShimLauncher {
+            program: init.exec.exe.clone(),
+            prefix: vec!["reap".into()],
+            args_env: None,
+            writable: crate::sandbox::command_writable(init),
+            sandbox: namespaces.then(|| SandboxSpec::template(init)),
+            rlimits: super::limits::rlimits(&settings.limits, cgroups, namespaces),
+        }
+    }
+
     /// The shim's arguments for a command of `instance` in `cwd`, without the command.
     fn args(&self, instance: &str, cwd: &Path, network: bool, fds: ShimFds) -> ShimArgs {
         ShimArgs {
@@ -92,6 +109,7 @@ impl ShimLauncher {
             tty: None,
             spare: false,
             holder: false,
+            keep_fds: Vec::new(),
             argv: Vec::new(),
         }
     }
