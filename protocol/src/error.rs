@@ -53,6 +53,9 @@ pub enum ErrorType {
     InternalError,
     /// A command was stopped by one of `[workers.exec.limits]` (the message names it).
     ResourceLimit,
+    /// The sandbox a call needs cannot be built on this host (a staged command without
+    /// user namespaces, or with the sandbox off): the command did not run.
+    SandboxUnverified,
     /// A skill or subagent action of an envelope: toolvisor runs tools only.
     UnsupportedAction,
     /// `web_fetch`: the server answered with a non-2xx status (the message names it).
@@ -115,6 +118,7 @@ impl ErrorType {
             ErrorType::Overloaded => "Overloaded",
             ErrorType::InternalError => "InternalError",
             ErrorType::ResourceLimit => "ResourceLimit",
+            ErrorType::SandboxUnverified => "SandboxUnverified",
             ErrorType::UnsupportedAction => "UnsupportedAction",
             ErrorType::HttpError => "HttpError",
             ErrorType::FetchError => "FetchError",

@@ -179,6 +179,7 @@ pub fn setup(spec: &SandboxSpec) -> Result<Observations, SandboxError> {
         hidden: &spec.hidden,
         network: spec.network,
         home: home.as_deref(),
+        stage: spec.stage.as_deref(),
     };
     let seen = Recording::new(&HostView);
     let steps = plan::plan(&inputs, &seen);
