@@ -33,6 +33,7 @@ mod protocol;
 mod sandbox;
 mod search;
 mod skills;
+mod stage;
 mod state;
 mod supervision;
 mod surfaces;

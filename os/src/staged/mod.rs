@@ -143,9 +143,7 @@ pub fn remove_leftovers(state_dir: &Path) -> usize {
     let Ok(rd) = std::fs::read_dir(base(state_dir)) else {
         return 0;
     };
-    rd.flatten()
-        .filter(|e| remove(&e.path()).is_ok())
-        .count()
+    rd.flatten().filter(|e| remove(&e.path()).is_ok()).count()
 }
 
 #[cfg(test)]

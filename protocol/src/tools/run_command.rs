@@ -95,10 +95,16 @@ fn check(args: &Value) -> Result<(), String> {
     }
     if args.get("stage").and_then(Value::as_bool) == Some(true) {
         if background {
-            return Err("stage holds a foreground command's changes: it cannot run in the background".into());
+            return Err(
+                "stage holds a foreground command's changes: it cannot run in the background"
+                    .into(),
+            );
         }
         if args.get("tty").and_then(Value::as_bool) == Some(true) {
-            return Err("stage holds a foreground command's changes: it cannot run in a terminal (tty)".into());
+            return Err(
+                "stage holds a foreground command's changes: it cannot run in a terminal (tty)"
+                    .into(),
+            );
         }
     }
     if background && args.get("yield_ms").is_some() {

@@ -15,4 +15,5 @@ pub mod processes;
 pub mod record;
 pub mod router;
 pub mod running;
+pub mod staged;
 pub mod timeout_hint;

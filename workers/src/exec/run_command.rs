@@ -240,7 +240,9 @@ pub(crate) async fn run(
             s.discard();
             return Err(ToolError::new(
                 ErrorType::SandboxUnverified,
-                format!("the staged command's sandbox could not be set up, so it did not run: {why}"),
+                format!(
+                    "the staged command's sandbox could not be set up, so it did not run: {why}"
+                ),
             ));
         }
         return Err(ToolError::internal(format!(
@@ -297,7 +299,10 @@ fn add_staged(out: &mut Outcome, held: Collected, limits: &toolvisor_protocol::w
         0 => "[staged: no workspace changes]\n".to_owned(),
         n => {
             let cut = crate::truncate::text(&held.diff, limits.shell_max, limits.shell_max);
-            format!("[staged: {n} change(s) held, not written; apply_file_change with meta.token writes them]\n{}", cut.text)
+            format!(
+                "[staged: {n} change(s) held, not written; apply_file_change with meta.token writes them]\n{}",
+                cut.text
+            )
         }
     };
     for text in [&mut out.content, &mut out.display] {

@@ -452,7 +452,11 @@ impl Launcher {
                 let a = ShimArgs {
                     tty: spec.tty,
                     argv: sh.map(str::to_owned).collect(),
-                    ..s.args((spec.instance, spec.cwd_path, spec.network), fds, spec.stage)
+                    ..s.args(
+                        (spec.instance, spec.cwd_path, spec.network),
+                        fds,
+                        spec.stage,
+                    )
                 };
                 s.command(&a, spec.env)
             }

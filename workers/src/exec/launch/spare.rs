@@ -287,7 +287,9 @@ impl Spare {
         };
         let a = ShimArgs {
             spare: true,
-            ..inner.shim.args((&inner.instance, &inner.root, false), fds, None)
+            ..inner
+                .shim
+                .args((&inner.instance, &inner.root, false), fds, None)
         };
         let mut cmd = inner.shim.detached(&a, &inner.env)?;
         let setup = ChildSetup {

@@ -79,9 +79,8 @@ impl Staging {
         let mut text = String::new();
         for (i, root) in roots.iter().enumerate() {
             let up = staged::upper(&self.dir, i);
-            let found = upper::read(&up, root).map_err(|e| {
-                ToolError::internal(format!("cannot read the staged changes: {e}"))
-            })?;
+            let found = upper::read(&up, root)
+                .map_err(|e| ToolError::internal(format!("cannot read the staged changes: {e}")))?;
             for f in found {
                 let (lower, upper) = (root.join(&f.rel), up.join(&f.rel));
                 let before = staged::fingerprint(&lower).map_err(|e| {
@@ -156,8 +155,15 @@ mod tests {
             vec![("new", ChangeKind::Created), ("old", ChangeKind::Modified)]
         );
         assert_eq!(c.manifest.changes[0].before, Fingerprint::Missing);
-        assert!(matches!(c.manifest.changes[1].before, Fingerprint::File { .. }));
-        assert!(c.diff.contains("+x\n") && c.diff.contains("-a\n+b\n"), "{}", c.diff);
+        assert!(matches!(
+            c.manifest.changes[1].before,
+            Fingerprint::File { .. }
+        ));
+        assert!(
+            c.diff.contains("+x\n") && c.diff.contains("-a\n+b\n"),
+            "{}",
+            c.diff
+        );
         assert!(staged::valid_id(&c.manifest.id));
         assert!(dir.exists(), "held changes stay until applied or expired");
     }

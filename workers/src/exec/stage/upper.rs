@@ -279,7 +279,11 @@ mod tests {
         std::fs::create_dir_all(l.upper.join("empty")).unwrap();
         assert_eq!(
             found(&l),
-            vec![("empty".into(), Created), ("n/f".into(), Created), ("n/m".into(), Created)]
+            vec![
+                ("empty".into(), Created),
+                ("n/f".into(), Created),
+                ("n/m".into(), Created)
+            ]
         );
     }
 

@@ -1,0 +1,201 @@
+//! Staged commands (`run_command` with `stage: true`) through the real binary: the
+//! command sees its own writes, the workspace stays as it was, the result lists the
+//! held changes with their diff and a token; `apply_file_change` writes all of them
+//! once, or none when the workspace moved on; staging never runs a command unstaged.
+//!
+//! Namespaces are probed by `serve` itself: on a host that refuses them the tests that
+//! need them say so and return.
+
+use std::collections::BTreeMap;
+
+use serde_json::{Value, json};
+use toolvisor_protocol::{ErrorType, Status, ToolResult};
+
+use crate::harness::*;
+
+fn kind(r: &ToolResult) -> Option<ErrorType> {
+    r.error.as_ref().map(|e| e.kind)
+}
+
+fn read(s: &Server, rel: &str) -> Option<String> {
+    std::fs::read_to_string(s.ws().join(rel)).ok()
+}
+
+/// Whether the server's commands have their own namespaces (staging needs them).
+async fn namespaces(s: &Server) -> bool {
+    let on = s.guards().await.namespaces;
+    if !on {
+        eprintln!("this host refuses namespaces to commands: skipping");
+    }
+    on
+}
+
+/// `meta.changes` as path → kind.
+fn changes(r: &ToolResult) -> BTreeMap<String, String> {
+    r.meta["changes"]
+        .as_array()
+        .map(|a| {
+            a.iter()
+                .map(|c| {
+                    let f = |k: &str| c[k].as_str().unwrap_or_default().to_owned();
+                    (f("path"), f("kind"))
+                })
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+fn token(r: &ToolResult) -> String {
+    r.meta["token"].as_str().unwrap_or_default().to_owned()
+}
+
+/// The staging directories the daemon keeps (`.toolvisor/staged/*`).
+fn staging_dirs(s: &Server) -> usize {
+    std::fs::read_dir(s.ws().join(".toolvisor/staged")).map_or(0, |rd| rd.count())
+}
+
+const SCRIPT: &str = "echo x > new; sed -i s/a/b/ old; rm gone; cat new";
+
+fn staged_workspace(s: &Server) {
+    s.write("old", "a\n");
+    s.write("gone", "bye\n");
+}
+
+fn stage(command: &str) -> Value {
+    json!({"command": command, "stage": true})
+}
+
+#[test]
+fn a_staged_command_holds_its_changes_and_apply_writes_them_once() {
+    let s = Server::start(ALLOW_ALL);
+    staged_workspace(&s);
+    block(T, async {
+        if !namespaces(&s).await {
+            return;
+        }
+        let r = s.call("run_command", stage(SCRIPT)).await;
+        assert_eq!(r.status, Status::Ok, "{r:?}");
+        assert!(r.content.starts_with("x\n"), "its own writes: {r:?}");
+        // The workspace is untouched.
+        assert_eq!(read(&s, "new"), None);
+        assert_eq!(read(&s, "old").as_deref(), Some("a\n"));
+        assert_eq!(read(&s, "gone").as_deref(), Some("bye\n"));
+        let want: BTreeMap<String, String> =
+            [("gone", "deleted"), ("new", "created"), ("old", "modified")]
+                .into_iter()
+                .map(|(p, k)| (p.to_owned(), k.to_owned()))
+                .collect();
+        assert_eq!(changes(&r), want, "{r:?}");
+        for line in ["+++ b/new", "+x", "-a", "+b", "--- a/gone", "-bye"] {
+            assert!(r.content.contains(line), "{line:?} in {}", r.content);
+        }
+        assert!(r.meta.get("staged_record").is_none(), "internal: {r:?}");
+        let t = token(&r);
+        assert!(!t.is_empty(), "{r:?}");
+        assert_eq!(staging_dirs(&s), 1);
+
+        let a = s.call("apply_file_change", json!({"token": t})).await;
+        assert_eq!(a.status, Status::Ok, "{a:?}");
+        assert_eq!(read(&s, "new").as_deref(), Some("x\n"));
+        assert_eq!(read(&s, "old").as_deref(), Some("b\n"));
+        assert_eq!(read(&s, "gone"), None);
+        assert_eq!(a.meta["changes"].as_array().map(Vec::len), Some(3), "{a:?}");
+        assert_eq!(
+            staging_dirs(&s),
+            0,
+            "applied: its staging directory is gone"
+        );
+
+        let again = s.call("apply_file_change", json!({"token": t})).await;
+        assert_eq!(kind(&again), Some(ErrorType::TokenInvalid), "{again:?}");
+        assert!(
+            again
+                .error
+                .as_ref()
+                .unwrap()
+                .message
+                .contains("already used"),
+            "{again:?}"
+        );
+    });
+}
+
+#[test]
+fn a_change_in_the_workspace_meanwhile_is_stale_and_nothing_is_applied() {
+    let s = Server::start(ALLOW_ALL);
+    staged_workspace(&s);
+    block(T, async {
+        if !namespaces(&s).await {
+            return;
+        }
+        let r = s.call("run_command", stage(SCRIPT)).await;
+        assert_eq!(r.status, Status::Ok, "{r:?}");
+        s.write("old", "edited by a person\n");
+        let a = s
+            .call("apply_file_change", json!({"token": token(&r)}))
+            .await;
+        assert_eq!(kind(&a), Some(ErrorType::StaleChange), "{a:?}");
+        assert!(a.error.as_ref().unwrap().message.contains("old"), "{a:?}");
+        assert_eq!(read(&s, "new"), None, "nothing applied");
+        assert_eq!(
+            read(&s, "gone").as_deref(),
+            Some("bye\n"),
+            "nothing applied"
+        );
+        assert_eq!(read(&s, "old").as_deref(), Some("edited by a person\n"));
+    });
+}
+
+#[test]
+fn protected_paths_stay_read_only_in_a_staged_command() {
+    let s = Server::start(ALLOW_ALL);
+    s.write(".git/config", "[core]\n\trepositoryformatversion = 0\n");
+    s.write(".git/HEAD", "ref: refs/heads/main\n");
+    block(T, async {
+        if !namespaces(&s).await {
+            return;
+        }
+        let r = s
+            .call(
+                "run_command",
+                stage("echo evil >> .git/config; echo ok > fine; ls -A .toolvisor | wc -l"),
+            )
+            .await;
+        assert_eq!(r.status, Status::Ok, "{r:?}");
+        assert!(r.content.contains("Read-only file system"), "{r:?}");
+        assert!(
+            r.content.contains("\n0\n"),
+            "the state directory is hidden: {r:?}"
+        );
+        let c = changes(&r);
+        assert_eq!(c.get("fine").map(String::as_str), Some("created"), "{r:?}");
+        assert!(!c.keys().any(|k| k.starts_with(".git")), "{r:?}");
+    });
+}
+
+#[test]
+fn stage_is_for_foreground_commands_only() {
+    let s = Server::start(ALLOW_ALL);
+    block(T, async {
+        for extra in [json!({"background": true}), json!({"tty": true})] {
+            let mut args = stage("touch ran");
+            args.as_object_mut()
+                .unwrap()
+                .extend(extra.as_object().unwrap().clone());
+            let r = s.call("run_command", args).await;
+            assert_eq!(kind(&r), Some(ErrorType::InvalidParams), "{r:?}");
+            assert!(r.error.as_ref().unwrap().message.contains("stage"), "{r:?}");
+        }
+        assert_eq!(read(&s, "ran"), None);
+    });
+}
+
+#[test]
+fn stage_without_namespaces_fails_and_never_runs_unstaged() {
+    let s = Server::start_with_env(ALLOW_ALL, &[("TOOLVISOR_SANDBOX_TEST_FAIL", "probe")]);
+    block(T, async {
+        let r = s.call("run_command", stage("touch ran")).await;
+        assert_eq!(kind(&r), Some(ErrorType::SandboxUnverified), "{r:?}");
+        assert!(read(&s, "ran").is_none(), "it ran unstaged");
+    });
+}
