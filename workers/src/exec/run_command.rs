@@ -170,7 +170,9 @@ pub(crate) async fn run(
     let (mut running, cgroup) = match launched {
         Ok(l) => l,
         Err(e) => {
-            staging.map(Staging::discard);
+            if let Some(s) = staging {
+                s.discard();
+            }
             return Err(e);
         }
     };

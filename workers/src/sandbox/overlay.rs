@@ -16,7 +16,7 @@ use super::SandboxError;
 pub fn mount(lower: &Path, upper: &Path, work: &Path) -> Result<OwnedFd, SandboxError> {
     let fail = |what: &str, e: rustix::io::Errno| {
         SandboxError::at(
-            &format!("cannot stage the workspace with an overlay ({what})"),
+            format!("cannot stage the workspace with an overlay ({what})"),
             lower,
             e,
         )

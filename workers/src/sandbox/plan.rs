@@ -645,6 +645,51 @@ mod tests {
     }
 
     #[test]
+    fn a_staged_root_is_an_overlay_with_its_guards_on_top() {
+        let ws = Ws::new();
+        ws.touch(".git/config");
+        ws.mkdir(".git/hooks");
+        let r = ws.root();
+        let extra = ws.root().join(".vscode");
+        ws.mkdir(".vscode");
+        let roots = [r.clone()];
+        let writable = [PathBuf::from("/nonexistent-writable")];
+        let protected = names();
+        let stage = Path::new("/state/staged/abc");
+        let inputs = Inputs {
+            roots: &roots,
+            writable: &writable,
+            protected: &protected,
+            read_only: &[],
+            hidden: &[],
+            network: false,
+            home: None,
+            stage: Some(stage),
+        };
+        let steps = plan(&inputs, &HostView);
+        let overlay = Step::Overlay {
+            path: r.clone(),
+            upper: stage.join("0/upper"),
+            work: stage.join("0/work"),
+        };
+        let at = |s: &Step| steps.iter().position(|x| x == s);
+        let o = at(&overlay).unwrap_or_else(|| panic!("{steps:?}"));
+        assert!(!steps.contains(&Step::Writable(r.clone())), "{steps:?}");
+        for guard in [
+            Step::ReadOnly(r.join(".git/config")),
+            Step::ReadOnly(extra.clone()),
+        ] {
+            let g = at(&guard).unwrap_or_else(|| panic!("{guard:?} in {steps:?}"));
+            assert!(g > o, "{guard:?} goes on top of the overlay: {steps:?}");
+        }
+        let unstaged = Inputs {
+            stage: None,
+            ..inputs
+        };
+        assert!(plan(&unstaged, &HostView).contains(&Step::Writable(r)));
+    }
+
+    #[test]
     fn between_lists_intermediate_directories() {
         assert_eq!(
             between(Path::new("/w"), Path::new("/w/a/b/c")),

@@ -182,3 +182,73 @@ fn applied_outcome(applied: &[AppliedPath]) -> Outcome {
     o.meta.insert("changes".into(), Value::Array(changes));
     o
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use toolvisor_os::staged::{ChangeKind, Fingerprint, Held};
+
+    fn held(dir: &std::path::Path) -> Staged {
+        std::fs::create_dir_all(staged::upper(dir, 0)).unwrap();
+        Staged {
+            manifest: Manifest {
+                id: "abc".into(),
+                changes: vec![Held {
+                    root: 0,
+                    rel: b"new".to_vec(),
+                    path: "new".into(),
+                    kind: ChangeKind::Created,
+                    before: Fingerprint::Missing,
+                }],
+            },
+            roots: vec![dir.to_path_buf()],
+            dir: StagingDir(dir.to_path_buf()),
+        }
+    }
+
+    #[test]
+    fn an_expired_token_takes_its_staging_directory_with_it() {
+        let t = tempfile::tempdir().unwrap();
+        let dir = t.path().join("staged/abc");
+        let mut store = PreviewStore::new();
+        let t0 = Instant::now();
+        let ttl = Duration::from_secs(60);
+        let token = store.issue(held(&dir), t0, ttl);
+        store.prune(t0 + ttl / 2);
+        assert!(dir.exists());
+        assert_eq!(
+            store.peek(&token, t0).map(Staged::summary).ok().as_deref(),
+            Some("created new")
+        );
+        store.prune(t0 + ttl);
+        assert!(!dir.exists(), "expired: removed");
+        assert!(matches!(
+            store.take(&token, t0 + ttl),
+            Err(TokenError::Expired)
+        ));
+    }
+
+    #[test]
+    fn a_used_token_takes_its_staging_directory_with_it() {
+        let t = tempfile::tempdir().unwrap();
+        let dir = t.path().join("staged/abc");
+        let mut store = PreviewStore::new();
+        let t0 = Instant::now();
+        let token = store.issue(held(&dir), t0, Duration::from_secs(60));
+        drop(store.take(&token, t0));
+        assert!(!dir.exists());
+    }
+
+    #[test]
+    fn records_that_leave_their_roots_are_refused() {
+        let t = tempfile::tempdir().unwrap();
+        let mut s = held(&t.path().join("x"));
+        assert!(check(&s.manifest, 1).is_ok());
+        assert!(check(&s.manifest, 0).is_err(), "no such root");
+        s.manifest.changes[0].rel = b"../out".to_vec();
+        assert!(check(&s.manifest, 1).is_err());
+        s.manifest.changes[0].rel = b"ok".to_vec();
+        s.manifest.id = "../x".into();
+        assert!(check(&s.manifest, 1).is_err());
+    }
+}
