@@ -199,3 +199,94 @@ fn stage_without_namespaces_fails_and_never_runs_unstaged() {
         assert!(read(&s, "ran").is_none(), "it ran unstaged");
     });
 }
+
+#[test]
+fn modes_links_directories_and_odd_names_are_held_and_applied() {
+    let s = Server::start(ALLOW_ALL);
+    s.write("run.sh", "#!/bin/sh\n");
+    s.write("tree/a", "a\n");
+    s.write("tree/b", "b\n");
+    block(T, async {
+        if !namespaces(&s).await {
+            return;
+        }
+        let script = "chmod 755 run.sh; ln -s run.sh link; rm -r tree; mkdir -p deep/er; \
+                      printf 'n\\n' > deep/er/f; printf 'z\\n' > \"$(printf 'two\\nlines')\"; \
+                      printf 'bin\\0ary' > blob";
+        let r = s.call("run_command", stage(script)).await;
+        assert_eq!(r.status, Status::Ok, "{r:?}");
+        let c = changes(&r);
+        let kind_of = |p: &str| c.get(p).map(String::as_str);
+        assert_eq!(kind_of("run.sh"), Some("modified"), "{c:?}");
+        assert_eq!(kind_of("link"), Some("created"), "{c:?}");
+        assert_eq!(kind_of("tree"), Some("deleted"), "{c:?}");
+        assert_eq!(kind_of("deep/er/f"), Some("created"), "{c:?}");
+        assert_eq!(kind_of("two\nlines"), Some("created"), "{c:?}");
+        assert!(
+            r.content.contains("old mode 644\nnew mode 755"),
+            "{}",
+            r.content
+        );
+        assert!(
+            r.content
+                .contains("Binary files /dev/null and b/blob differ"),
+            "{}",
+            r.content
+        );
+        assert!(s.ws().join("tree/a").exists() && !s.ws().join("link").exists());
+
+        let a = s
+            .call("apply_file_change", json!({"token": token(&r)}))
+            .await;
+        assert_eq!(a.status, Status::Ok, "{a:?}");
+        use std::os::unix::fs::PermissionsExt;
+        let mode = std::fs::metadata(s.ws().join("run.sh"))
+            .unwrap()
+            .permissions()
+            .mode();
+        assert_eq!(mode & 0o777, 0o755);
+        assert_eq!(
+            std::fs::read_link(s.ws().join("link")).unwrap(),
+            std::path::Path::new("run.sh")
+        );
+        assert!(!s.ws().join("tree").exists());
+        assert_eq!(read(&s, "deep/er/f").as_deref(), Some("n\n"));
+        assert_eq!(read(&s, "two\nlines").as_deref(), Some("z\n"));
+        assert_eq!(std::fs::read(s.ws().join("blob")).unwrap(), b"bin\0ary");
+    });
+}
+
+#[test]
+fn held_changes_expire_with_the_preview_ttl_and_leftovers_go_at_start() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = format!("{ALLOW_ALL}\n[edit]\npreview_ttl_ms = 300\n");
+    std::fs::write(dir.path().join("toolvisor.toml"), config).unwrap();
+    let leftover = dir.path().join(".toolvisor/staged/0123abcd/0/upper");
+    std::fs::create_dir_all(&leftover).unwrap();
+    std::fs::write(leftover.join("x"), "held by a daemon that is gone").unwrap();
+    let s = Server::start_in(dir);
+    assert!(!leftover.exists(), "removed at start");
+    block(T, async {
+        if !namespaces(&s).await {
+            return;
+        }
+        let r = s.call("run_command", stage("echo x > new")).await;
+        assert_eq!(r.status, Status::Ok, "{r:?}");
+        assert_eq!(staging_dirs(&s), 1);
+        // The sweep runs every few seconds; nothing to wait on but the directory.
+        let end = std::time::Instant::now() + std::time::Duration::from_secs(30);
+        while staging_dirs(&s) > 0 {
+            assert!(std::time::Instant::now() < end, "the expired changes stay");
+            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        }
+        let a = s
+            .call("apply_file_change", json!({"token": token(&r)}))
+            .await;
+        assert_eq!(kind(&a), Some(ErrorType::TokenInvalid), "{a:?}");
+        assert!(
+            a.error.as_ref().unwrap().message.contains("expired"),
+            "{a:?}"
+        );
+        assert_eq!(read(&s, "new"), None);
+    });
+}
