@@ -53,8 +53,13 @@ pub fn def() -> ToolDef {
 }
 
 fn describe(_: &ToolDef, _: &Map<String, Value>, paths: &[String]) -> String {
-    match paths.first() {
-        Some(p) => format!("Apply the previewed change to {p}"),
-        None => "Apply a previewed file change".to_owned(),
+    match paths {
+        [] => "Apply a previewed file change".to_owned(),
+        [p] => format!("Apply the previewed change to {p}"),
+        many => format!(
+            "Apply {} held changes of a staged command to {}",
+            many.len(),
+            many.join(", ")
+        ),
     }
 }

@@ -72,6 +72,20 @@ impl Staging {
     /// `private`, 1 `shared`). Nothing held: the directory is removed and the manifest
     /// is empty.
     pub(crate) fn collect(self, roots: &[PathBuf]) -> Result<Collected, ToolError> {
+        match self.read(roots) {
+            Ok(c) if c.manifest.changes.is_empty() => {
+                self.discard();
+                Ok(c)
+            }
+            Ok(c) => Ok(c),
+            Err(e) => {
+                self.discard();
+                Err(e)
+            }
+        }
+    }
+
+    fn read(&self, roots: &[PathBuf]) -> Result<Collected, ToolError> {
         let mut manifest = Manifest {
             id: self.id.clone(),
             changes: Vec::new(),
@@ -96,9 +110,6 @@ impl Staging {
                     before,
                 });
             }
-        }
-        if manifest.changes.is_empty() {
-            self.discard();
         }
         Ok(Collected {
             manifest,
