@@ -290,3 +290,41 @@ fn held_changes_expire_with_the_preview_ttl_and_leftovers_go_at_start() {
         assert_eq!(read(&s, "new"), None);
     });
 }
+
+#[test]
+fn the_shared_root_is_staged_too() {
+    let shared = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
+    std::fs::write(shared.path().join("lib.txt"), "old\n").unwrap();
+    let config = format!(
+        "[workspace]\nshared = {:?}\n{ALLOW_ALL}",
+        shared.path().display().to_string()
+    );
+    let s = Server::start(&config);
+    block(T, async {
+        if !namespaces(&s).await {
+            return;
+        }
+        let command = format!(
+            "echo new > {0}/lib.txt; echo mine > here; cat {0}/lib.txt",
+            shared.path().display()
+        );
+        let r = s.call("run_command", stage(&command)).await;
+        assert_eq!(r.status, Status::Ok, "{r:?}");
+        assert!(r.content.starts_with("new\n"), "{r:?}");
+        let c = changes(&r);
+        assert_eq!(
+            c.get("shared:/lib.txt").map(String::as_str),
+            Some("modified"),
+            "{c:?}"
+        );
+        assert_eq!(c.get("here").map(String::as_str), Some("created"), "{c:?}");
+        let lib = shared.path().join("lib.txt");
+        assert_eq!(std::fs::read_to_string(&lib).unwrap(), "old\n");
+        let a = s
+            .call("apply_file_change", json!({"token": token(&r)}))
+            .await;
+        assert_eq!(a.status, Status::Ok, "{a:?}");
+        assert_eq!(std::fs::read_to_string(&lib).unwrap(), "new\n");
+        assert_eq!(read(&s, "here").as_deref(), Some("mine\n"));
+    });
+}
