@@ -5,8 +5,9 @@
 //! stops the whole apply with nothing written. Then every new file and link is written
 //! beside its target under a temporary name (copied from the overlay's upper
 //! directory, its mode kept). Only then are deletions made and the temporaries renamed
-//! into place (each file atomically). A failure while preparing removes the
-//! temporaries: the workspace is as it was.
+//! into place (each file atomically), what they remove or replace moved aside first. A
+//! failure at any step removes the temporaries and moves everything back: the
+//! workspace is as it was.
 //!
 //! [`apply_staged`] is the one place that writes, so a journal of applied changes can
 //! hook it.
@@ -195,14 +196,67 @@ fn discard(prepared: &[Prepared<'_>]) {
     }
 }
 
+/// One step of a commit, and how to take it back.
+enum Undo {
+    /// `target` was moved aside to `backup`: move it back.
+    Restore { backup: PathBuf, target: PathBuf },
+    /// `target` is new: remove it (a directory with what it holds).
+    Remove(PathBuf),
+}
+
+impl Undo {
+    fn run(&self) {
+        let undone = match self {
+            Undo::Restore { backup, target } => std::fs::rename(backup, target),
+            Undo::Remove(target) => remove_any(target),
+        };
+        if let Err(e) = undone {
+            tracing::warn!("cannot undo a staged apply step ({e})");
+        }
+    }
+}
+
 /// Deletions first (what a new entry replaces goes with them), deepest first; then
-/// directories and renames, shallow first.
+/// directories and renames, shallow first. What is removed or replaced is first moved
+/// aside beside itself (a rename, on the same file system), so a failure part way
+/// puts everything back: all or nothing. The moved-aside entries are removed at the
+/// end.
 fn commit(
     manifest: &Manifest,
     targets: &[PathBuf],
     prepared: &[Prepared<'_>],
 ) -> Result<Vec<AppliedPath>, ApplyError> {
+    let mut undo = Vec::new();
     let mut applied = Vec::new();
+    let result = commit_steps(manifest, targets, prepared, &mut undo, &mut applied);
+    match result {
+        Ok(()) => {
+            for u in &undo {
+                if let Undo::Restore { backup, .. } = u
+                    && let Err(e) = remove_any(backup)
+                {
+                    tracing::warn!("cannot remove {backup:?} after a staged apply: {e}");
+                }
+            }
+            Ok(applied)
+        }
+        Err(e) => {
+            for u in undo.iter().rev() {
+                u.run();
+            }
+            discard(prepared);
+            Err(e)
+        }
+    }
+}
+
+fn commit_steps(
+    manifest: &Manifest,
+    targets: &[PathBuf],
+    prepared: &[Prepared<'_>],
+    undo: &mut Vec<Undo>,
+    applied: &mut Vec<AppliedPath>,
+) -> Result<(), ApplyError> {
     let mut doomed: Vec<(&Held, &PathBuf)> = manifest
         .changes
         .iter()
@@ -211,54 +265,88 @@ fn commit(
         .collect();
     doomed.sort_by_key(|(_, t)| std::cmp::Reverse(t.components().count()));
     for (h, target) in doomed {
-        remove_any(target).map_err(|e| {
-            discard(prepared);
-            io("remove", h, e)
-        })?;
+        set_aside(target, false, undo).map_err(|e| io("remove", h, e))?;
         applied.push(AppliedPath {
             target: target.clone(),
             path: h.path.clone(),
             kind: h.kind,
         });
     }
-    for (i, p) in prepared.iter().enumerate() {
-        let h = p.held;
-        let done = place(p);
-        if let Err(e) = done {
-            discard(&prepared[i..]);
-            return Err(io("write", h, e));
-        }
+    for p in prepared {
+        place(p, undo).map_err(|e| io("write", p.held, e))?;
         applied.push(AppliedPath {
             target: p.target.clone(),
-            path: h.path.clone(),
-            kind: h.kind,
+            path: p.held.path.clone(),
+            kind: p.held.kind,
         });
     }
-    Ok(applied)
+    Ok(())
 }
 
-/// Put one prepared entry in place: its parents made, what is there of another type
-/// removed, the temporary renamed over the target (or the directory made).
-fn place(p: &Prepared<'_>) -> std::io::Result<()> {
-    if let Some(parent) = p.target.parent() {
-        std::fs::create_dir_all(parent)?;
+/// Keep what is at `target` aside (nothing there: nothing to do). A file or link gets
+/// a second name (a hard link), so it stays in place until it is replaced in one
+/// rename (`replace`) or removed; a directory, or a file system without hard links,
+/// is renamed aside.
+fn set_aside(target: &Path, replace: bool, undo: &mut Vec<Undo>) -> std::io::Result<()> {
+    let Ok(meta) = std::fs::symlink_metadata(target) else {
+        return Ok(());
+    };
+    let root = target.parent().unwrap_or(target);
+    let backup = temp_beside(target, root);
+    let restore = Undo::Restore {
+        backup: backup.clone(),
+        target: target.to_path_buf(),
+    };
+    if !meta.is_dir() && std::fs::hard_link(target, &backup).is_ok() {
+        undo.push(restore);
+        if !replace {
+            std::fs::remove_file(target)?;
+        }
+        return Ok(());
     }
+    std::fs::rename(target, &backup)?;
+    undo.push(restore);
+    Ok(())
+}
+
+/// Make the missing parents of `target` (each recorded for the undo).
+fn make_parents(target: &Path, undo: &mut Vec<Undo>) -> std::io::Result<()> {
+    let Some(parent) = target.parent() else {
+        return Ok(());
+    };
+    let mut missing = Vec::new();
+    let mut at = Some(parent);
+    while let Some(p) = at.filter(|p| std::fs::symlink_metadata(p).is_err()) {
+        missing.push(p.to_path_buf());
+        at = p.parent();
+    }
+    for dir in missing.into_iter().rev() {
+        std::fs::create_dir(&dir)?;
+        undo.push(Undo::Remove(dir));
+    }
+    Ok(())
+}
+
+/// Put one prepared entry in place: its parents made, what is there moved aside
+/// (another file, or something of another type), the temporary renamed over the target
+/// (or the directory made).
+fn place(p: &Prepared<'_>, undo: &mut Vec<Undo>) -> std::io::Result<()> {
+    make_parents(&p.target, undo)?;
+    let there = std::fs::symlink_metadata(&p.target).ok();
     match (&p.temp, p.dir_mode) {
         (Some(temp), _) => {
-            if std::fs::symlink_metadata(&p.target).is_ok_and(|m| m.is_dir()) {
-                std::fs::remove_dir_all(&p.target)?;
-            }
-            std::fs::rename(temp, &p.target)
+            set_aside(&p.target, true, undo)?;
+            std::fs::rename(temp, &p.target)?;
+            undo.push(Undo::Remove(p.target.clone()));
+            Ok(())
         }
         (None, mode) => {
-            match std::fs::symlink_metadata(&p.target) {
-                Ok(m) if m.is_dir() => {}
-                Ok(_) => {
-                    std::fs::remove_file(&p.target)?;
-                    std::fs::create_dir(&p.target)?;
-                }
-                Err(_) => std::fs::create_dir(&p.target)?,
+            if there.as_ref().is_some_and(|m| m.is_dir()) {
+                return Ok(());
             }
+            set_aside(&p.target, false, undo)?;
+            std::fs::create_dir(&p.target)?;
+            undo.push(Undo::Remove(p.target.clone()));
             match mode {
                 Some(m) => std::fs::set_permissions(&p.target, std::fs::Permissions::from_mode(m)),
                 None => Ok(()),
@@ -381,6 +469,43 @@ mod tests {
             "{e}"
         );
         assert_eq!(std::fs::read_to_string(c.root.join("a")).unwrap(), "1\n");
+    }
+
+    #[test]
+    fn a_failure_part_way_puts_everything_back() {
+        let c = case();
+        std::fs::write(c.root.join("a"), "1\n").unwrap();
+        std::fs::write(c.root.join("gone"), "g\n").unwrap();
+        std::fs::write(upper(&c, "a"), "2\n").unwrap();
+        std::fs::write(upper(&c, "b"), "new\n").unwrap();
+        std::fs::write(upper(&c, "x/f"), "f\n").unwrap();
+        let m = Manifest {
+            id: "id".into(),
+            changes: vec![
+                held(&c, "a", ChangeKind::Modified),
+                held(&c, "b", ChangeKind::Created),
+                held(&c, "gone", ChangeKind::Deleted),
+                held(&c, "x/f", ChangeKind::Created),
+            ],
+        };
+        // `x` appears as a file: `x/f` is still missing (not stale), but its parent
+        // cannot be made, after `gone`, `a` and `b` were done.
+        std::fs::write(c.root.join("x"), "in the way\n").unwrap();
+        let e = apply_staged(&m, &c.dir, std::slice::from_ref(&c.root)).unwrap_err();
+        assert!(
+            matches!(&e, ApplyError::Io { path, .. } if path == "x/f"),
+            "{e}"
+        );
+        assert_eq!(std::fs::read_to_string(c.root.join("a")).unwrap(), "1\n");
+        assert_eq!(std::fs::read_to_string(c.root.join("gone")).unwrap(), "g\n");
+        assert!(!c.root.join("b").exists());
+        let mut names: Vec<_> = std::fs::read_dir(&c.root)
+            .unwrap()
+            .flatten()
+            .map(|e| e.file_name().to_string_lossy().into_owned())
+            .collect();
+        names.sort();
+        assert_eq!(names, ["a", "gone", "x"], "nothing left behind");
     }
 
     #[test]
