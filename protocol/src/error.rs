@@ -53,6 +53,9 @@ pub enum ErrorType {
     InternalError,
     /// A command was stopped by one of `[workers.exec.limits]` (the message names it).
     ResourceLimit,
+    /// The sandbox a call needs cannot be built on this host (a staged command without
+    /// user namespaces, or with the sandbox off): the command did not run.
+    SandboxUnverified,
     /// A skill or subagent action of an envelope: toolvisor runs tools only.
     UnsupportedAction,
     /// `web_fetch`: the server answered with a non-2xx status (the message names it).
@@ -87,9 +90,6 @@ pub enum ErrorType {
     UnknownInteraction,
     /// An `envelope` whose block cannot be run (the message names the problem).
     BadEnvelope,
-    /// The command sandbox (or one of its guards) is not verified on this host, so the
-    /// call cannot run the way it asked.
-    SandboxUnverified,
     /// An undo left a path alone: something changed it after the call being undone.
     UndoConflict,
     /// What a call changed cannot be put back (the message says why).
@@ -124,6 +124,7 @@ impl ErrorType {
             ErrorType::Overloaded => "Overloaded",
             ErrorType::InternalError => "InternalError",
             ErrorType::ResourceLimit => "ResourceLimit",
+            ErrorType::SandboxUnverified => "SandboxUnverified",
             ErrorType::UnsupportedAction => "UnsupportedAction",
             ErrorType::HttpError => "HttpError",
             ErrorType::FetchError => "FetchError",
@@ -140,7 +141,6 @@ impl ErrorType {
             ErrorType::UnknownCall => "UnknownCall",
             ErrorType::UnknownInteraction => "UnknownInteraction",
             ErrorType::BadEnvelope => "BadEnvelope",
-            ErrorType::SandboxUnverified => "SandboxUnverified",
             ErrorType::UndoConflict => "UndoConflict",
             ErrorType::NotUndoable => "NotUndoable",
             ErrorType::NetworkDenied => "NetworkDenied",

@@ -42,6 +42,11 @@ pub fn session_share(slots: usize) -> usize {
     slots.saturating_sub((slots / 4).max(1)).max(1)
 }
 
+/// The `meta` field in which the exec worker hands the supervisor a staged command's
+/// record (`toolvisor_os::staged::Manifest`): the supervisor takes it out, keeps it
+/// behind `meta.token`, and a client never sees it.
+pub const STAGED_META: &str = "staged_record";
+
 /// The message types a worker decodes; another `type` is refused, not guessed at.
 pub const KNOWN_TO_WORKER: &[&str] = &["init", "run", "cancel", "shutdown"];
 /// The message types the supervisor decodes from a worker.

@@ -89,6 +89,8 @@ pub struct Service {
     confirmations: Confirmations,
     /// Changes shown by a preview, waiting to be applied.
     pub(crate) previews: std::sync::Mutex<PreviewStore>,
+    /// Staged commands' held changes, waiting to be applied.
+    pub(crate) staged: std::sync::Mutex<PreviewStore<crate::call::staged::Staged>>,
     pools: HashMap<String, Arc<Pool>>,
     /// The groups in the order they started (built-in first, then external by name).
     order: Vec<String>,
@@ -175,6 +177,7 @@ impl Service {
             confirmations: Confirmations::new(policy.confirm_timeout()),
             policy: RwLock::new(Arc::new(policy)),
             previews: std::sync::Mutex::new(PreviewStore::new()),
+            staged: std::sync::Mutex::new(PreviewStore::new()),
             pools,
             order,
             events,

@@ -34,6 +34,7 @@ mod protocol;
 mod sandbox;
 mod search;
 mod skills;
+mod stage;
 mod state;
 mod supervision;
 mod surfaces;

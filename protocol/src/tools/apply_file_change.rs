@@ -18,6 +18,10 @@ pub fn def() -> ToolDef {
         output: super::def::result_schema(&[
             ("path", json!({"type": "string"})),
             (
+                "changes",
+                json!({"type": "array", "description": "A staged command's changes, written", "items": {"type": "object"}}),
+            ),
+            (
                 "diff",
                 json!({"type": "string", "description": "The change made, as a unified diff"}),
             ),
@@ -39,9 +43,9 @@ pub fn def() -> ToolDef {
         ..ToolDef::new(
             NAME,
             super::EDIT,
-            "Apply exactly the change a preview showed, by its token. Fails with StaleChange if the file changed since.",
+            "Apply exactly the change a preview showed, or every change a staged run_command held (all or none), by its token. Fails with StaleChange if a file changed since.",
             args::object(
-                json!({"token": {"type": "string", "minLength": 1, "description": "meta.token of a preview."}}),
+                json!({"token": {"type": "string", "minLength": 1, "description": "meta.token of a preview or of a staged run_command."}}),
                 &["token"],
             ),
         )
@@ -49,8 +53,13 @@ pub fn def() -> ToolDef {
 }
 
 fn describe(_: &ToolDef, _: &Map<String, Value>, paths: &[String]) -> String {
-    match paths.first() {
-        Some(p) => format!("Apply the previewed change to {p}"),
-        None => "Apply a previewed file change".to_owned(),
+    match paths {
+        [] => "Apply a previewed file change".to_owned(),
+        [p] => format!("Apply the previewed change to {p}"),
+        many => format!(
+            "Apply {} held changes of a staged command to {}",
+            many.len(),
+            many.join(", ")
+        ),
     }
 }

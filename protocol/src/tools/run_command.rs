@@ -24,8 +24,9 @@ pub fn def() -> ToolDef {
         aliases: vec!["shell".into()],
         paths: vec![PathParam::or("cwd", ".")],
         describe,
-        // Foreground: exit_code, signal, resources; in the background, the process.
-        output: result_schema(&process_fields()),
+        // Foreground: exit_code, signal, resources; in the background, the process;
+        // staged: the held changes and their token.
+        output: result_schema(&output_fields()),
         confirm_preview: ConfirmPreview::Arg("command"),
         policy: PolicyTraits {
             shell: true,
@@ -61,6 +62,7 @@ pub fn def() -> ToolDef {
                         },
                         "additionalProperties": false
                     },
+                    "stage": {"type": "boolean", "description": "Hold the command's workspace changes instead of writing them: it sees its own writes, the workspace stays as it was. The result lists them (meta.changes, a diff after the output) with meta.token: apply_file_change applies all of them or none. Foreground only (not with background or tty)."},
                     "expose": {
                         "type": "array",
                         "items": {"type": "integer", "minimum": 1, "maximum": 65535},
@@ -91,6 +93,20 @@ fn check(args: &Value) -> Result<(), String> {
         }
         args::compiles(ready, "regex", "ready.regex")?;
     }
+    if args.get("stage").and_then(Value::as_bool) == Some(true) {
+        if background {
+            return Err(
+                "stage holds a foreground command's changes: it cannot run in the background"
+                    .into(),
+            );
+        }
+        if args.get("tty").and_then(Value::as_bool) == Some(true) {
+            return Err(
+                "stage holds a foreground command's changes: it cannot run in a terminal (tty)"
+                    .into(),
+            );
+        }
+    }
     if background && args.get("yield_ms").is_some() {
         return Err("yield_ms is for a foreground command (background returns at once)".into());
     }
@@ -102,6 +118,31 @@ fn check(args: &Value) -> Result<(), String> {
         return Err("rows and cols are the size of a terminal: add tty: true".into());
     }
     args::input_size(args, "stdin")
+}
+
+/// `meta` of a result: a process's fields, and a staged command's changes and token.
+fn output_fields() -> Vec<(&'static str, Value)> {
+    let mut fields = process_fields();
+    fields.push((
+        "changes",
+        json!({
+            "type": "array",
+            "description": "stage: the workspace changes held (not written)",
+            "items": {
+                "type": "object",
+                "properties": {
+                    "path": {"type": "string"},
+                    "kind": {"type": "string", "enum": ["created", "modified", "deleted"]}
+                },
+                "required": ["path", "kind"]
+            }
+        }),
+    ));
+    fields.push((
+        "token",
+        json!({"type": "string", "description": "stage: single-use; pass it as apply_file_change's `token` to write every held change (or none)"}),
+    ));
+    fields
 }
 
 /// A `ready` waits up to its `timeout_ms`.
@@ -118,6 +159,9 @@ fn describe(_: &ToolDef, a: &Map<String, Value>, paths: &[String]) -> String {
     }
     if flag(a, "background") {
         out.push_str(" in the background");
+    }
+    if flag(a, "stage") {
+        out.push_str(", holding its changes");
     }
     if let Some(ports) = a.get("expose").and_then(Value::as_array) {
         let ports: Vec<String> = ports.iter().map(Value::to_string).collect();

@@ -51,6 +51,9 @@ impl Service {
     /// Apply exactly the change a preview kept, once: the worker runs it as `op`.
     pub(crate) async fn apply_change(&self, call: &Call<'_>, op: &str) -> (Outcome, Ran) {
         let token = change_token(&call.req.args);
+        if let Some(end) = self.apply_staged_token(token).await {
+            return end;
+        }
         let change = match self.previews().take(token, Instant::now()) {
             Ok(c) => c,
             Err(e) => return (fail(e.error_type(), e.to_string()), None),

@@ -108,7 +108,15 @@ impl Service {
     /// The path an apply call will write, from its pending preview.
     fn add_change_location(&self, call: &Call<'_>, decision: &mut Decision) {
         let token = change_token(&call.req.args);
-        if let Ok(change) = self.previews().peek(token, Instant::now()) {
+        let staged = self.staged().peek(token, Instant::now()).ok().map(|s| {
+            let paths = s.manifest.changes.iter().map(|h| h.path.clone());
+            paths.collect::<Vec<_>>()
+        });
+        if let Some(paths) = staged {
+            decision.locations = paths;
+            let args = call.req.args.as_object().cloned().unwrap_or_default();
+            decision.description = (call.tool.describe)(call.tool, &args, &decision.locations);
+        } else if let Ok(change) = self.previews().peek(token, Instant::now()) {
             decision.locations = vec![change.path.clone()];
             let args = call.req.args.as_object().cloned().unwrap_or_default();
             decision.description = (call.tool.describe)(call.tool, &args, &decision.locations);
@@ -262,6 +270,9 @@ impl Service {
                 .map(str::to_owned),
             ConfirmPreview::PendingChange => {
                 let token = change_token(&call.req.args);
+                if let Ok(s) = self.staged().peek(token, Instant::now()) {
+                    return Some(s.summary());
+                }
                 self.previews()
                     .peek(token, Instant::now())
                     .ok()

@@ -118,6 +118,11 @@ fn reach(call: &Call<'_>, service: &Service, undo: &Undo) -> Option<Option<Vec<P
                 "write_file" | "edit_file" => call.req.args.get("path")?.as_str()?.to_owned(),
                 "apply_file_change" => {
                     let token = crate::call::changes::change_token(&call.req.args);
+                    if service.staged().peek(token, Instant::now()).is_ok() {
+                        // A staged command's held changes may remove whole trees: the
+                        // capture covers the workspace, so each removed path is kept.
+                        return Some(None);
+                    }
                     let previews = service.previews();
                     match previews.peek(token, Instant::now()) {
                         Ok(c) => c.path.clone(),

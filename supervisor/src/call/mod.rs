@@ -16,5 +16,6 @@ pub mod processes;
 pub mod record;
 pub mod router;
 pub mod running;
+pub mod staged;
 pub mod timeout_hint;
 pub mod undo_request;

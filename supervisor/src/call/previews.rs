@@ -108,16 +108,17 @@ impl TokenError {
 
 /// A change waiting for its token.
 #[derive(Debug)]
-struct Live {
-    change: PendingChange,
+struct Live<T> {
+    change: T,
     issued_at: Instant,
     expires_at: Instant,
 }
 
-/// Pending changes by token, plus the ids of spent tokens.
+/// Pending changes by token, plus the ids of spent tokens. `T`: what a token stands for
+/// (a preview's [`PendingChange`], or a staged command's held changes).
 #[derive(Debug)]
-pub struct PreviewStore {
-    live: HashMap<String, Live>,
+pub struct PreviewStore<T = PendingChange> {
+    live: HashMap<String, Live<T>>,
     /// Why each remembered token is spent.
     spent: HashMap<String, TokenError>,
     /// Spent ids in the order they were spent, with when to forget them.
@@ -125,13 +126,13 @@ pub struct PreviewStore {
     tokens: TokenSource,
 }
 
-impl Default for PreviewStore {
+impl<T> Default for PreviewStore<T> {
     fn default() -> Self {
         Self::new()
     }
 }
 
-impl PreviewStore {
+impl<T> PreviewStore<T> {
     /// An empty store.
     pub fn new() -> Self {
         PreviewStore {
@@ -143,7 +144,7 @@ impl PreviewStore {
     }
 
     /// Keep `change` until `now + ttl`; returns its new, unguessable token.
-    pub fn issue(&mut self, change: PendingChange, now: Instant, ttl: Duration) -> String {
+    pub fn issue(&mut self, change: T, now: Instant, ttl: Duration) -> String {
         self.prune(now);
         while self.live.len() >= MAX_LIVE {
             self.evict_oldest(now);
@@ -159,7 +160,7 @@ impl PreviewStore {
     }
 
     /// Use `token` once: its change, or why not (unknown, already used, expired).
-    pub fn take(&mut self, token: &str, now: Instant) -> Result<PendingChange, TokenError> {
+    pub fn take(&mut self, token: &str, now: Instant) -> Result<T, TokenError> {
         self.prune(now);
         if let Some(live) = self.live.remove(token) {
             self.remember(token.to_owned(), TokenError::Used, now);
@@ -175,7 +176,7 @@ impl PreviewStore {
     /// Look at `token`'s change without using it: for the policy decision and the
     /// confirmation of an `apply_file_change` (its path and risk) before
     /// [`take`](Self::take).
-    pub fn peek(&self, token: &str, now: Instant) -> Result<&PendingChange, TokenError> {
+    pub fn peek(&self, token: &str, now: Instant) -> Result<&T, TokenError> {
         match self.live.get(token) {
             Some(live) if now < live.expires_at => Ok(&live.change),
             Some(_) => Err(TokenError::Expired),
@@ -398,7 +399,7 @@ mod tests {
         assert_ne!(a, b);
         assert_eq!(a.len(), 3 + 32);
         assert!(a[3..].bytes().all(|c| c.is_ascii_hexdigit()));
-        let other_store = PreviewStore::new().tokens.next();
+        let other_store = PreviewStore::<PendingChange>::new().tokens.next();
         assert_ne!(
             other_store, a,
             "two stores must not produce the same tokens"

@@ -237,8 +237,11 @@ impl Service {
     async fn route(&self, call: &Call<'_>, network: bool) -> (Outcome, Ran) {
         match call.tool.route {
             Route::Worker => {
-                self.dispatch(call, call.req.args.clone(), &call.tool.name, network)
-                    .await
+                let mut end = self
+                    .dispatch(call, call.req.args.clone(), &call.tool.name, network)
+                    .await;
+                self.hold_staged(&call.tool.name, &mut end.0);
+                end
             }
             Route::Preview => self.preview(call).await,
             Route::ApplyPreview { op } => self.apply_change(call, op).await,

@@ -130,6 +130,11 @@ async fn serve(args: ServeArgs, state: StateDir) -> i32 {
     let socket = args.socket.clone().unwrap_or_else(|| state.socket.clone());
     let instance = instance_marker(&state_dir);
     crate::serve::leftovers::kill(&instance);
+    // Held changes of staged commands die with the daemon that held their tokens.
+    let staged = toolvisor_os::staged::remove_leftovers(&state_dir);
+    if staged > 0 {
+        tracing::info!("removed {staged} staging directories left by an earlier daemon");
+    }
     let spawner = match Spawner::start(tokio::runtime::Handle::current()) {
         Ok(s) => s,
         Err(e) => {

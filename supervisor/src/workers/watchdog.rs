@@ -56,6 +56,8 @@ pub async fn run(service: Arc<Service>) {
     loop {
         tick.tick().await;
         check(&service).await;
+        // Staged changes whose token expired go with their staging directories.
+        service.prune_staged();
     }
 }
 

@@ -9,6 +9,7 @@
 //! - [`input`], [`control`], [`ansi`], [`ports`]: a command's input (pipe or terminal),
 //!   its control channel (signals, its terminal), a terminal's output as text, and the
 //!   ports a job listens on;
+//! - [`stage`]: `stage: true`, a command whose workspace changes are held, not written;
 //! - [`env`]: the scrubbed environment;
 //! - [`cgroup`], [`limits`]: `[workers.exec.limits]` per command.
 
@@ -24,6 +25,7 @@ mod limits;
 mod output;
 mod ports;
 mod run_command;
+mod stage;
 
 use std::os::fd::OwnedFd;
 use std::path::{Path, PathBuf};

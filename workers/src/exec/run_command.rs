@@ -1,6 +1,7 @@
 //! `run_command` in the foreground (background starts are in [`super::jobs`]).
 
 use std::os::unix::process::ExitStatusExt;
+use std::path::Path;
 use std::process::ExitStatus;
 use std::sync::Arc;
 use std::time::Duration;
@@ -15,6 +16,7 @@ use super::input::Prepared;
 use super::jobs::{NewJob, ReadySpec, Yielded};
 use super::launch::{Bounds, CpuWatch, Ended, Running, Spec, Stop, supervise};
 use super::output::{Capture, Coalescer, sanitize_name};
+use super::stage::{Collected, Staging};
 use crate::reap::report::Report;
 use crate::{ToolContext, ToolError};
 
@@ -39,6 +41,8 @@ pub(crate) struct RunArgs<'a> {
     pub ready: Option<ReadySpec>,
     /// With `background`: ports to publish on the host's loopback.
     pub expose: Vec<u16>,
+    /// Hold the command's workspace changes instead of writing them.
+    pub stage: bool,
 }
 
 /// A terminal's size when the call gives none.
@@ -58,6 +62,13 @@ impl<'a> RunArgs<'a> {
                 .map(Duration::from_millis)
         };
         let background = flag("background");
+        let stage = flag("stage");
+        if stage && (background || flag("tty")) {
+            return Err(ToolError::invalid(
+                "stage holds a foreground command's changes: it cannot run in the background \
+                 or in a terminal (tty)",
+            ));
+        }
         let ready = match args.get("ready") {
             Some(_) if !background => {
                 return Err(ToolError::invalid(
@@ -106,6 +117,7 @@ impl<'a> RunArgs<'a> {
             yield_after: ms("yield_ms"),
             ready,
             expose,
+            stage,
         })
     }
 }
@@ -141,12 +153,29 @@ pub(crate) async fn run(
     if a.background {
         return state.jobs.start(state, &a, ctx).await;
     }
-    if a.yield_after.is_none() {
+    if a.stage {
+        // A staged command's changes are read when it ends: it never goes on in the
+        // background.
+        a.yield_after = None;
+    } else if a.yield_after.is_none() {
         a.yield_after = ctx.init.exec.yield_ms.map(Duration::from_millis);
     }
+    let staging = match a.stage {
+        true => Some(stage_for(state, ctx)?),
+        false => None,
+    };
     let (deadline, own_timeout) = command_deadline(a.timeout, ctx.deadline);
-    let (mut running, cgroup) =
-        launch(state, &a, ctx, ctx.output.is_none(), a.stdin.is_some()).await?;
+    let pipes = (ctx.output.is_none(), a.stdin.is_some());
+    let launched = launch(state, &a, ctx, pipes, staging.as_ref().map(Staging::dir)).await;
+    let (mut running, cgroup) = match launched {
+        Ok(l) => l,
+        Err(e) => {
+            if let Some(s) = staging {
+                s.discard();
+            }
+            return Err(e);
+        }
+    };
     let terminal = running.attach_terminal(deadline.into()).await?;
     let input = terminal.or_else(|| running.stdin.take());
     // The feeder outlives the call when the command yields: the job reads `stdin` at
@@ -209,6 +238,15 @@ pub(crate) async fn run(
     }
     let report = running.report();
     if let Some(why) = report.as_ref().and_then(|r| r.setup_error.clone()) {
+        if let Some(s) = staging {
+            s.discard();
+            return Err(ToolError::new(
+                ErrorType::SandboxUnverified,
+                format!(
+                    "the staged command's sandbox could not be set up, so it did not run: {why}"
+                ),
+            ));
+        }
         return Err(ToolError::internal(format!(
             "the command's sandbox could not be set up, so it did not run: {why}"
         )));
@@ -227,8 +265,67 @@ pub(crate) async fn run(
     );
     out.truncated = truncated;
     running.retire(cgroup).await;
+    if let Some(s) = staging {
+        let roots = state.launcher.stage_roots().unwrap_or_default();
+        add_staged(&mut out, s.collect(roots)?, &ctx.init.limits);
+    }
     Ok(out)
 }
+
+/// A staging directory for a command of this worker, or why none can be staged: the
+/// sandbox is off or the host has no user namespaces (the command must never run
+/// unstaged instead).
+fn stage_for(state: &ExecState, ctx: &ToolContext) -> Result<Staging, ToolError> {
+    let Some(roots) = state.launcher.stage_roots() else {
+        return Err(ToolError::new(
+            ErrorType::SandboxUnverified,
+            "stage needs the command sandbox (an overlay in the command's own user and \
+             mount namespaces), and commands here run without namespaces (sandbox off, or \
+             the host refuses user namespaces): the command did not run",
+        ));
+    };
+    Staging::create(&ctx.init.state_dir, roots.len())
+}
+
+/// Add a staged command's held changes to its result: `meta.changes`, their diff
+/// after the output (cut like any output), and the record the supervisor keeps behind
+/// `meta.token` (`meta.staged`, taken out before the client sees the result).
+fn add_staged(out: &mut Outcome, held: Collected, limits: &toolvisor_protocol::worker::Limits) {
+    let changes: Vec<Value> = held
+        .manifest
+        .changes
+        .iter()
+        .map(|h| json!({"path": h.path, "kind": h.kind.as_str()}))
+        .collect();
+    let block = match changes.len() {
+        0 => "[staged: no workspace changes]\n".to_owned(),
+        n => {
+            let cut = crate::truncate::text(&held.diff, limits.shell_max, limits.shell_max);
+            format!(
+                "[staged: {n} change(s) held, not written; apply_file_change with meta.token writes them]\n{}",
+                cut.text
+            )
+        }
+    };
+    for text in [&mut out.content, &mut out.display] {
+        if !text.is_empty() && !text.ends_with('\n') {
+            text.push('\n');
+        }
+        text.push_str(&block);
+    }
+    out.meta.insert("changes".into(), Value::Array(changes));
+    if !held.manifest.changes.is_empty() {
+        match serde_json::to_value(&held.manifest) {
+            Ok(v) => {
+                out.meta.insert(STAGED_META.into(), v);
+            }
+            Err(e) => tracing::warn!("cannot record the staged changes: {e}"),
+        }
+    }
+}
+
+/// The `meta` field that carries a staged command's record to the supervisor.
+pub(crate) const STAGED_META: &str = toolvisor_protocol::worker::STAGED_META;
 
 /// When the command must end, and its own `timeout` when that is what ends it (for the
 /// message). The call's deadline (`timeout_ms`, else the group's `default_timeout_ms`,
@@ -255,8 +352,8 @@ pub(crate) async fn launch(
     state: &ExecState,
     a: &RunArgs<'_>,
     ctx: &ToolContext,
-    merged: bool,
-    stdin_pipe: bool,
+    (merged, stdin_pipe): (bool, bool),
+    stage: Option<&Path>,
 ) -> Result<(Running, Option<CommandCgroup>), ToolError> {
     let (cwd, cwd_path) = super::open_cwd(ctx, a.cwd)?;
     let env = super::env::build(std::env::vars(), &ctx.init.exec, a.env, a.tty.is_some())?;
@@ -282,6 +379,7 @@ pub(crate) async fn launch(
         cgroup: None,
         stdin_pipe,
         tty: a.tty,
+        stage,
     };
     if let Some(started) = state.spares.run(&spec).await? {
         return Ok(started);

@@ -16,6 +16,7 @@ pub mod landlock;
 pub mod mount;
 pub mod ns;
 pub mod observe;
+pub mod overlay;
 pub mod plan;
 pub mod probe;
 pub mod protect;

@@ -55,10 +55,14 @@ pub fn build(steps: &[Step]) -> Result<(), SandboxError> {
     .map_err(|e| failed("cannot make private", Path::new("/"), e))?;
     let tree = clone_tree(Path::new("/"))?;
     set_attr_fd(&tree, MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID)?;
+    make_beneath_overlays(steps)?;
     let mut sources = Vec::new();
     for s in steps {
         match s {
             Step::Writable(p) => sources.push((p.clone(), clone_tree(p)?)),
+            Step::Overlay { path, upper, work } => {
+                sources.push((path.clone(), super::overlay::mount(path, upper, work)?));
+            }
             Step::Shown(p) => {
                 let tree = clone_tree(p)?;
                 set_attr_fd(&tree, MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID)?;
@@ -83,6 +87,32 @@ pub fn build(steps: &[Step]) -> Result<(), SandboxError> {
     enter(&base)
 }
 
+/// A staged command's root is an overlay: what the plan makes in it (git's `hooks`, a
+/// `commondir`) is made on the host first, as for any command, so it is not a held
+/// change of the command's.
+fn make_beneath_overlays(steps: &[Step]) -> Result<(), SandboxError> {
+    let overlays: Vec<&Path> = steps
+        .iter()
+        .filter_map(|s| match s {
+            Step::Overlay { path, .. } => Some(path.as_path()),
+            _ => None,
+        })
+        .collect();
+    let beneath = |p: &Path| overlays.iter().any(|o| p.starts_with(o));
+    for s in steps {
+        match s {
+            Step::MakeDir(p) if beneath(p) => match std::fs::create_dir(p) {
+                Ok(()) => {}
+                Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
+                Err(e) => return Err(failed("cannot create", p, e)),
+            },
+            Step::MakeFile { path, content } if beneath(path) => make_file(path, path, content)?,
+            _ => {}
+        }
+    }
+    Ok(())
+}
+
 /// One step, with `at` mapping a host path into the new root.
 fn run_step(
     step: &Step,
@@ -97,7 +127,7 @@ fn run_step(
                 mount_fs("tmpfs", &t, "tmpfs", flags, "mode=1777")?;
             }
         }
-        Step::Writable(p) | Step::Shown(p) => {
+        Step::Writable(p) | Step::Shown(p) | Step::Overlay { path: p, .. } => {
             let i = sources.iter().position(|(s, _)| s == p);
             let Some((_, fd)) = i.map(|i| sources.swap_remove(i)) else {
                 return Err(failed(

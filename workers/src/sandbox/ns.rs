@@ -179,11 +179,28 @@ pub fn setup(spec: &SandboxSpec) -> Result<Observations, SandboxError> {
         hidden: &spec.hidden,
         network: spec.network,
         home: home.as_deref(),
+        stage: spec.stage.as_deref(),
     };
     let seen = Recording::new(&HostView);
     let steps = plan::plan(&inputs, &seen);
+    if spec.stage.is_some() {
+        let host = rustix::fs::stat(&spec.cwd)
+            .map_err(|e| SandboxError::step("cannot stat the cwd", e))?;
+        if (host.st_dev, host.st_ino) != (before.st_dev, before.st_ino) {
+            return Err(SandboxError::Refused(format!(
+                "{} changed while the sandbox was set up",
+                spec.cwd.display()
+            )));
+        }
+    }
     super::mount::build(&steps)?;
-    enter_cwd(&spec.cwd, (before.st_dev, before.st_ino))?;
+    if spec.stage.is_some() {
+        // Inside the overlay the directory has the overlay's identity: it was checked
+        // on the host view before the overlay was made over it.
+        enter_staged_cwd(&spec.cwd)?;
+    } else {
+        enter_cwd(&spec.cwd, (before.st_dev, before.st_ino))?;
+    }
     rustix::system::sethostname(b"toolvisor")
         .map_err(|e| SandboxError::step("cannot set the host name", e))?;
     // A joined session loopback is up already (and not ours to configure).
@@ -203,6 +220,23 @@ pub fn enter_cwd(cwd: &Path, was: (u64, u64)) -> Result<(), SandboxError> {
     if (now.st_dev, now.st_ino) != was {
         return Err(SandboxError::Refused(format!(
             "{} changed while the sandbox was set up",
+            cwd.display()
+        )));
+    }
+    Ok(())
+}
+
+/// [`enter_cwd`] for a staged command, whose workspace is an overlay (the directory's
+/// identity was checked on the host view before): it must be on the overlay.
+fn enter_staged_cwd(cwd: &Path) -> Result<(), SandboxError> {
+    const OVERLAYFS_SUPER_MAGIC: i64 = 0x794c_7630;
+    rustix::process::chdir(cwd).map_err(|e| {
+        SandboxError::step(format!("cannot enter {} in the sandbox", cwd.display()), e)
+    })?;
+    let fs = rustix::fs::statfs(".").map_err(|e| SandboxError::step("cannot statfs the cwd", e))?;
+    if fs.f_type as i64 != OVERLAYFS_SUPER_MAGIC {
+        return Err(SandboxError::Refused(format!(
+            "{} is not on the staging overlay",
             cwd.display()
         )));
     }

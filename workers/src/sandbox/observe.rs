@@ -183,6 +183,7 @@ mod tests {
             hidden: &[],
             network: false,
             home: None,
+            stage: None,
         };
         let rec = Recording::new(&HostView);
         let steps = plan(&inputs, &rec);

@@ -129,6 +129,17 @@ pub enum Step {
     Dev,
     /// The host tree at this path, writable.
     Writable(PathBuf),
+    /// A staged command's workspace root: an overlay with the host tree at this path as
+    /// its lower layer and its writes going to `upper` (outside the workspace), so the
+    /// command sees its own changes and the host's tree is left as it was.
+    Overlay {
+        /// The root (the lower layer, and where the overlay is mounted).
+        path: PathBuf,
+        /// The overlay's upper directory (the held changes).
+        upper: PathBuf,
+        /// Its work directory (same file system as `upper`).
+        work: PathBuf,
+    },
     /// Create this directory (git's own `hooks`, so a missing one cannot be planted),
     /// before it is made read-only.
     MakeDir(PathBuf),
@@ -163,6 +174,7 @@ impl Step {
             Step::Tmpfs(p)
             | Step::Shown(p)
             | Step::Writable(p)
+            | Step::Overlay { path: p, .. }
             | Step::MakeDir(p)
             | Step::MakeFile { path: p, .. }
             | Step::Pin(p)
@@ -191,6 +203,9 @@ pub struct Inputs<'a> {
     pub network: bool,
     /// The daemon's home directory (`~/` in a git configuration).
     pub home: Option<&'a Path>,
+    /// A staged command's staging directory: each writable root becomes an overlay
+    /// whose upper layer is in it ([`toolvisor_os::staged`] layout).
+    pub stage: Option<&'a Path>,
 }
 
 /// The steps for `inputs` over `view`, in the order they must run.
@@ -206,7 +221,7 @@ pub fn plan(inputs: &Inputs<'_>, view: &dyn View) -> Vec<Step> {
     if view.kind(Path::new(DEV)) == Kind::Dir {
         steps.push(Step::Dev);
     }
-    steps.extend(writable.iter().cloned().map(Step::Writable));
+    steps.extend(writable.iter().map(|w| writable_step(w, inputs)));
     let mut guards = Vec::new();
     for root in inputs.roots.iter().filter(|r| writable.contains(r)) {
         guards.extend(root_guards(root, inputs.protected, view));
@@ -234,6 +249,20 @@ pub fn plan(inputs: &Inputs<'_>, view: &dyn View) -> Vec<Step> {
     steps.extend(order(guards, &writable, view));
     steps.push(Step::Proc);
     steps
+}
+
+/// How writable path `w` is mounted: as it is, or, for a root of a staged command, as
+/// an overlay that holds its changes.
+fn writable_step(w: &Path, inputs: &Inputs<'_>) -> Step {
+    let root = inputs.roots.iter().position(|r| r == w);
+    match (inputs.stage, root) {
+        (Some(dir), Some(i)) => Step::Overlay {
+            path: w.to_path_buf(),
+            upper: toolvisor_os::staged::upper(dir, i),
+            work: toolvisor_os::staged::work(dir, i),
+        },
+        _ => Step::Writable(w.to_path_buf()),
+    }
 }
 
 /// What the repository's git configuration makes the host run from `root`
@@ -438,6 +467,7 @@ mod tests {
             hidden,
             network: false,
             home: None,
+            stage: None,
         };
         plan(&inputs, &HostView)
     }
@@ -606,11 +636,57 @@ mod tests {
             hidden: &[],
             network: false,
             home: None,
+            stage: None,
         };
         let steps = plan(&inputs, &HostView);
         assert!(steps.contains(&Step::ReadOnly(r.join(".git"))), "{steps:?}");
         assert!(!steps.contains(&Step::Pin(r.join(".git"))), "{steps:?}");
         assert!(!steps.contains(&Step::ReadOnly(r.join(".git/config"))));
+    }
+
+    #[test]
+    fn a_staged_root_is_an_overlay_with_its_guards_on_top() {
+        let ws = Ws::new();
+        ws.touch(".git/config");
+        ws.mkdir(".git/hooks");
+        let r = ws.root();
+        let extra = ws.root().join(".vscode");
+        ws.mkdir(".vscode");
+        let roots = [r.clone()];
+        let writable = [PathBuf::from("/nonexistent-writable")];
+        let protected = names();
+        let stage = Path::new("/state/staged/abc");
+        let inputs = Inputs {
+            roots: &roots,
+            writable: &writable,
+            protected: &protected,
+            read_only: &[],
+            hidden: &[],
+            network: false,
+            home: None,
+            stage: Some(stage),
+        };
+        let steps = plan(&inputs, &HostView);
+        let overlay = Step::Overlay {
+            path: r.clone(),
+            upper: stage.join("0/upper"),
+            work: stage.join("0/work"),
+        };
+        let at = |s: &Step| steps.iter().position(|x| x == s);
+        let o = at(&overlay).unwrap_or_else(|| panic!("{steps:?}"));
+        assert!(!steps.contains(&Step::Writable(r.clone())), "{steps:?}");
+        for guard in [
+            Step::ReadOnly(r.join(".git/config")),
+            Step::ReadOnly(extra.clone()),
+        ] {
+            let g = at(&guard).unwrap_or_else(|| panic!("{guard:?} in {steps:?}"));
+            assert!(g > o, "{guard:?} goes on top of the overlay: {steps:?}");
+        }
+        let unstaged = Inputs {
+            stage: None,
+            ..inputs
+        };
+        assert!(plan(&unstaged, &HostView).contains(&Step::Writable(r)));
     }
 
     #[test]

@@ -35,6 +35,9 @@ pub struct SandboxSpec {
     pub netns: Option<[i32; 2]>,
     /// The command's working directory (a host path inside a root).
     pub cwd: PathBuf,
+    /// A staged command's staging directory (`STATE/staged/<id>`): each root becomes an
+    /// overlay whose writes are held there (docs/SANDBOX.md, staged commands).
+    pub stage: Option<PathBuf>,
     /// Test hook (`TOOLVISOR_SANDBOX_TEST_FAIL`): fail the setup the way a host that
     /// refuses user namespaces does, before anything is created.
     pub fail: bool,
@@ -69,16 +72,18 @@ impl SandboxSpec {
             hidden: s.hidden.clone(),
             network: s.network,
             netns: None,
+            stage: None,
             cwd: PathBuf::new(),
             fail: std::env::var(TEST_FAIL_VAR).is_ok_and(|v| v == "command"),
         }
     }
 
-    /// This template for one command.
-    pub fn for_command(&self, cwd: &Path, network: bool) -> SandboxSpec {
+    /// This template for one command (`stage`: its staging directory).
+    pub fn for_command(&self, cwd: &Path, network: bool, stage: Option<&Path>) -> SandboxSpec {
         SandboxSpec {
             cwd: cwd.to_path_buf(),
             network: self.network || network,
+            stage: stage.map(Path::to_path_buf),
             ..self.clone()
         }
     }

@@ -240,7 +240,8 @@ impl Jobs {
             Some(_) => Some(super::expose::Listeners::bind(&a.expose).await?),
             None => None,
         };
-        let (mut proc, cgroup) = super::run_command::launch(state, a, ctx, true, true).await?;
+        let (mut proc, cgroup) =
+            super::run_command::launch(state, a, ctx, (true, true), None).await?;
         // It runs on in the background: the next spare may start now.
         state.spares.refill();
         let setup = tokio::time::Instant::now() + TERMINAL_WAIT;

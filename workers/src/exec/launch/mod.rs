@@ -92,7 +92,13 @@ impl ShimLauncher {
     }
 
     /// The shim's arguments for a command of `instance` in `cwd`, without the command.
-    fn args(&self, instance: &str, cwd: &Path, network: bool, fds: ShimFds) -> ShimArgs {
+    /// `stage`: a staged command's staging directory.
+    fn args(
+        &self,
+        (instance, cwd, network): (&str, &Path, bool),
+        fds: ShimFds,
+        stage: Option<&Path>,
+    ) -> ShimArgs {
         ShimArgs {
             ppid: Some(std::process::id() as i32),
             instance: (!instance.is_empty()).then(|| instance.to_owned()),
@@ -101,7 +107,7 @@ impl ShimLauncher {
             write: self.writable.clone(),
             sandbox: self.sandbox.as_ref().map(|t| SandboxSpec {
                 netns: fds.netns.filter(|_| !network),
-                ..t.for_command(cwd, network)
+                ..t.for_command(cwd, network, stage)
             }),
             rlimits: self.rlimits,
             report_fd: fds.report,
@@ -180,6 +186,9 @@ pub(crate) struct Spec<'a> {
     pub stdin_pipe: bool,
     /// Run it in a terminal of (rows, columns).
     pub tty: Option<(u16, u16)>,
+    /// Stage it: its workspace roots are overlays whose writes are held in this
+    /// staging directory (never in a spare, whose mounts are built already).
+    pub stage: Option<&'a Path>,
 }
 
 /// A started command.
@@ -338,6 +347,15 @@ impl Launcher {
         matches!(self, Launcher::Shim(_))
     }
 
+    /// The workspace roots a staged command's overlays cover (the sandbox's, in
+    /// order); None when commands get no namespaces, so none can be staged.
+    pub(crate) fn stage_roots(&self) -> Option<&[PathBuf]> {
+        match self {
+            Launcher::Shim(s) => s.sandbox.as_ref().map(|t| t.roots.as_slice()),
+            Launcher::Direct => None,
+        }
+    }
+
     /// Whether commands get their own namespaces.
     pub(crate) fn namespaces(&self) -> bool {
         matches!(self, Launcher::Shim(s) if s.sandbox.is_some())
@@ -452,7 +470,11 @@ impl Launcher {
                 let a = ShimArgs {
                     tty: spec.tty,
                     argv: sh.map(str::to_owned).collect(),
-                    ..s.args(spec.instance, spec.cwd_path, spec.network, fds)
+                    ..s.args(
+                        (spec.instance, spec.cwd_path, spec.network),
+                        fds,
+                        spec.stage,
+                    )
                 };
                 s.command(&a, spec.env)
             }

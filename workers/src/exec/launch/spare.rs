@@ -144,7 +144,8 @@ impl Spares {
         };
         let network = inner.shim.sandbox.as_ref().is_some_and(|t| t.network);
         // A spare has a network namespace of its own: never for a session's loopback.
-        if spec.tty.is_some() || (spec.network && !network) || spec.loopback.is_some() {
+        let special = spec.tty.is_some() || spec.stage.is_some() || spec.loopback.is_some();
+        if special || (spec.network && !network) {
             return Ok(None);
         }
         let Some(body) = go_body(spec) else {
@@ -286,7 +287,9 @@ impl Spare {
         };
         let a = ShimArgs {
             spare: true,
-            ..inner.shim.args(&inner.instance, &inner.root, false, fds)
+            ..inner
+                .shim
+                .args((&inner.instance, &inner.root, false), fds, None)
         };
         let mut cmd = inner.shim.detached(&a, &inner.env)?;
         let setup = ChildSetup {
