@@ -11,7 +11,7 @@
 set -euo pipefail
 runs=${1:-15}
 root=$(cd "$(dirname "$0")/.." && pwd)
-bin="$root/target/release/toolvisor"
+bin=${TOOLVISOR_BIN:-$root/target/release/toolvisor}
 [ -x "$bin" ] || cargo build --release --locked --manifest-path "$root/Cargo.toml" >&2
 base=$(mktemp -d "${BENCH_DIR:-/var/tmp}/undo-cost.XXXXXX")
 trap 'for p in $(jobs -p); do kill "$p" 2>/dev/null; done; rm -rf "$base"' EXIT

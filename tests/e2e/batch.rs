@@ -167,7 +167,7 @@ fn slow_grep(id: &str) -> CallRequest {
 
 #[test]
 fn batch_overlaps_safe_calls_and_orders_the_rest() {
-    let s = Server::start("");
+    let s = Server::start(ASKING);
     big_corpus(&s);
     s.write("a.txt", "alpha\n");
     s.write("b.txt", "beta\n");
@@ -273,7 +273,7 @@ fn batch_overlaps_safe_calls_and_orders_the_rest() {
 
 #[test]
 fn a_denied_call_does_not_stop_its_batch() {
-    let s = Server::start("");
+    let s = Server::start(ASKING);
     s.write("a.txt", "alpha\n");
     block(T, async {
         let mut c = s.client().await;
@@ -578,7 +578,7 @@ fn batch_calls_with_duplicate_ids_are_refused_alone_and_batch_done_still_comes()
 
 #[test]
 fn calls_topic_reports_start_and_finish_with_their_fields() {
-    let s = Server::start("");
+    let s = Server::start(ASKING);
     s.write("a.txt", "alpha\n");
     block(T, async {
         let mut sub = subscriber(&s, vec![Topic::Calls]).await;
@@ -613,7 +613,7 @@ fn calls_topic_reports_start_and_finish_with_their_fields() {
 /// reads again the next event it gets says how many it lost.
 #[test]
 fn a_slow_subscriber_loses_events_not_the_connection() {
-    let s = Server::start("");
+    let s = Server::start(ASKING);
     s.write("a.txt", "alpha\n");
     block(Duration::from_secs(120), async {
         let mut slow = subscriber(&s, vec![Topic::Calls]).await;
@@ -753,7 +753,7 @@ fn too_many_open_calls_are_overloaded() {
 
 #[test]
 fn a_client_that_never_reads_is_disconnected_and_others_keep_working() {
-    let mut s = Server::start("");
+    let mut s = Server::start(ASKING);
     s.write("a.txt", &"x".repeat(2000));
     block(Duration::from_secs(120), async {
         let mut deaf = s.client().await;
@@ -816,7 +816,7 @@ fn a_client_that_never_reads_is_disconnected_and_others_keep_working() {
 fn many_clients_many_calls_every_result_present_and_correct() {
     const CLIENTS: usize = 64;
     const CALLS: usize = 200;
-    let s = Server::start("");
+    let s = Server::start(ASKING);
     for f in 0..16 {
         s.write(
             &format!("files/f{f}.txt"),

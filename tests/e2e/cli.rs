@@ -21,7 +21,7 @@ fn text(b: &[u8]) -> String {
 
 #[test]
 fn call_prints_content_and_exits_by_status() {
-    let s = Server::start("");
+    let s = Server::start(ASKING);
     s.write("a.txt", "alpha\n");
     let out = tv(&s, &["call", "read_file", r#"{"path": "a.txt"}"#]);
     assert!(out.status.success(), "{out:?}");
@@ -91,7 +91,7 @@ fn a_bad_config_names_the_key_and_line_and_nothing_starts() {
 #[test]
 fn a_closed_stdout_ends_the_cli_quietly() {
     use std::io::Read;
-    let s = Server::start("");
+    let s = Server::start(ASKING);
     let mut child = Command::new(BIN)
         .arg("--workspace")
         .arg(s.ws())
@@ -123,7 +123,7 @@ fn a_closed_stdout_ends_the_cli_quietly() {
 
 #[test]
 fn approve_answers_an_agents_question() {
-    let s = Server::start("");
+    let s = Server::start(ASKING);
     let mut approver = Command::new(BIN)
         .arg("--workspace")
         .arg(s.ws())
@@ -161,7 +161,7 @@ fn approve_answers_an_agents_question() {
 
 #[test]
 fn grant_prints_a_token_that_passes_one_ask() {
-    let s = Server::start("");
+    let s = Server::start(ASKING);
     let out = tv(&s, &["grant", "--tool", "run_command", "--ttl", "1m"]);
     assert!(out.status.success(), "{out:?}");
     let token = text(&out.stdout).trim().to_owned();

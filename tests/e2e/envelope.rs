@@ -63,7 +63,7 @@ fn agent(actions: Value) -> String {
 
 #[test]
 fn plain_text_is_just_assistant_text() {
-    let s = Server::start("");
+    let s = Server::start(ASKING);
     block(T, async {
         let mut c = s.client().await;
         let text = "No tools needed.\n```rust\nfn main() {}\n```\n";
@@ -81,7 +81,7 @@ fn plain_text_is_just_assistant_text() {
 
 #[test]
 fn an_agent_envelope_runs_its_tools_as_a_batch() {
-    let s = Server::start("");
+    let s = Server::start(ASKING);
     s.write("README.md", "hello\n");
     block(T, async {
         let mut c = s.client().await;
@@ -207,9 +207,16 @@ fn legacy_write_and_edit_are_staged_as_previews() {
                 &json!({"token": token}).to_string(),
             ],
         );
-        // apply_file_change is medium risk: a non-interactive CLI call is asked, not run.
-        assert!(!out.status.success());
-        assert!(!s.ws().join("new.txt").exists());
+        // apply_file_change is medium risk, but an edit inside the workspace is confined:
+        // it runs without asking (`[policy] confined`), and the audit says why.
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stdout)
+        );
+        assert!(s.ws().join("new.txt").exists());
+        let audit = std::fs::read_to_string(s.ws().join(".toolvisor/audit.jsonl")).unwrap();
+        assert!(audit.contains("\"decision\":\"confined\""), "{audit}");
     });
 }
 
@@ -279,7 +286,7 @@ fn malformed_envelopes_are_refused_whole_and_nothing_runs() {
 
 #[test]
 fn ten_thousand_actions_are_refused_in_bounded_memory() {
-    let s = Server::start("");
+    let s = Server::start(ASKING);
     let actions: Vec<Value> = (0..10_000)
         .map(|i| json!({"type": "tool", "id": format!("t{i}"), "name": "read_file", "arguments": {"path": "x"}}))
         .collect();
@@ -315,7 +322,7 @@ fn ten_thousand_actions_are_refused_in_bounded_memory() {
 
 #[test]
 fn an_envelope_id_shares_the_connections_id_space() {
-    let s = Server::start("");
+    let s = Server::start(ASKING);
     block(T, async {
         let mut c = s.client().await;
         // An action whose id is the envelope's own is refused like a batch call's.

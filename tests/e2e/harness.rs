@@ -662,3 +662,7 @@ pub fn python_client_in(ws: &Path) -> PathBuf {
         .expect("copy words.py");
     lib
 }
+
+/// The defaults, with the confined tier off: every `run_command` asks unless a rule
+/// allows it (for tests of asking, answering and grants, not of the tier).
+pub const ASKING: &str = "[policy]\nconfined = \"ask\"\n";

@@ -253,7 +253,7 @@ fn records_of<'a>(all: &'a [Value], call_id: &str) -> Vec<&'a Value> {
 
 #[test]
 fn non_interactive_ask_is_denied_with_how_to_allow_and_nothing_runs() {
-    let s = Server::start(ECHO_ONLY);
+    let s = Server::start(&format!("{ASKING}{ECHO_ONLY}"));
     block(FAST, async {
         let r = s.call("run_command", run("touch marker")).await;
         assert_denied(&r, ErrorType::ConfirmationRequired);
@@ -280,7 +280,7 @@ fn non_interactive_ask_is_denied_with_how_to_allow_and_nothing_runs() {
 
 #[test]
 fn interactive_approve_runs_and_deny_does_not() {
-    let s = Server::start(ECHO_ONLY);
+    let s = Server::start(&format!("{ASKING}{ECHO_ONLY}"));
     block(FAST, async {
         let mut c = interactive(&s, "agent").await;
         send_call(&mut c, "c1", "run_command", run("touch marker"), None).await;
@@ -373,7 +373,7 @@ fn interactive_approve_runs_and_deny_does_not() {
 
 #[test]
 fn a_second_connection_of_the_same_uid_approves() {
-    let s = Server::start(ECHO_ONLY);
+    let s = Server::start(&format!("{ASKING}{ECHO_ONLY}"));
     block(FAST, async {
         let mut approver = s.client().await;
         subscribe_confirmations(&mut approver, "sub").await;
@@ -444,7 +444,7 @@ async fn confirm_answered_event(
 
 #[test]
 fn confirm_answered_event_carries_approve() {
-    let s = Server::start(ECHO_ONLY);
+    let s = Server::start(&format!("{ASKING}{ECHO_ONLY}"));
     block(FAST, async {
         let mut watcher = s.client().await;
         subscribe_confirmations(&mut watcher, "sub").await;
@@ -469,7 +469,9 @@ fn confirm_answered_event_carries_approve() {
 
 #[test]
 fn audit_confirm_answered_uses_the_documented_words() {
-    let s = Server::start(&format!("[policy]\nconfirm_timeout_ms = 300\n{ECHO_ONLY}"));
+    let s = Server::start(&format!(
+        "[policy]\nconfined = \"ask\"\nconfirm_timeout_ms = 300\n{ECHO_ONLY}"
+    ));
     block(FAST, async {
         let mut agent = interactive(&s, "agent").await;
         let session = agent.session.clone();
@@ -499,7 +501,7 @@ fn audit_confirm_answered_uses_the_documented_words() {
 
 #[test]
 fn subscribing_late_replays_pending_questions_first() {
-    let s = Server::start(ECHO_ONLY);
+    let s = Server::start(&format!("{ASKING}{ECHO_ONLY}"));
     block(FAST, async {
         let mut agent = interactive(&s, "agent").await;
         send_call(&mut agent, "c1", "run_command", run("touch marker"), None).await;
@@ -534,7 +536,7 @@ fn subscribing_late_replays_pending_questions_first() {
 
 #[test]
 fn remember_session_approves_the_same_call_only_in_that_session() {
-    let s = Server::start(ECHO_ONLY);
+    let s = Server::start(&format!("{ASKING}{ECHO_ONLY}"));
     block(FAST, async {
         let mut c = interactive(&s, "agent").await;
         send_call(&mut c, "c1", "run_command", run("touch marker"), None).await;
@@ -575,7 +577,9 @@ fn remember_session_approves_the_same_call_only_in_that_session() {
 
 #[test]
 fn unanswered_confirmation_times_out() {
-    let s = Server::start(&format!("[policy]\nconfirm_timeout_ms = 300\n{ECHO_ONLY}"));
+    let s = Server::start(&format!(
+        "[policy]\nconfined = \"ask\"\nconfirm_timeout_ms = 300\n{ECHO_ONLY}"
+    ));
     block(FAST, async {
         let mut c = interactive(&s, "agent").await;
         let t0 = Instant::now();
@@ -602,7 +606,7 @@ fn unanswered_confirmation_times_out() {
 
 #[test]
 fn cancel_while_waiting_for_confirmation() {
-    let s = Server::start(ECHO_ONLY);
+    let s = Server::start(&format!("{ASKING}{ECHO_ONLY}"));
     block(FAST, async {
         let mut c = interactive(&s, "agent").await;
         send_call(&mut c, "c1", "run_command", run("touch marker"), None).await;
@@ -628,7 +632,7 @@ fn cancel_while_waiting_for_confirmation() {
 
 #[test]
 fn grant_tokens_pass_an_ask_once_unless_reusable() {
-    let s = Server::start(ECHO_ONLY);
+    let s = Server::start(&format!("{ASKING}{ECHO_ONLY}"));
     block(FAST, async {
         let mut c = s.client().await;
         let (token, expires_at) = grant(&mut c, "g1", &["run_command"], false).await;
@@ -714,7 +718,7 @@ fn grant_tokens_pass_an_ask_once_unless_reusable() {
 
 #[test]
 fn a_grant_that_cannot_be_honoured_is_a_bad_message_with_its_id() {
-    let s = Server::start(ECHO_ONLY);
+    let s = Server::start(&format!("{ASKING}{ECHO_ONLY}"));
     block(FAST, async {
         let mut c = s.client().await;
         let grant_of =
@@ -809,6 +813,7 @@ fn yolo_allows_edits_but_not_commands_and_deny_still_wins() {
     let s = Server::start(
         r#"
 [policy]
+confined = "ask"
 mode = "yolo"
 
 [[policy.rules]]
@@ -870,7 +875,7 @@ fn ask_mode_asks_even_for_read_file() {
 
 #[test]
 fn edits_ask_in_auto_mode_with_the_diff_as_preview() {
-    let s = Server::start("[policy]\nmode = \"auto\"\n");
+    let s = Server::start("[policy]\nconfined = \"ask\"\nmode = \"auto\"\n");
     s.write("old.txt", "alpha\nbeta\n");
     block(FAST, async {
         let r = s
@@ -937,6 +942,9 @@ fn edits_ask_in_auto_mode_with_the_diff_as_preview() {
 fn compound_commands_need_every_part_allowed() {
     let s = Server::start(
         r#"
+[policy]
+confined = "ask"
+
 [[policy.rules]]
 tool = "run_command"
 action = "allow"
@@ -979,7 +987,7 @@ conditions = [{ param = "command", operator = "startsWith", value = "git status"
 
 #[test]
 fn meta_policy_and_audit_records_of_allowed_and_denied_calls() {
-    let s = Server::start(ECHO_ONLY);
+    let s = Server::start(&format!("{ASKING}{ECHO_ONLY}"));
     block(FAST, async {
         let mut c = s.client().await;
         let session = c.session.clone();
@@ -1049,6 +1057,7 @@ fn meta_policy_and_audit_records_of_allowed_and_denied_calls() {
 fn a_write_denied_by_a_rule_cannot_go_through_preview_and_apply() {
     let cfg = r#"
 [policy]
+confined = "ask"
 mode = "workspace"
 
 [[policy.rules]]
@@ -1097,6 +1106,7 @@ conditions = [{ param = "path", operator = "startsWith", value = "src/generated/
 fn path_rules_and_grant_paths_follow_symlinks() {
     let cfg = r#"
 [policy]
+confined = "ask"
 mode = "workspace"
 
 [[policy.rules]]
@@ -1125,4 +1135,34 @@ conditions = [{ param = "path", operator = "startsWith", value = "src/generated/
     });
     let now = std::fs::read_to_string(s.ws().join("src/generated/gen.rs")).unwrap();
     assert_eq!(now, "original\n");
+}
+
+/// With the defaults (no rule at all), a command that stays inside the verified
+/// sandbox runs without asking, whatever its text, and says why; its changes can be
+/// undone. `confined = "ask"` brings the question back.
+#[test]
+fn a_confined_command_runs_without_asking_under_the_defaults() {
+    let s = Server::start("");
+    s.write("build/out.o", "x");
+    let r = block(
+        T,
+        s.call(
+            "run_command",
+            json!({"command": "rm -rf build && echo $(echo made) > made.txt"}),
+        ),
+    );
+    assert_eq!(r.status, Status::Ok, "{r:?}");
+    assert_eq!(r.meta["policy"]["decision"], json!("confined"), "{r:?}");
+    assert!(
+        r.meta["policy"]["reason"]
+            .as_str()
+            .unwrap_or_default()
+            .starts_with("confined: ")
+    );
+    assert_eq!(r.meta["undo"], json!(true));
+    let audit = std::fs::read_to_string(s.ws().join(".toolvisor/audit.jsonl")).unwrap();
+    assert!(audit.contains("\"decision\":\"confined\""));
+    let s = Server::start(ASKING);
+    let r = block(T, s.call("run_command", json!({"command": "echo hi"})));
+    assert_eq!(r.status, Status::Denied, "{r:?}");
 }

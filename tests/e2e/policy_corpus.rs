@@ -22,7 +22,7 @@ const PREFIXES: &[&str] = &[
 ];
 
 fn config() -> String {
-    let mut out = String::from("[policy]\nmode = \"auto\"\n");
+    let mut out = String::from("[policy]\nconfined = \"ask\"\nmode = \"auto\"\n");
     for p in PREFIXES {
         out.push_str(&format!(
             "\n[[policy.rules]]\ntool = \"run_command\"\naction = \"allow\"\n\

@@ -56,7 +56,7 @@ fn text<'a>(f: &'a Map<String, Value>, k: &str) -> &'a str {
 
 #[test]
 fn a_prompt_answered_elsewhere_is_withdrawn_with_the_outcome() {
-    let s = Server::start("");
+    let s = Server::start(ASKING);
     let mut term = Pty::spawn(
         s.ws(),
         &["call", "run_command", r#"{"command": "echo ran-$((6*7))"}"#],
@@ -99,7 +99,7 @@ fn a_prompt_answered_elsewhere_is_withdrawn_with_the_outcome() {
 
 #[test]
 fn a_prompt_that_times_out_is_withdrawn() {
-    let s = Server::start("[policy]\nconfirm_timeout_ms = 1500\n");
+    let s = Server::start("[policy]\nconfined = \"ask\"\nconfirm_timeout_ms = 1500\n");
     let mut term = Pty::spawn(
         s.ws(),
         &[
@@ -127,7 +127,7 @@ fn a_prompt_that_times_out_is_withdrawn() {
 
 #[test]
 fn a_prompt_answered_on_its_own_terminal_runs_the_call() {
-    let s = Server::start("");
+    let s = Server::start(ASKING);
     let mut term = Pty::spawn(
         s.ws(),
         &[
@@ -147,7 +147,7 @@ fn a_prompt_answered_on_its_own_terminal_runs_the_call() {
 
 #[test]
 fn approve_names_the_asker_and_drops_questions_settled_elsewhere() {
-    let s = Server::start("");
+    let s = Server::start(ASKING);
     let mut term = Pty::spawn(s.ws(), &["approve"]);
     term.wait_screen("waiting for questions", D);
     block(T, async {
@@ -217,7 +217,7 @@ fn a_silent_call_shows_a_spinner_that_leaves_no_trace() {
 
 #[test]
 fn tools_is_a_table_on_a_terminal_and_json_in_a_pipe() {
-    let s = Server::start("");
+    let s = Server::start(ASKING);
     let mut term = Pty::spawn(s.ws(), &["tools"]);
     assert!(term.wait_exit(D).success());
     let screen = term.screen();
@@ -249,7 +249,7 @@ fn tools_is_a_table_on_a_terminal_and_json_in_a_pipe() {
 /// or draw a harmless-looking one over it.
 #[test]
 fn escape_sequences_in_a_question_are_shown_not_obeyed() {
-    let s = Server::start("");
+    let s = Server::start(ASKING);
     let mut term = Pty::spawn(s.ws(), &["approve"]);
     term.wait_screen("waiting for questions", D);
     block(T, async {
@@ -284,7 +284,7 @@ fn escape_sequences_in_a_question_are_shown_not_obeyed() {
 /// late `n` typed here decided nothing, and nothing is attached).
 #[test]
 fn an_interactive_calls_prompt_answered_elsewhere_is_withdrawn() {
-    let s = Server::start("");
+    let s = Server::start(ASKING);
     let mut term = Pty::spawn(
         s.ws(),
         &[

@@ -48,7 +48,7 @@ async fn hello(sock: &mut UnixStream) {
 
 #[test]
 fn hello_is_required_and_welcome_counts_tools() {
-    let s = Server::start("");
+    let s = Server::start(ASKING);
     block(T, async {
         let mut sock = raw(&s).await;
         send(&mut sock, &ClientMessage::Ping { id: "p".into() }).await;
@@ -65,7 +65,7 @@ fn hello_is_required_and_welcome_counts_tools() {
 
 #[test]
 fn garbage_unknown_type_and_bad_fields_keep_the_connection() {
-    let s = Server::start("");
+    let s = Server::start(ASKING);
     block(T, async {
         let mut sock = raw(&s).await;
         hello(&mut sock).await;
@@ -142,7 +142,7 @@ async fn refusal(sock: &mut UnixStream, v: &serde_json::Value) -> (ErrorType, Op
 
 #[test]
 fn unknown_type_and_untyped_maps_echo_the_id() {
-    let s = Server::start("");
+    let s = Server::start(ASKING);
     block(T, async {
         let mut sock = raw(&s).await;
         // Before hello too: the type is refused before hello is looked at.
@@ -199,7 +199,7 @@ fn unknown_type_and_untyped_maps_echo_the_id() {
 
 #[test]
 fn oversized_frame_is_refused_and_closed() {
-    let s = Server::start("");
+    let s = Server::start(ASKING);
     block(T, async {
         let mut sock = raw(&s).await;
         hello(&mut sock).await;
@@ -224,7 +224,7 @@ fn oversized_frame_is_refused_and_closed() {
 
 #[test]
 fn wrong_protocol_version_is_refused_and_closed() {
-    let s = Server::start("");
+    let s = Server::start(ASKING);
     block(T, async {
         let mut sock = raw(&s).await;
         send(
@@ -291,7 +291,7 @@ fn duplicate_call_id_and_unknown_cancel() {
 
 #[test]
 fn unknown_tool_suggests_names() {
-    let s = Server::start("");
+    let s = Server::start(ASKING);
     block(T, async {
         let r = s.call("read_fil", json!({"path": "x"})).await;
         assert_eq!(r.status, toolvisor_protocol::Status::Error);
@@ -303,7 +303,7 @@ fn unknown_tool_suggests_names() {
 
 #[test]
 fn list_tools_in_three_formats() {
-    let s = Server::start("");
+    let s = Server::start(ASKING);
     block(T, async {
         let mut c = s.client().await;
         for (format, key) in [
@@ -361,7 +361,7 @@ fn list_tools_in_three_formats() {
 
 #[test]
 fn a_second_serve_refuses_to_start() {
-    let s = Server::start("");
+    let s = Server::start(ASKING);
     let out = std::process::Command::new(BIN)
         .arg("serve")
         .arg("--workspace")
@@ -375,7 +375,7 @@ fn a_second_serve_refuses_to_start() {
 
 #[test]
 fn sigterm_drains_and_cleans_up() {
-    let mut s = Server::start("");
+    let mut s = Server::start(ASKING);
     let sock = s.socket();
     let status = s.stop().expect("exited");
     assert!(status.success(), "{status:?}");
@@ -388,7 +388,7 @@ fn sigterm_drains_and_cleans_up() {
 /// clients are served meanwhile.
 #[test]
 fn a_stalled_partial_frame_closes_the_connection_but_idle_ones_stay() {
-    let s = Server::start("");
+    let s = Server::start(ASKING);
     block(std::time::Duration::from_secs(60), async {
         let mut idle = raw(&s).await;
         hello(&mut idle).await;

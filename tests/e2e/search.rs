@@ -16,7 +16,7 @@ fn tree(s: &Server) {
 
 #[test]
 fn read_file_with_line_range() {
-    let s = Server::start("");
+    let s = Server::start(ASKING);
     tree(&s);
     block(T, async {
         let r = s.call("read_file", json!({"path": "src/main.rs"})).await;
@@ -36,7 +36,7 @@ fn read_file_with_line_range() {
 
 #[test]
 fn paths_outside_the_workspace_are_refused() {
-    let s = Server::start("");
+    let s = Server::start(ASKING);
     tree(&s);
     std::os::unix::fs::symlink("/etc", s.ws().join("etc-link")).unwrap();
     block(T, async {
@@ -59,7 +59,7 @@ fn paths_outside_the_workspace_are_refused() {
 
 #[test]
 fn binary_files_are_refused() {
-    let s = Server::start("");
+    let s = Server::start(ASKING);
     std::fs::write(s.ws().join("blob.bin"), [0u8, 1, 2, 3, 0, 9]).unwrap();
     block(T, async {
         let r = s.call("read_file", json!({"path": "blob.bin"})).await;
@@ -69,7 +69,7 @@ fn binary_files_are_refused() {
 
 #[test]
 fn read_many_files_inlines_errors() {
-    let s = Server::start("");
+    let s = Server::start(ASKING);
     tree(&s);
     block(T, async {
         let r = s
@@ -92,7 +92,7 @@ fn read_many_files_inlines_errors() {
 
 #[test]
 fn ls_glob_and_grep_honour_ignores_and_hidden_files() {
-    let s = Server::start("");
+    let s = Server::start(ASKING);
     tree(&s);
     block(T, async {
         let r = s.call("ls", json!({"path": "."})).await;
@@ -150,7 +150,7 @@ fn ls_glob_and_grep_honour_ignores_and_hidden_files() {
 
 #[test]
 fn the_state_directory_is_never_shown_or_read() {
-    let s = Server::start("");
+    let s = Server::start(ASKING);
     block(T, async {
         let r = s
             .call(
@@ -169,7 +169,7 @@ fn the_state_directory_is_never_shown_or_read() {
 
 #[test]
 fn large_results_are_truncated_with_a_marker() {
-    let s = Server::start("");
+    let s = Server::start(ASKING);
     let big: String = (0..3000).map(|i| format!("line {i} hello\n")).collect();
     s.write("big.txt", &big);
     block(T, async {
@@ -202,7 +202,7 @@ fn with_git(s: &Server) {
 
 #[test]
 fn search_tools_refuse_git_directories() {
-    let s = Server::start("");
+    let s = Server::start(ASKING);
     with_git(&s);
     std::os::unix::fs::symlink(".git", s.ws().join("g")).unwrap();
     block(T, async {
@@ -251,7 +251,7 @@ fn search_tools_refuse_git_directories() {
 
 #[test]
 fn walks_from_the_root_still_skip_git() {
-    let s = Server::start("");
+    let s = Server::start(ASKING);
     with_git(&s);
     block(T, async {
         let all = json!({"path": ".", "recursive": true, "includeHidden": true, "maxDepth": 5});

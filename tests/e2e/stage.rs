@@ -338,14 +338,26 @@ fn an_applied_staged_command_is_undone_whole() {
         if !namespaces(&s).await {
             return;
         }
-        let r = s.call("run_command", stage(&format!("{SCRIPT}; rm -rf tree"))).await;
+        let r = s
+            .call("run_command", stage(&format!("{SCRIPT}; rm -rf tree")))
+            .await;
         assert_eq!(r.status, Status::Ok, "{r:?}");
-        let a = s.call("apply_file_change", json!({"token": token(&r)})).await;
-        assert_eq!((a.status, a.meta["undo"].clone()), (Status::Ok, json!(true)), "{a:?}");
+        let a = s
+            .call("apply_file_change", json!({"token": token(&r)}))
+            .await;
+        assert_eq!(
+            (a.status, a.meta["undo"].clone()),
+            (Status::Ok, json!(true)),
+            "{a:?}"
+        );
         assert_eq!(read(&s, "tree/a/b.txt"), None);
     });
     let out = toolvisor(s.ws(), &["undo", "--last", "1"]);
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stdout));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stdout)
+    );
     assert_eq!(read(&s, "new"), None);
     assert_eq!(read(&s, "old").as_deref(), Some("a\n"));
     assert_eq!(read(&s, "gone").as_deref(), Some("bye\n"));

@@ -19,7 +19,7 @@ fn ok(r: &toolvisor_protocol::ToolResult) -> String {
 
 #[test]
 fn memory_and_todos_survive_a_restart_of_the_daemon() {
-    let mut s = Server::start("");
+    let mut s = Server::start(ASKING);
     block(T, async {
         let set = s
             .call(
@@ -125,7 +125,7 @@ fn sixteen_clients_adding_todos_lose_none() {
 
 #[test]
 fn a_killed_state_worker_leaves_whole_files() {
-    let s = Server::start("");
+    let s = Server::start(ASKING);
     // Generous: each round restarts the worker and rewrites a growing store durably.
     block(Duration::from_secs(180), async {
         for round in 0..4 {
@@ -233,7 +233,7 @@ fn the_store_is_invisible_to_every_other_tool() {
 
 #[test]
 fn the_mcp_bridge_serves_the_state_tools() {
-    let s = Server::start("");
+    let s = Server::start(ASKING);
     let out = toolvisor(
         s.ws(),
         &[

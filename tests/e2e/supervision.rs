@@ -718,7 +718,7 @@ fn memory_watchdog_replaces_a_worker_above_its_limit() {
 
 #[test]
 fn sigusr1_logs_a_status_dump() {
-    let mut s = Server::start("");
+    let mut s = Server::start(ASKING);
     signal(s.pid(), Signal::SIGUSR1);
     let line = s.wait_log("status: worker", Duration::from_secs(10));
     assert!(

@@ -95,7 +95,7 @@ fn init_writes_a_starter_and_keeps_the_state_out_of_git() {
 
 #[test]
 fn serve_keeps_a_new_state_dir_out_of_git() {
-    let s = Server::start("");
+    let s = Server::start(ASKING);
     let ignore = std::fs::read_to_string(s.ws().join(".toolvisor/.gitignore")).unwrap();
     assert!(ignore.lines().any(|l| l == "*"), "{ignore}");
 }
@@ -333,8 +333,11 @@ fn status_lists_calls_in_flight_and_counts_commands_in_cpu() {
 
 #[test]
 fn sighup_applies_confirm_timeout_and_audit_says_who_answered() {
-    let mut s = Server::start("[policy]\nconfirm_timeout_ms = 60000\n");
-    s.write("toolvisor.toml", "[policy]\nconfirm_timeout_ms = 1000\n");
+    let mut s = Server::start("[policy]\nconfined = \"ask\"\nconfirm_timeout_ms = 60000\n");
+    s.write(
+        "toolvisor.toml",
+        "[policy]\nconfined = \"ask\"\nconfirm_timeout_ms = 1000\n",
+    );
     signal(s.pid(), Signal::SIGHUP);
     s.wait_log("configuration reloaded", D);
     block(T, async {
@@ -383,7 +386,7 @@ fn sighup_applies_confirm_timeout_and_audit_says_who_answered() {
 
 #[test]
 fn approve_waits_for_a_restarted_daemon_and_answers_it() {
-    let mut s = Server::start("");
+    let mut s = Server::start(ASKING);
     let mut approver = Command::new(BIN)
         .current_dir(s.ws())
         .args(["approve", "--all", "--count", "1"])

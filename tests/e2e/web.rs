@@ -194,7 +194,7 @@ fn web_search_defaults_limits_and_failures() {
     let r = block(T, s.call("web_search", json!({"query": "down"})));
     assert!(r.error.unwrap().message.contains("503"));
     drop(s);
-    let s = Server::start("");
+    let s = Server::start(ASKING);
     let r = block(T, s.call("web_search", json!({"query": "rust"})));
     assert_eq!(err_type(&r), Some(ErrorType::SearchError));
     assert!(r.error.unwrap().message.contains("search_url"));
@@ -204,7 +204,7 @@ fn web_search_defaults_limits_and_failures() {
 fn private_addresses_are_refused_by_default_in_every_spelling() {
     let http = Httpd::start();
     http.page("/x", Reply::text("must not be read"));
-    let s = Server::start("");
+    let s = Server::start(ASKING);
     let port = http.addr.port();
     for url in [
         format!("http://127.0.0.1:{port}/x"),

@@ -33,7 +33,7 @@ fn last_line(r: &rmcp::model::CallToolResult) -> String {
 
 #[test]
 fn logging_set_level_is_answered_and_obeyed() {
-    let s = Server::start("");
+    let s = Server::start(ASKING);
     block(T, async {
         let mcp = start(s.ws(), &["--no-spawn"], TestClient::new(None)).await;
         let caps = &mcp.service.peer_info().expect("server info").capabilities;

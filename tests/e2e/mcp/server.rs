@@ -255,7 +255,7 @@ fn a_cancelled_call_or_a_client_that_goes_away_stops_its_command() {
 
 #[test]
 fn asks_become_elicitations_and_their_answers_count() {
-    let s = Server::start("");
+    let s = Server::start(ASKING);
     block(T, async {
         let yes = start(
             s.ws(),
@@ -318,7 +318,7 @@ fn asks_become_elicitations_and_their_answers_count() {
 
 #[test]
 fn without_elicitation_another_connection_answers_and_tokens_pass() {
-    let s = Server::start("");
+    let s = Server::start(ASKING);
     block(T, async {
         let mcp = start(s.ws(), &["--no-spawn"], TestClient::new(None)).await;
         let approver = {
@@ -376,7 +376,7 @@ fn without_elicitation_another_connection_answers_and_tokens_pass() {
 
 #[test]
 fn a_client_without_progress_token_gets_a_log_notice_while_it_waits() {
-    let s = Server::start("");
+    let s = Server::start(ASKING);
     let mut child = Command::new(BIN)
         .args(["mcp", "--no-spawn", "--workspace"])
         .arg(s.ws())
@@ -494,7 +494,7 @@ fn a_changed_mcp_server_list_reaches_the_client() {
 
 #[test]
 fn a_stateless_client_answers_an_ask_in_a_second_round() {
-    let s = Server::start("");
+    let s = Server::start(ASKING);
     let latest = || Some(vec![ProtocolVersion::V_2026_07_28]);
     block(T, async {
         let yes = TestClient::new(Some(Answer::Approve { session: false }));
