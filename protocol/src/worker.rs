@@ -47,6 +47,26 @@ pub fn session_share(slots: usize) -> usize {
 /// behind `meta.token`, and a client never sees it.
 pub const STAGED_META: &str = "staged_record";
 
+/// The names inside every workspace root that commands may not change: what git, the
+/// agent hosts and editors run or read as configuration (docs/SANDBOX.md). The
+/// sandbox keeps those that exist read-only; the supervisor moves aside the ones a
+/// command creates.
+pub const PROTECTED_NAMES: [&str; 13] = [
+    ".git/config",
+    ".git/hooks",
+    ".gitmodules",
+    ".mcp.json",
+    ".vscode",
+    ".idea",
+    ".envrc",
+    ".claude",
+    ".cursor",
+    ".gemini",
+    ".codex",
+    ".windsurf",
+    ".continue",
+];
+
 /// The message types a worker decodes; another `type` is refused, not guessed at.
 pub const KNOWN_TO_WORKER: &[&str] = &["init", "run", "cancel", "shutdown"];
 /// The message types the supervisor decodes from a worker.

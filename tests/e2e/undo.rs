@@ -310,3 +310,51 @@ fn walk_size(p: &Path) -> u64 {
     }
     n
 }
+
+#[test]
+fn an_agent_host_folder_a_command_creates_is_moved_aside() {
+    let s = Server::start(ALLOW_ALL);
+    let r = block(T, s.call("run_command", json!({"command": "mkdir -p .claude && echo '{\"hooks\":{}}' > .claude/settings.json && echo '{}' > .mcp.json"})));
+    assert_eq!(r.status, Status::Ok, "{r:?}");
+    assert!(!s.ws().join(".claude").exists() && !s.ws().join(".mcp.json").exists());
+    assert!(r.content.contains("moved aside"), "{}", r.content);
+    assert_eq!(
+        r.meta["quarantined"].as_array().map(Vec::len),
+        Some(2),
+        "{r:?}"
+    );
+    // Kept, not lost: in the state directory.
+    let kept = s
+        .ws()
+        .join(".toolvisor/quarantine")
+        .join(r.meta["call_id"].as_str().unwrap_or_default());
+    assert!(kept.join(".claude/settings.json").exists(), "{kept:?}");
+    // A background job's are moved when its end is seen.
+    block(T, async {
+        let mut c = s.client().await;
+        let r = call_on(
+            &mut c,
+            "b",
+            "run_command",
+            json!({"command": "mkdir .cursor && echo x > .cursor/mcp.json", "background": true}),
+        )
+        .await;
+        let handle = r.meta["process"].as_str().expect("handle").to_owned();
+        let end = Instant::now() + Duration::from_secs(30);
+        loop {
+            let r = call_on(
+                &mut c,
+                "r",
+                "read_output",
+                json!({"process": handle, "wait_ms": 2000}),
+            )
+            .await;
+            if r.meta["running"] == json!(false) {
+                assert!(r.content.contains("moved aside"), "{r:?}");
+                break;
+            }
+            assert!(Instant::now() < end, "the job did not end");
+        }
+    });
+    assert!(!s.ws().join(".cursor").exists());
+}

@@ -166,7 +166,7 @@ mod tests {
         let locked = work(&d, 0).join("work");
         std::fs::create_dir_all(&locked).unwrap();
         std::fs::write(locked.join("f"), b"x").unwrap();
-        std::fs::set_permissions(&locked, std::fs::Permissions::from_mode(0)).unwrap();
+        std::fs::set_permissions(&locked, std::fs::Permissions::from_mode(0o000)).unwrap();
         remove(&d).unwrap();
         assert!(!d.exists());
         remove(&d).unwrap();

@@ -14,6 +14,7 @@ use serde_json::Value;
 use toolvisor_protocol::tools::{EDIT, EXEC, META, SEARCH, STATE, WEB};
 use toolvisor_protocol::worker::{Outcome, Roots};
 
+use crate::call::host_config;
 use crate::call::router::Call;
 use crate::service::Service;
 use crate::undo::{CallInfo, Journal};
@@ -24,11 +25,21 @@ pub struct Undo {
     pub journal: Result<Arc<Journal>, String>,
     roots: Roots,
     /// Background jobs whose capture is still open: process handle → capture.
-    jobs: Mutex<std::collections::HashMap<String, u64>>,
+    jobs: Mutex<std::collections::HashMap<String, Capture>>,
 }
 
 /// A call's capture.
-pub(crate) enum Capture {
+pub(crate) struct Capture {
+    journal: Journaled,
+    /// The call's audit id.
+    call: String,
+    /// Protected names missing when it began (a command that creates one has it moved
+    /// aside: [`host_config`]).
+    watch: Vec<PathBuf>,
+}
+
+/// Where the journal stands on a call.
+enum Journaled {
     /// The call changes nothing in the workspace.
     None,
     /// It may, but the journal cannot capture it (why).
@@ -64,6 +75,13 @@ impl Undo {
     /// The workspace roots.
     pub fn roots(&self) -> &Roots {
         &self.roots
+    }
+
+    /// The roots commands may write: `private` and `shared`.
+    fn writable_roots(&self) -> Vec<PathBuf> {
+        std::iter::once(self.roots.private.clone())
+            .chain(self.roots.shared.clone())
+            .collect()
     }
 
     /// The host path(s) a workspace path names (`scope:rest`, relative to the private
@@ -143,12 +161,31 @@ impl Service {
     /// Begin capturing what `call` may change.
     pub(crate) async fn capture_begin(&self, call: &Call<'_>, call_id: &str) -> Capture {
         let undo = self.undo();
-        let Some(paths) = reach(call, self, undo) else {
-            return Capture::None;
+        let reach = reach(call, self, undo);
+        let watch = match &reach {
+            Some(None) => host_config::missing(&undo.writable_roots()),
+            _ => Vec::new(),
         };
-        let journal = match &undo.journal {
+        let journal = self.journal_begin(call, call_id, reach).await;
+        Capture {
+            journal,
+            call: call_id.to_owned(),
+            watch,
+        }
+    }
+
+    async fn journal_begin(
+        &self,
+        call: &Call<'_>,
+        call_id: &str,
+        reach: Option<Option<Vec<PathBuf>>>,
+    ) -> Journaled {
+        let Some(paths) = reach else {
+            return Journaled::None;
+        };
+        let journal = match &self.undo().journal {
             Ok(j) => j.clone(),
-            Err(e) => return Capture::Failed(e.clone()),
+            Err(e) => return Journaled::Failed(e.clone()),
         };
         let info = CallInfo {
             call: call_id.to_owned(),
@@ -157,9 +194,9 @@ impl Service {
             tool: call.tool.name.clone(),
         };
         match tokio::task::spawn_blocking(move || journal.begin(info, paths)).await {
-            Ok(Ok(id)) => Capture::Open(id),
-            Ok(Err(e)) => Capture::Failed(format!("the undo journal failed: {e}")),
-            Err(e) => Capture::Failed(format!("the undo journal failed: {e}")),
+            Ok(Ok(id)) => Journaled::Open(id),
+            Ok(Err(e)) => Journaled::Failed(format!("the undo journal failed: {e}")),
+            Err(e) => Journaled::Failed(format!("the undo journal failed: {e}")),
         }
     }
 
@@ -167,21 +204,26 @@ impl Service {
     /// captures of background jobs `outcome` says have ended.
     pub(crate) async fn capture_end(&self, cap: Capture, outcome: &mut Outcome) {
         self.close_ended_jobs(outcome).await;
-        let undo = match cap {
-            Capture::None => Value::Bool(true),
-            Capture::Failed(why) => Value::String(format!("not undoable: {why}")),
-            Capture::Open(id) => match background(outcome) {
-                Some(handle) => {
-                    crate::call::journaling::lock(&self.undo().jobs).insert(handle, id);
-                    Value::Bool(true)
-                }
-                None => self.finish_capture(id).await,
-            },
-        };
+        if let Some(handle) = background(outcome) {
+            let open = matches!(cap.journal, Journaled::Open(_));
+            if open || !cap.watch.is_empty() {
+                lock(&self.undo().jobs).insert(handle, cap);
+            }
+            outcome.meta.entry("undo").or_insert(Value::Bool(true));
+            return;
+        }
+        let undo = self.finish_capture(cap, outcome).await;
         outcome.meta.entry("undo").or_insert(undo);
     }
 
-    async fn finish_capture(&self, id: u64) -> Value {
+    /// Move aside what the call created that it must not have, then record its changes.
+    async fn finish_capture(&self, cap: Capture, outcome: &mut Outcome) -> Value {
+        host_config::quarantine(&cap.watch, &self.paths().state_dir, &cap.call, outcome);
+        let id = match cap.journal {
+            Journaled::None => return Value::Bool(true),
+            Journaled::Failed(why) => return Value::String(format!("not undoable: {why}")),
+            Journaled::Open(id) => id,
+        };
         let Ok(journal) = self.undo().journal.clone() else {
             return Value::Bool(false);
         };
@@ -191,17 +233,18 @@ impl Service {
     }
 
     /// Finish the captures of the jobs `outcome` reports ended.
-    async fn close_ended_jobs(&self, outcome: &Outcome) {
+    async fn close_ended_jobs(&self, outcome: &mut Outcome) {
         let ended = ended_jobs(outcome);
         if ended.is_empty() {
             return;
         }
-        let ids: Vec<u64> = {
+        let caps: Vec<Capture> = {
             let mut jobs = lock(&self.undo().jobs);
             ended.iter().filter_map(|h| jobs.remove(h)).collect()
         };
-        for id in ids {
-            self.finish_capture(id).await;
+        for cap in caps {
+            // What the job created is said in this result, which saw it end.
+            self.finish_capture(cap, outcome).await;
         }
     }
 }

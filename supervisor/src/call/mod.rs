@@ -10,6 +10,7 @@ pub mod envelope;
 pub mod familiar;
 pub mod gate;
 pub mod grants;
+pub mod host_config;
 pub mod journaling;
 pub mod previews;
 pub mod processes;

@@ -10,21 +10,7 @@ use std::path::{Component, Path, PathBuf};
 /// The built-in protected names, relative to each workspace root: git's, and the
 /// project settings of editors and agent hosts (which run hooks and MCP servers from
 /// them: `.claude/settings.json`, `.cursor/mcp.json`, `.gemini/settings.json`, …).
-pub const BUILTIN: [&str; 13] = [
-    ".git/config",
-    ".git/hooks",
-    ".gitmodules",
-    ".mcp.json",
-    ".vscode",
-    ".idea",
-    ".envrc",
-    ".claude",
-    ".cursor",
-    ".gemini",
-    ".codex",
-    ".windsurf",
-    ".continue",
-];
+pub const BUILTIN: [&str; 13] = toolvisor_protocol::worker::PROTECTED_NAMES;
 
 /// The built-in names plus `workers.exec.protected`, normalised (relative, no `.`);
 /// an extra name that is empty, absolute or climbs with `..` is dropped (the supervisor
