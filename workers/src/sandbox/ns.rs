@@ -180,6 +180,7 @@ pub fn setup(spec: &SandboxSpec) -> Result<Observations, SandboxError> {
         network: spec.network,
         home: home.as_deref(),
         stage: spec.stage.as_deref(),
+        shown: &spec.shown,
     };
     let seen = Recording::new(&HostView);
     let steps = plan::plan(&inputs, &seen);

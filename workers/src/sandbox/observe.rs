@@ -184,6 +184,7 @@ mod tests {
             network: false,
             home: None,
             stage: None,
+            shown: &[],
         };
         let rec = Recording::new(&HostView);
         let steps = plan(&inputs, &rec);

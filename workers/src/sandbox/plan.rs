@@ -206,6 +206,9 @@ pub struct Inputs<'a> {
     /// A staged command's staging directory: each writable root becomes an overlay
     /// whose upper layer is in it ([`toolvisor_os::staged`] layout).
     pub stage: Option<&'a Path>,
+    /// Host paths inside the private `/tmp` or `/run` to show read-only: the program
+    /// of an MCP server or external worker that lives there (a checkout under `/tmp`).
+    pub shown: &'a [PathBuf],
 }
 
 /// The steps for `inputs` over `view`, in the order they must run.
@@ -220,6 +223,12 @@ pub fn plan(inputs: &Inputs<'_>, view: &dyn View) -> Vec<Step> {
     }
     if view.kind(Path::new(DEV)) == Kind::Dir {
         steps.push(Step::Dev);
+    }
+    for p in inputs.shown {
+        let private = p.starts_with(PRIVATE_TMP) || p.starts_with(PRIVATE_RUN);
+        if private && view.kind(p) == Kind::Dir && !steps.contains(&Step::Shown(p.clone())) {
+            steps.push(Step::Shown(p.clone()));
+        }
     }
     steps.extend(writable.iter().map(|w| writable_step(w, inputs)));
     let mut guards = Vec::new();
@@ -468,6 +477,7 @@ mod tests {
             network: false,
             home: None,
             stage: None,
+            shown: &[],
         };
         plan(&inputs, &HostView)
     }
@@ -637,6 +647,7 @@ mod tests {
             network: false,
             home: None,
             stage: None,
+            shown: &[],
         };
         let steps = plan(&inputs, &HostView);
         assert!(steps.contains(&Step::ReadOnly(r.join(".git"))), "{steps:?}");
@@ -665,6 +676,7 @@ mod tests {
             network: false,
             home: None,
             stage: Some(stage),
+            shown: &[],
         };
         let steps = plan(&inputs, &HostView);
         let overlay = Step::Overlay {

@@ -38,6 +38,9 @@ pub struct SandboxSpec {
     /// A staged command's staging directory (`STATE/staged/<id>`): each root becomes an
     /// overlay whose writes are held there (docs/SANDBOX.md, staged commands).
     pub stage: Option<PathBuf>,
+    /// Directories inside the private `/tmp` (or `/run`) shown read-only: where an MCP
+    /// server's or external worker's program lives when that is there.
+    pub shown: Vec<PathBuf>,
     /// Test hook (`TOOLVISOR_SANDBOX_TEST_FAIL`): fail the setup the way a host that
     /// refuses user namespaces does, before anything is created.
     pub fail: bool,
@@ -73,6 +76,7 @@ impl SandboxSpec {
             network: s.network,
             netns: None,
             stage: None,
+            shown: Vec::new(),
             cwd: PathBuf::new(),
             fail: std::env::var(TEST_FAIL_VAR).is_ok_and(|v| v == "command"),
         }

@@ -6,7 +6,7 @@
 //! limits except CPU time (a server lives as long as the daemon), and only `lo` unless
 //! `network`. The shim kills the process's whole tree when its parent dies.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use toolvisor_protocol::worker::WorkerInit;
 
@@ -65,6 +65,7 @@ pub fn command_line(
     if let Some(s) = a.sandbox.as_mut() {
         // Not `workers.exec.network`: the server's own word.
         s.network = spec.network;
+        s.shown = program_dirs(spec.argv, &cwd);
     }
     a.rlimits.cpu_s = None;
     a.keep_fds = spec.keep_fds.to_vec();
@@ -80,6 +81,35 @@ pub fn command_line(
     Ok(out)
 }
 
+/// The directories of the files the command line names (its program, a script) that
+/// lie in the private `/tmp` or `/run`, which would otherwise hide them: they are shown
+/// read-only. A program found on `PATH` is outside them, or it is not shown either.
+fn program_dirs(argv: &[String], cwd: &Path) -> Vec<PathBuf> {
+    let mut out: Vec<PathBuf> = Vec::new();
+    for word in argv {
+        let p = Path::new(word);
+        if !(p.is_absolute() || word.contains('/')) {
+            continue;
+        }
+        let abs = cwd.join(p);
+        let Ok(real) = abs.canonicalize() else {
+            continue;
+        };
+        let Some(dir) = real.parent().filter(|_| real.is_file()) else {
+            continue;
+        };
+        let private = dir.starts_with("/tmp") || dir.starts_with("/run");
+        if private
+            && dir != Path::new("/tmp")
+            && dir != Path::new("/run")
+            && !out.iter().any(|o| o == dir)
+        {
+            out.push(dir.to_path_buf());
+        }
+    }
+    out
+}
+
 /// The workspace, canonical (the sandbox checks it enters the same directory).
 fn workspace(init: &WorkerInit) -> PathBuf {
     let p = &init.roots.private;
@@ -89,6 +119,23 @@ fn workspace(init: &WorkerInit) -> PathBuf {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn programs_in_the_private_tmp_are_shown_and_others_not() {
+        let d = tempfile::Builder::new().tempdir_in("/tmp").unwrap();
+        let prog = d.path().join("bin/server");
+        std::fs::create_dir_all(prog.parent().unwrap()).unwrap();
+        std::fs::write(&prog, "#!/bin/sh\n").unwrap();
+        let argv = vec![
+            prog.to_string_lossy().into_owned(),
+            "--flag".into(),
+            "python3".into(),
+        ];
+        let real = prog.parent().unwrap().canonicalize().unwrap();
+        assert_eq!(program_dirs(&argv, Path::new("/")), [real]);
+        let argv = vec!["/bin/sh".to_owned(), "-c".into(), "x".into()];
+        assert!(program_dirs(&argv, Path::new("/")).is_empty());
+    }
     use crate::reap::parse;
 
     fn init() -> WorkerInit {
