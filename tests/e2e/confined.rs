@@ -18,9 +18,16 @@ use crate::harness::*;
 
 const T: Duration = Duration::from_secs(90);
 
-/// A directory for the test outside `/tmp` (the target directory's).
+/// A directory for the test outside `/tmp` (the sandbox's `/tmp` is its own): the
+/// target directory's, or `/var/tmp` when the checkout itself is under `/tmp`.
 fn host_dir() -> tempfile::TempDir {
-    tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap()
+    let target = Path::new(env!("CARGO_TARGET_TMPDIR"));
+    let base = if target.starts_with("/tmp") && Path::new("/var/tmp").is_dir() {
+        Path::new("/var/tmp")
+    } else {
+        target
+    };
+    tempfile::tempdir_in(base).unwrap()
 }
 
 /// What the probes need: the fake HOME (with its decoy), where writes must not land,
@@ -29,6 +36,9 @@ struct Probe {
     home: PathBuf,
     outside: PathBuf,
     port: u16,
+    /// The test MCP server, copied outside `/tmp` (the bash line names it, so the
+    /// sandbox cannot know to show its directory).
+    server: PathBuf,
 }
 
 impl Probe {
@@ -38,10 +48,13 @@ impl Probe {
         std::fs::write(home.join(".ssh/id_ed25519"), "DECOY-SSH\n").unwrap();
         let outside = base.join("outside");
         std::fs::create_dir_all(&outside).unwrap();
+        let server = base.join("test_mcp_server");
+        std::fs::copy(test_mcp_server(), &server).unwrap();
         Probe {
             home,
             outside,
             port,
+            server,
         }
     }
 
@@ -61,7 +74,7 @@ impl Probe {
 
     /// An MCP server: the probes, then the test MCP server.
     fn mcp(&self, name: &str, extra: &str) -> String {
-        let cmd = format!("{}; exec {}", self.script(name), test_mcp_server());
+        let cmd = format!("{}; exec {}", self.script(name), self.server.display());
         format!("[mcp.servers.{name}]\ncommand = [\"bash\", \"-c\", {cmd:?}]\n{extra}\n")
     }
 

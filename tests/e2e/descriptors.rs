@@ -444,11 +444,13 @@ fn a_worker_that_forges_other_calls_results_is_replaced_and_changes_nothing_else
         eprintln!("python3 is not on PATH; skipping");
         return;
     }
-    // Not under /tmp: the worker runs in the command sandbox, whose /tmp is its own.
+    // The worker runs in the command sandbox, whose /tmp is its own: the directory of
+    // its script is shown to it (also when the checkout is under /tmp), so the client
+    // it imports lives beside the script.
     let out = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).expect("tempdir");
     let script = out.path().join("forger.py");
     std::fs::write(&script, FORGER).unwrap();
-    let pythonpath = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("clients/python/src");
+    let pythonpath = python_client_in(out.path());
     let config = format!(
         "{ALLOW_ALL}\n[workers.exec]\ncount = 1\n\
          [workers.forger]\ncommand = [\"python3\", {script:?}]\nrisk = \"low\"\n\
