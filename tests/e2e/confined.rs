@@ -302,7 +302,11 @@ async fn wait_dead(pids: &[u32], what: &str) {
 #[test]
 fn a_killed_worker_or_daemon_leaves_no_sandboxed_process_behind() {
     let (mcp_mark, ext_mark) = (unique_marker("mcp-tree"), unique_marker("ext-tree"));
-    let server = format!("sleep 600 & exec {}", test_mcp_server());
+    // Outside /tmp: the bash line names it, so its directory is not shown.
+    let base = host_dir();
+    let bin = base.path().join("test_mcp_server");
+    std::fs::copy(test_mcp_server(), &bin).unwrap();
+    let server = format!("sleep 600 & exec {}", bin.display());
     let config = format!(
         "{ALLOW_ALL}\n[mcp.servers.tree]\ncommand = [\"bash\", \"-c\", {server:?}]\n\
          env = {{ TREE_MARK = {mcp_mark:?} }}\n\

@@ -29,9 +29,11 @@ START_DEADLINE = 60.0
 TEST_DEADLINE = 180
 
 #: run_command asks when the command contains ``confirm-me``, and is allowed otherwise;
-#: the other tools follow the default mode (low risk allowed, medium asks).
+#: the other tools follow the default mode (low risk allowed, medium asks): the
+#: confined tier is off, so an edit asks as these tests expect.
 POLICY = """
 [policy]
+confined = "ask"
 confirm_timeout_ms = 60000
 
 [[policy.rules]]

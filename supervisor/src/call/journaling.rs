@@ -62,7 +62,21 @@ impl Undo {
             .map(Arc::new)
             .map_err(|e| format!("the undo journal cannot be opened: {e}"));
         match &journal {
-            Ok(_) => tracing::info!("undo journal ready in {:?}", started.elapsed()),
+            Ok(j) => {
+                let j = j.clone();
+                let spawned =
+                    std::thread::Builder::new()
+                        .name("undo-warm".into())
+                        .spawn(move || {
+                            j.warm();
+                            tracing::info!("undo journal ready in {:?}", started.elapsed());
+                        });
+                if let Err(e) = spawned {
+                    tracing::warn!(
+                        "the undo journal's first snapshot waits for the first call: {e}"
+                    );
+                }
+            }
             Err(e) => tracing::error!("{e}"),
         }
         Undo {

@@ -153,12 +153,18 @@ impl Journal {
             next_open: 1,
         };
         inner.recover_open();
-        inner.refresh_index();
         inner.finish_cut_undos();
         inner.make_room();
         Ok(Journal {
             inner: Mutex::new(inner),
         })
+    }
+
+    /// Take the first snapshot of the workspace (reading every journaled file once), so
+    /// the first call does not pay for it. Run off the start-up path: a capture waits
+    /// for it.
+    pub fn warm(&self) {
+        lock(&self.inner).refresh_index();
     }
 
     /// Begin capturing `info` over `paths` (`None`: the whole journaled workspace).

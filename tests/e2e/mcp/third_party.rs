@@ -2,7 +2,7 @@
 //! from npm, installed once into the target directory. Without `npm` or without the
 //! registry (offline CI) the test says why and passes.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
 
@@ -16,7 +16,15 @@ const PACKAGE: &str = "@modelcontextprotocol/server-filesystem@2026.8.31";
 
 /// The server's executable, installing the package if need be; `Err` says why not.
 fn install() -> Result<PathBuf, String> {
-    let prefix = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("mcp-npm");
+    // Outside /tmp (the server runs sandboxed, with a /tmp of its own): the target
+    // directory, or /var/tmp when the checkout is under /tmp.
+    let target = PathBuf::from(env!("CARGO_TARGET_TMPDIR"));
+    let base = if target.starts_with("/tmp") && Path::new("/var/tmp").is_dir() {
+        PathBuf::from("/var/tmp/toolvisor-e2e")
+    } else {
+        target
+    };
+    let prefix = base.join("mcp-npm");
     let bin = prefix.join("node_modules/.bin/mcp-server-filesystem");
     if bin.exists() {
         return Ok(bin);
