@@ -239,7 +239,7 @@ impl Service {
             Journaled::Open(id) => id,
         };
         let Ok(journal) = self.undo().journal.clone() else {
-            return Value::Bool(false);
+            return Value::from("not undoable: the undo journal is not open");
         };
         tokio::task::spawn_blocking(move || journal.finish(id))
             .await
