@@ -108,8 +108,10 @@ def run(setting: str, bin_: str) -> tuple:
     daemon = subprocess.Popen([bin_, "--workspace", str(ws), "serve"], stderr=log, stdout=log)
     try:
         deadline = time.time() + 60
-        while subprocess.run([bin_, "--workspace", str(ws), "doctor", "--json"],
-                             capture_output=True).returncode not in (0, 1):
+        # `doctor` waits for the guard canary (the confined tier needs its verdict);
+        # it prints JSON only once it has talked to the daemon.
+        while not subprocess.run([bin_, "--workspace", str(ws), "doctor", "--json"],
+                                 capture_output=True, text=True).stdout.strip().startswith("{"):
             if time.time() > deadline:
                 sys.exit(f"serve did not start: {(base / 'serve.log').read_text()[-2000:]}")
             time.sleep(0.2)
