@@ -41,6 +41,31 @@ fn tree(ws: &Path) -> BTreeMap<PathBuf, (char, u32, Vec<u8>)> {
     out
 }
 
+/// The `read_output` that sees the background job `started` end (30 s at most).
+async fn job_end(
+    c: &mut toolvisor_protocol::client::Client,
+    started: &toolvisor_protocol::ToolResult,
+) -> toolvisor_protocol::ToolResult {
+    let handle = started.meta["process"]
+        .as_str()
+        .expect("a handle")
+        .to_owned();
+    let end = Instant::now() + Duration::from_secs(30);
+    loop {
+        let r = call_on(
+            c,
+            "r",
+            "read_output",
+            json!({"process": handle, "wait_ms": 2000}),
+        )
+        .await;
+        if r.meta["running"] == json!(false) {
+            return r;
+        }
+        assert!(Instant::now() < end, "the job did not end");
+    }
+}
+
 fn undo_of(r: &toolvisor_protocol::ToolResult) -> Value {
     r.meta["undo"].clone()
 }
@@ -111,21 +136,7 @@ fn a_whole_session_is_undone_to_the_tree_it_started_from() {
             json!({"command": "echo job > job.txt; rm README.md", "background": true}),
         )
         .await;
-        let handle = r.meta["process"].as_str().expect("a handle").to_owned();
-        let end = Instant::now() + Duration::from_secs(30);
-        loop {
-            let r = call_on(
-                &mut c,
-                "r",
-                "read_output",
-                json!({"process": handle, "wait_ms": 2000}),
-            )
-            .await;
-            if r.meta["running"] == json!(false) {
-                break;
-            }
-            assert!(Instant::now() < end, "the job did not end");
-        }
+        job_end(&mut c, &r).await;
     });
     assert_ne!(tree(s.ws()), start);
     let (code, answer) = cli_undo(s.ws(), &["--last", "10"]);
@@ -339,22 +350,8 @@ fn an_agent_host_folder_a_command_creates_is_moved_aside() {
             json!({"command": "mkdir .cursor && echo x > .cursor/mcp.json", "background": true}),
         )
         .await;
-        let handle = r.meta["process"].as_str().expect("handle").to_owned();
-        let end = Instant::now() + Duration::from_secs(30);
-        loop {
-            let r = call_on(
-                &mut c,
-                "r",
-                "read_output",
-                json!({"process": handle, "wait_ms": 2000}),
-            )
-            .await;
-            if r.meta["running"] == json!(false) {
-                assert!(r.content.contains("moved aside"), "{r:?}");
-                break;
-            }
-            assert!(Instant::now() < end, "the job did not end");
-        }
+        let end = job_end(&mut c, &r).await;
+        assert!(end.content.contains("moved aside"), "{end:?}");
     });
     assert!(!s.ws().join(".cursor").exists());
 }

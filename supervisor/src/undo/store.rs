@@ -110,17 +110,8 @@ fn copy_hashing(src: &mut impl Read, dst: &mut impl Write) -> io::Result<Hashed>
     }
     dst.flush()?;
     Ok(Hashed {
-        sha256: hex(&hasher.finalize()),
+        sha256: crate::audit::chain::hex(&hasher.finalize()),
         size,
-    })
-}
-
-/// Lowercase hex of `bytes`.
-pub fn hex(bytes: &[u8]) -> String {
-    use std::fmt::Write as _;
-    bytes.iter().fold(String::new(), |mut s, b| {
-        let _ = write!(s, "{b:02x}");
-        s
     })
 }
 
