@@ -6,5 +6,6 @@
 //! exec worker writes it, the supervisor applies it.
 
 pub mod fds;
+pub mod hex;
 pub mod procfs;
 pub mod staged;

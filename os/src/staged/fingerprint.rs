@@ -2,6 +2,7 @@
 //! content hash, a link's target, a directory's whole tree. A staged command's changes
 //! are applied only where the workspace still has what it had when the command ended.
 
+use crate::hex::hex;
 use std::io::Read;
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
@@ -122,17 +123,6 @@ pub fn file_sha256(path: &Path) -> std::io::Result<String> {
         h.update(&buf[..n]);
     }
     Ok(hex(&h.finalize()))
-}
-
-/// Lowercase hex.
-fn hex(bytes: &[u8]) -> String {
-    const DIGITS: &[u8; 16] = b"0123456789abcdef";
-    let mut out = String::with_capacity(bytes.len() * 2);
-    for b in bytes {
-        out.push(DIGITS[(b >> 4) as usize] as char);
-        out.push(DIGITS[(b & 0xf) as usize] as char);
-    }
-    out
 }
 
 #[cfg(test)]

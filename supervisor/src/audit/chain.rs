@@ -13,16 +13,7 @@ pub const GENESIS: &str = "00000000000000000000000000000000000000000000000000000
 /// Keys the chain owns; a caller's fields may not use them.
 pub const RESERVED: [&str; 5] = ["seq", "ts", "kind", "prev", "hash"];
 
-/// Lowercase hex; sha2 0.11's digest no longer implements `LowerHex`.
-pub fn hex(bytes: &[u8]) -> String {
-    const HEX: &[u8; 16] = b"0123456789abcdef";
-    let mut s = String::with_capacity(bytes.len() * 2);
-    for &b in bytes {
-        s.push(HEX[(b >> 4) as usize] as char);
-        s.push(HEX[(b & 0xf) as usize] as char);
-    }
-    s
-}
+pub use toolvisor_os::hex::hex;
 
 /// Lowercase hex SHA-256 of `bytes`.
 pub fn sha256_hex(bytes: &[u8]) -> String {

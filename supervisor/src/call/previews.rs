@@ -12,6 +12,7 @@ use std::collections::{HashMap, VecDeque};
 use std::hash::BuildHasher;
 use std::io::Read;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use toolvisor_os::hex::hex;
 
 use serde_json::{Map, Value, json};
 use sha2::{Digest, Sha256};
@@ -289,17 +290,6 @@ fn random_seed() -> [u8; 32] {
         seed.copy_from_slice(&h.finalize());
     }
     seed
-}
-
-/// Lowercase hex (sha2 0.11's digest has no `LowerHex`).
-fn hex(bytes: &[u8]) -> String {
-    const DIGITS: &[u8; 16] = b"0123456789abcdef";
-    let mut out = String::with_capacity(bytes.len() * 2);
-    for b in bytes {
-        out.push(DIGITS[(b >> 4) as usize] as char);
-        out.push(DIGITS[(b & 0xf) as usize] as char);
-    }
-    out
 }
 
 #[cfg(test)]

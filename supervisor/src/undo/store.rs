@@ -110,7 +110,7 @@ fn copy_hashing(src: &mut impl Read, dst: &mut impl Write) -> io::Result<Hashed>
     }
     dst.flush()?;
     Ok(Hashed {
-        sha256: crate::audit::chain::hex(&hasher.finalize()),
+        sha256: toolvisor_os::hex::hex(&hasher.finalize()),
         size,
     })
 }

@@ -18,16 +18,9 @@ pub const DIFF_MAX: usize = 256 * 1024;
 /// What a cut diff keeps.
 pub const DIFF_KEEP: usize = 128 * 1024;
 
-/// Lowercase hex SHA-256 (sha2 0.11's digest has no `LowerHex`, so we encode by hand).
+/// Lowercase hex SHA-256.
 pub fn sha256_hex(bytes: &[u8]) -> String {
-    const HEX: &[u8; 16] = b"0123456789abcdef";
-    let digest = Sha256::digest(bytes);
-    let mut out = String::with_capacity(64);
-    for b in digest.iter() {
-        out.push(HEX[(b >> 4) as usize] as char);
-        out.push(HEX[(b & 0xf) as usize] as char);
-    }
-    out
+    toolvisor_os::hex::hex(&Sha256::digest(bytes))
 }
 
 /// A git-style unified diff of `old` (`None`: the file does not exist) against `new`;
