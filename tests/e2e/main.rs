@@ -16,6 +16,7 @@ mod descriptors;
 mod disk_full;
 mod doctor;
 mod edit;
+mod egress;
 mod envelope;
 mod exec;
 mod external;
