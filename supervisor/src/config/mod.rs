@@ -78,6 +78,17 @@ pub struct Config {
     pub mcp: mcp::McpConfig,
     /// `[undo]`: the journal of what calls changed.
     pub undo: UndoConfig,
+    /// `[hooks]`: how `toolvisor hook` answers an agent host's own tool calls.
+    pub hooks: HooksConfig,
+}
+
+/// `[hooks]`.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct HooksConfig {
+    /// An allowed shell command of the host comes back rewritten to run inside the
+    /// sandbox (`toolvisor exec -- bash -c '…'`).
+    pub wrap: bool,
 }
 
 /// `[undo]`.
