@@ -51,7 +51,7 @@ fn print(m: &ServerMessage, json: bool) {
     }
 }
 
-fn explain_locally(
+pub(crate) fn explain_locally(
     r: &Resolved,
     tool: &str,
     args: &serde_json::Value,

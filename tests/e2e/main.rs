@@ -23,6 +23,7 @@ mod external;
 mod fairness;
 mod first_hour;
 mod hidden;
+mod hosts;
 mod jobs;
 mod limits;
 mod loopback;

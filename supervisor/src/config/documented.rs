@@ -76,6 +76,7 @@ fn every_key_is_documented() {
         "web",
         "skills",
         "undo",
+        "hooks",
         "words",
         "mcp",
         "servers",

@@ -80,6 +80,17 @@ pub struct Config {
     pub undo: UndoConfig,
     /// `[network]`: the domains every command and `web_fetch` reach without asking.
     pub network: NetworkConfig,
+    /// `[hooks]`: how `toolvisor hook` answers an agent host's own tool calls.
+    pub hooks: HooksConfig,
+}
+
+/// `[hooks]`.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct HooksConfig {
+    /// An allowed shell command of the host comes back rewritten to run inside the
+    /// sandbox (`toolvisor exec -- bash -c '…'`).
+    pub wrap: bool,
 }
 
 /// `[network]`.
