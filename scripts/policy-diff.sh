@@ -16,5 +16,5 @@ command -v bash >/dev/null && command -v timeout >/dev/null || {
     exit 1
 }
 echo "policy-diff: $(bash --version | head -n 1)"
-cargo test -p toolvisor-supervisor --locked --lib -- --ignored --nocapture \
-    policy::differential::policy_reads_quotes_as_bash_does_full
+cargo test -p toolvisor-policy --locked --lib -- --ignored --nocapture \
+    differential::policy_reads_quotes_as_bash_does_full

@@ -9,7 +9,6 @@ use toolvisor_protocol::tools::builtin;
 
 use crate::cli::PolicyCommand;
 use crate::workspace::Resolved;
-use toolvisor_supervisor::policy::Policy;
 use toolvisor_supervisor::policy::explain::{explain, render};
 use toolvisor_supervisor::registry::Registry;
 
@@ -61,7 +60,7 @@ pub(crate) fn explain_locally(
         .map_err(|e| (2, e.to_string()))?;
     let registry = Registry::new(builtin()).map_err(|e| (70, e.to_string()))?;
     let names = toolvisor_supervisor::service::tool_names(&config, &registry);
-    let policy = Policy::for_config(&config, &roots, &names)
+    let policy = toolvisor_supervisor::policy::for_config(&config, &roots, &names)
         .map_err(|e| (2, format!("bad [policy]: {e}")))?;
     Ok(explain("cli".into(), &policy, &registry, tool, args))
 }

@@ -134,8 +134,9 @@ impl Service {
             tracing::warn!("{w}");
         }
         let registry = Registry::new(tools::builtin())?;
-        let policy = Policy::for_config(&config, &init.roots, &tool_names(&config, &registry))
-            .map_err(StartError::Policy)?;
+        let policy =
+            crate::policy::for_config(&config, &init.roots, &tool_names(&config, &registry))
+                .map_err(StartError::Policy)?;
         let mut pools = HashMap::new();
         let mut order = Vec::new();
         let mut announced = Vec::new();

@@ -3,9 +3,6 @@
 //! (`[workers.NAME]`) run in the command sandbox unless `sandbox = "off"`, without
 //! the network unless `network = true` (docs/SANDBOX.md).
 
-use std::fmt;
-
-use serde::de::{self, Deserializer, SeqAccess, Visitor};
 use serde::{Deserialize, Serialize};
 
 /// `sandbox` of an MCP server or an external worker.
@@ -40,72 +37,7 @@ impl WorkerSandbox {
     }
 }
 
-/// `network`: `true`, `false`, or a list of domains. A list is accepted for the
-/// per-domain egress proxy to come; until it exists a list gives no network.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
-#[serde(untagged)]
-pub enum Network {
-    /// `true`: the host's network; `false`: only a loopback of its own.
-    All(bool),
-    /// Only these domains (not enforced yet: no network at all).
-    Domains(Vec<String>),
-}
-
-impl Default for Network {
-    fn default() -> Self {
-        Network::All(false)
-    }
-}
-
-impl Network {
-    /// Whether the process gets the host's network.
-    pub fn allowed(&self) -> bool {
-        matches!(self, Network::All(true))
-    }
-
-    /// The domains of a list (None for `true`/`false`).
-    pub fn domains(&self) -> Option<&[String]> {
-        match self {
-            Network::Domains(d) => Some(d),
-            Network::All(_) => None,
-        }
-    }
-}
-
-impl<'de> Deserialize<'de> for Network {
-    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        d.deserialize_any(NetworkVisitor)
-    }
-}
-
-struct NetworkVisitor;
-
-impl<'de> Visitor<'de> for NetworkVisitor {
-    type Value = Network;
-
-    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("`network` = true, false or a list of domain names")
-    }
-
-    fn visit_bool<E: de::Error>(self, v: bool) -> Result<Network, E> {
-        Ok(Network::All(v))
-    }
-
-    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Network, A::Error> {
-        let mut out = Vec::new();
-        while let Some(d) = seq.next_element::<String>()? {
-            if !valid_domain(&d) {
-                return Err(de::Error::custom(format!(
-                    "network: {d:?} is not a domain name"
-                )));
-            }
-            out.push(d);
-        }
-        Ok(Network::Domains(out))
-    }
-}
-
-use toolvisor_protocol::egress::valid_domain;
+pub use toolvisor_policy::config::Network;
 
 /// The log line a domain list gets at load (`key`: where it was set), or None.
 pub fn domains_warning(key: &str, network: &Network) -> Option<String> {

@@ -8,16 +8,15 @@ use toolvisor_protocol::worker::{Limits, SkillsSettings, WebSettings};
 
 pub mod isolation;
 pub mod mcp;
-mod policy;
 mod toml_error;
 mod validate;
 mod workers;
 
 pub use isolation::{Network, WorkerSandbox};
-pub use policy::{
+use toml_error::describe_toml_error;
+pub use toolvisor_policy::config::{
     Action, Condition, Confined, Expose, Hazards, Mode, Operator, PolicyConfig, Rule,
 };
-use toml_error::describe_toml_error;
 pub use workers::{BUILTIN_GROUPS, DEFAULT_HIDDEN, GroupConfig, SandboxMode, WorkersConfig};
 
 /// Why a configuration cannot be used: `serve` refuses to start (exit 78), a reload

@@ -24,8 +24,8 @@ fn load(service: &Service) -> Result<(Config, Policy, WorkerInit), String> {
     let init = crate::workers::init::worker_init(paths, &cfg, service.instance())
         .map_err(|e| e.to_string())?;
     let names = service.tool_names(&cfg);
-    let policy =
-        Policy::for_config(&cfg, &init.roots, &names).map_err(|e| format!("bad [policy]: {e}"))?;
+    let policy = crate::policy::for_config(&cfg, &init.roots, &names)
+        .map_err(|e| format!("bad [policy]: {e}"))?;
     Ok((cfg, policy, init))
 }
 

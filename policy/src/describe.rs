@@ -64,11 +64,11 @@ mod tests {
             "run_command",
             Some(("command", "startsWith", "cargo \"x\"")),
         );
-        let cfg = crate::config::Config::parse(&format!("[policy]\n{text}"), "t");
-        // A bare [[policy.rules]] after [policy] parses as an array of tables.
-        let cfg = cfg
-            .or_else(|_| crate::config::Config::parse(&text, "t"))
-            .unwrap();
+        #[derive(serde::Deserialize)]
+        struct File {
+            policy: crate::config::PolicyConfig,
+        }
+        let cfg: File = toml::from_str(&text).unwrap();
         assert_eq!(cfg.policy.rules.len(), 1);
         assert_eq!(cfg.policy.rules[0].conditions[0].value, "cargo \"x\"");
     }

@@ -15,7 +15,7 @@ use super::check::{self, Finding, Landmarks};
 use super::vars::{SafeVars, is_integer, is_name, is_numeric_special};
 use super::word::{self, Word, WordBuilder};
 use super::{Analysis, Part, Via};
-use crate::policy::hazards::{self, Hazard, Paths};
+use crate::hazards::{self, Hazard, Paths};
 
 mod command;
 mod compound;

@@ -5,36 +5,28 @@
 
 use serde_json::Value;
 use toolvisor_protocol::message::{ExplainedPart, ServerMessage};
+use toolvisor_protocol::tools::ToolDef;
 use toolvisor_protocol::{ErrorBody, ErrorType, Id};
 
 use super::Policy;
-use crate::registry::Registry;
 
-/// The `explanation` for a call of `tool` with `args`.
-pub fn explain(
-    id: Id,
-    policy: &Policy,
-    registry: &Registry,
-    tool: &str,
-    args: &Value,
-) -> ServerMessage {
-    let error = |kind, risk: &str, message: String| ServerMessage::Explanation {
-        id: id.clone(),
+/// The `explanation` of a call that cannot be decided: its tool is unknown or its
+/// arguments are invalid (`kind` says which; the caller looked the tool up).
+pub fn refused(id: Id, kind: ErrorType, risk: &str, message: String) -> ServerMessage {
+    ServerMessage::Explanation {
+        id,
         decision: "error".into(),
         risk: risk.into(),
         reason: message.clone(),
         rule: None,
         parts: None,
         error: Some(ErrorBody::new(kind, message)),
-    };
-    let Some(entry) = registry.find(tool) else {
-        return error(ErrorType::ToolNotFound, "high", registry.not_found(tool));
-    };
-    let def = &entry.def;
-    if let Err(violations) = entry.check(args) {
-        let message = format!("invalid arguments for {}:\n{violations}", def.name);
-        return error(ErrorType::InvalidParams, def.risk.as_str(), message);
     }
+}
+
+/// The `explanation` for a call of `def` with `args`, already validated against its
+/// schema.
+pub fn explain(id: Id, policy: &Policy, def: &ToolDef, args: &Value) -> ServerMessage {
     let d = policy.decide(def, args);
     // The gate refuses a path outside every root before anyone is asked.
     let outside = d

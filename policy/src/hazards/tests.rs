@@ -3,7 +3,7 @@
 
 use super::options::*;
 use super::*;
-use crate::policy::shell::analyze;
+use crate::shell::analyze;
 
 struct Ws;
 
@@ -483,7 +483,7 @@ fn options_parse_like_getopt() {
 
 #[test]
 fn every_program_is_documented() {
-    let doc = include_str!("../../../../docs/POLICY.md");
+    let doc = include_str!("../../../docs/POLICY.md");
     for p in PROGRAMS {
         for n in p.names {
             assert!(

@@ -4,7 +4,7 @@
 
 use super::options::*;
 use super::*;
-use crate::policy::{awk, sed};
+use crate::{awk, sed};
 
 pub(super) fn awk_check(a: &Args<'_>, f: &mut Findings) {
     let items = parse_with(

@@ -31,7 +31,7 @@ mod text;
 mod tools;
 mod transfer;
 
-pub use environment::{ENV_KEYS, EnvKey, is_env_hazard};
+pub use environment::is_env_hazard;
 pub use names::{
     CODE_BUILTINS, INTERPRETERS, NAME_BUILTINS, NEUTRAL, RUN_SHELLS, SHELLS, WRAPPERS,
 };

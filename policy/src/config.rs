@@ -1,6 +1,12 @@
-//! `[policy]`: the mode, the confirmation timeout and the rules (docs/POLICY.md).
+//! The configuration the policy reads: `[policy]` (the mode, the confirmation timeout
+//! and the rules, docs/POLICY.md) and `network` (`true`, `false` or domains).
+//! `toolvisor-supervisor`'s `config` re-exports these for `toolvisor.toml`.
 
+use std::fmt;
+
+use serde::de::{self, Deserializer, SeqAccess, Visitor};
 use serde::{Deserialize, Serialize};
+use toolvisor_protocol::egress::valid_domain;
 
 /// What decides a call no rule matches, by its risk.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -93,7 +99,7 @@ pub struct Rule {
     /// (`true`), or these domains through the egress proxy (a list). It also grants a
     /// call's own `network` argument that asks for no more.
     #[serde(default)]
-    pub network: Option<super::Network>,
+    pub network: Option<Network>,
     /// An `allow` of `run_command` by this rule grants a call's `writable` paths that
     /// lie under these (absolute or `~/`).
     #[serde(default)]
@@ -192,5 +198,70 @@ impl Default for PolicyConfig {
             confirm_timeout_ms: 60_000,
             rules: Vec::new(),
         }
+    }
+}
+
+/// `network`: `true`, `false`, or a list of domains. A list is accepted for the
+/// per-domain egress proxy to come; until it exists a list gives no network.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[serde(untagged)]
+pub enum Network {
+    /// `true`: the host's network; `false`: only a loopback of its own.
+    All(bool),
+    /// Only these domains (not enforced yet: no network at all).
+    Domains(Vec<String>),
+}
+
+impl Default for Network {
+    fn default() -> Self {
+        Network::All(false)
+    }
+}
+
+impl Network {
+    /// Whether the process gets the host's network.
+    pub fn allowed(&self) -> bool {
+        matches!(self, Network::All(true))
+    }
+
+    /// The domains of a list (None for `true`/`false`).
+    pub fn domains(&self) -> Option<&[String]> {
+        match self {
+            Network::Domains(d) => Some(d),
+            Network::All(_) => None,
+        }
+    }
+}
+
+impl<'de> Deserialize<'de> for Network {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        d.deserialize_any(NetworkVisitor)
+    }
+}
+
+struct NetworkVisitor;
+
+impl<'de> Visitor<'de> for NetworkVisitor {
+    type Value = Network;
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("`network` = true, false or a list of domain names")
+    }
+
+    fn visit_bool<E: de::Error>(self, v: bool) -> Result<Network, E> {
+        Ok(Network::All(v))
+    }
+
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Network, A::Error> {
+        let mut out = Vec::new();
+        while let Some(d) = seq.next_element::<String>()? {
+            if !valid_domain(&d) {
+                return Err(de::Error::custom(format!(
+                    "network: {d:?} is not a domain name"
+                )));
+            }
+            out.push(d);
+        }
+        Ok(Network::Domains(out))
     }
 }

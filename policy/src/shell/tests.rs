@@ -1,7 +1,7 @@
 //! The walk per node kind and per hazard.
 
 use super::*;
-use crate::policy::hazards::Kind;
+use crate::hazards::Kind;
 
 /// Paths under `/ws` (the workspace) or relative ones that do not climb are inside.
 pub(crate) struct Ws;
