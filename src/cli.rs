@@ -309,7 +309,7 @@ pub fn main() {
                 toolvisor_workers::worker::main(group)
             }
         }
-        Command::Reap { argv } => toolvisor_workers::reap::main(argv.clone()),
+        Command::Reap { argv } => toolvisor_sandbox::reap::main(argv.clone()),
         Command::Serve { log_format } => {
             hand_log_format_to_workers(*log_format);
             run(&cli)
@@ -429,7 +429,7 @@ fn serve_cmd(r: Resolved) -> i32 {
     toolvisor_supervisor::serve::run(toolvisor_supervisor::serve::ServeArgs {
         host: toolvisor_supervisor::serve::HostHooks {
             probe_sandbox: |exe, workspace, hidden| {
-                toolvisor_workers::sandbox::probe::probe(exe, workspace, hidden)
+                toolvisor_sandbox::probe::probe(exe, workspace, hidden)
                     .map_err(|e| NoNamespaces(e.to_string()))
             },
             prepare_cgroups: toolvisor_workers::exec::cgroup::prepare_delegated_v2,

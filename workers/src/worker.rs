@@ -56,7 +56,13 @@ pub fn main(group: &str) -> i32 {
         crate::state::prepare(&init.state_dir);
     }
     let cgroups = ExecState::cgroups(&init);
-    let landlock = crate::sandbox::confine(&init, &cgroups.bases());
+    // What the group writes under the state directory, besides the roots.
+    let own = match group {
+        tools::EDIT => vec![crate::edit::temps::dir(&init.state_dir)],
+        tools::STATE => vec![crate::state::store::dir(&init.state_dir)],
+        _ => Vec::new(),
+    };
+    let landlock = toolvisor_sandbox::confine(&init, &cgroups.bases(), &own);
     let roots = [
         Some(init.roots.private.as_path()),
         init.roots.shared.as_deref(),
@@ -64,7 +70,7 @@ pub fn main(group: &str) -> i32 {
     ];
     let roots: Vec<&std::path::Path> = roots.into_iter().flatten().collect();
     let mut refused = init.protected.clone();
-    refused.extend(crate::sandbox::hidden::inside(
+    refused.extend(toolvisor_sandbox::hidden::inside(
         &init.exec.sandbox.hidden,
         &roots,
     ));
@@ -72,7 +78,7 @@ pub fn main(group: &str) -> i32 {
     // when this worker starts): the edit tools refuse it like `.git/config`.
     let home = std::env::var_os("HOME").map(std::path::PathBuf::from);
     let mut edit_refused = init.exec.sandbox.protected.clone();
-    edit_refused.extend(crate::sandbox::gitcfg::guarded_names(
+    edit_refused.extend(toolvisor_sandbox::gitcfg::guarded_names(
         &roots,
         home.as_deref(),
     ));
@@ -298,7 +304,7 @@ fn announced(init: &WorkerInit, resolver: &Resolver) -> Vec<AnnouncedTool> {
 fn guards(init: &WorkerInit, exec: &ExecState, landlock: Option<u32>) -> Guards {
     let is_exec = init.group == tools::EXEC;
     let s = &init.exec.sandbox;
-    let mut protected: Vec<String> = crate::sandbox::protect::names(&s.protected)
+    let mut protected: Vec<String> = toolvisor_sandbox::protect::names(&s.protected)
         .iter()
         .map(|p| p.display().to_string())
         .collect();

@@ -17,7 +17,9 @@ use tokio::io::Interest;
 use tokio::io::unix::AsyncFd;
 use tokio::time::Instant;
 
-use crate::reap::control::{GO, MAX_PACKET, READY, REFUSED, SIGNAL, STARTED, TERMINAL, parse_ack};
+use toolvisor_sandbox::reap::control::{
+    GO, MAX_PACKET, READY, REFUSED, SIGNAL, STARTED, TERMINAL, parse_ack,
+};
 
 /// How long a signal request waits for the runner's answer.
 const ANSWER_WAIT: Duration = Duration::from_secs(5);

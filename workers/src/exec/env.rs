@@ -11,7 +11,7 @@ use serde_json::Value;
 use toolvisor_protocol::worker::ExecSettings;
 
 use crate::ToolError;
-use crate::reap::MARKER_VAR;
+use toolvisor_sandbox::reap::MARKER_VAR;
 
 /// Variables a command inherits from the worker when they are set.
 const ALLOW: &[&str] = &[

@@ -262,7 +262,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_terminal_gets_end_of_file_at_the_start_of_a_line() {
-        let (master, slave) = crate::reap::control::open_terminal(24, 80).unwrap();
+        let (master, slave) = toolvisor_sandbox::reap::control::open_terminal(24, 80).unwrap();
         let (term, _reader) = Terminal::new(master).unwrap();
         term.resize(40, 120).unwrap();
         // SAFETY: an all-zero winsize is valid; TIOCGWINSZ fills it.

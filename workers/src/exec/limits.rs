@@ -15,7 +15,7 @@ use toolvisor_protocol::{ErrorBody, ErrorType};
 
 use super::cgroup::{CommandCgroup, Limit};
 use super::launch::{Ended, Stop};
-use crate::sandbox::spec::Rlimits;
+use toolvisor_sandbox::spec::Rlimits;
 
 /// Processes of ours counted in `RLIMIT_NPROC` besides the command's (the shim, the
 /// PID namespace's first process).

@@ -11,7 +11,7 @@ use std::collections::HashSet;
 /// process table for all of them.
 pub(crate) fn listening_each(roots: &[u32]) -> Vec<Vec<u16>> {
     let raw: Vec<i32> = roots.iter().map(|&r| r as i32).collect();
-    let trees = crate::reap::descendants_of_each(&raw);
+    let trees = toolvisor_sandbox::reap::descendants_of_each(&raw);
     raw.iter()
         .zip(trees)
         .map(|(&root, tree)| listening_in(root, &tree))

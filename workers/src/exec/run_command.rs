@@ -18,8 +18,8 @@ use super::jobs::{NewJob, ReadySpec, Yielded};
 use super::launch::{Bounds, CpuWatch, Ended, Holder, Running, Spec, Stop, supervise};
 use super::output::{Capture, Coalescer, sanitize_name};
 use super::stage::{Collected, Staging};
-use crate::reap::report::Report;
 use crate::{ToolContext, ToolError};
+use toolvisor_sandbox::reap::report::Report;
 
 /// `timeout` when the call gives none (docs/PROTOCOL.md §9).
 pub(crate) const DEFAULT_TIMEOUT: Duration = Duration::from_secs(30);

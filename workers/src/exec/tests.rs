@@ -1,6 +1,6 @@
 //! Tests of the exec tools with real processes. Commands run under the real shim
 //! logic: the launcher re-executes this test binary as `toolvisor reap` (see
-//! `reap::tests::shim_entry`).
+//! [`shim_entry`]).
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -14,6 +14,30 @@ use super::launch::{Launcher, ShimLauncher};
 use super::{ExecState, run};
 use crate::paths::Resolver;
 use crate::{CancelFlag, OutputSink, ToolContext};
+
+/// Name of the env var that turns [`shim_entry`] into a shim (JSON array of args).
+const TEST_SHIM_VAR: &str = "TOOLVISOR_TEST_SHIM";
+
+/// Not a test: when the test binary is re-executed with `TOOLVISOR_TEST_SHIM`, this
+/// "test" becomes `toolvisor reap`. The launcher redirects libtest's own stdout
+/// and stderr to /dev/null and hands the real ones over as fds 3 and 4.
+#[test]
+fn shim_entry() {
+    let Ok(json) = std::env::var(TEST_SHIM_VAR) else {
+        return;
+    };
+    let args: Vec<String> = serde_json::from_str(&json).expect("shim args");
+    // SAFETY: the other thread of this process (libtest's main) only waits for us.
+    unsafe { std::env::remove_var(TEST_SHIM_VAR) };
+    for (from, to) in [(3, 1), (4, 2)] {
+        // SAFETY: plain fd juggling at start, before anything else uses them.
+        unsafe {
+            libc::dup2(from, to);
+            libc::close(from);
+        }
+    }
+    std::process::exit(toolvisor_sandbox::reap::main(args));
+}
 
 /// Libtest's stdout/stderr go to /dev/null; the command's pipes are passed as 3 and 4.
 const WRAP: &str = "exec 3>&1 4>&2 >/dev/null 2>&1; exec \"$0\" \"$@\"";
@@ -70,14 +94,14 @@ fn fixture_with(limits: Limits, max_jobs: usize, shim: bool) -> Fixture {
                 "-c".into(),
                 WRAP.into(),
                 std::env::current_exe().unwrap().into(),
-                "reap::tests::shim_entry".into(),
+                "exec::tests::shim_entry".into(),
                 "--exact".into(),
                 "--nocapture".into(),
                 "--test-threads=1".into(),
                 "-q".into(),
             ],
-            args_env: Some(crate::reap::tests::TEST_SHIM_VAR),
-            writable: crate::sandbox::command_writable(&init),
+            args_env: Some(TEST_SHIM_VAR),
+            writable: toolvisor_sandbox::command_writable(&init),
             sandbox: None,
             rlimits: Default::default(),
         }))

@@ -70,7 +70,7 @@ pub struct Resolver {
     artifacts: Option<PathBuf>,
     /// Root-relative names the edit tools refuse besides anything under `.git` (the
     /// built-in protected names, plus `workers.exec.protected`; see
-    /// [`crate::sandbox::protect`]).
+    /// [`toolvisor_sandbox::protect`]).
     edit_refused: Vec<PathBuf>,
     /// One open directory fd per root, opened once: every open starts from it.
     fds: Vec<OwnedFd>,
@@ -98,7 +98,7 @@ impl Resolver {
             roots: all,
             protected: protected.to_vec(),
             artifacts: None,
-            edit_refused: crate::sandbox::protect::names(&[]),
+            edit_refused: toolvisor_sandbox::protect::names(&[]),
             fds,
             openat2,
         })
@@ -106,7 +106,7 @@ impl Resolver {
 
     /// Add `workers.exec.protected` to what the edit tools refuse.
     pub fn with_edit_protection(mut self, extra: &[PathBuf]) -> Self {
-        self.edit_refused = crate::sandbox::protect::names(extra);
+        self.edit_refused = toolvisor_sandbox::protect::names(extra);
         self
     }
 

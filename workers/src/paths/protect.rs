@@ -15,14 +15,15 @@ impl Resolver {
     /// Whether the edit tools must refuse `r`: under `.git`, or a protected name (or
     /// under one), existing or not.
     pub fn edit_refused(&self, r: &Resolved) -> bool {
-        crate::sandbox::protect::refused_for_edits(&r.rel, &self.edit_refused)
+        toolvisor_sandbox::protect::refused_for_edits(&r.rel, &self.edit_refused)
     }
 
     /// [`Resolver::edit_refused`] for a real host path (a parent reached through a
     /// symlink): relative to the most specific root that contains it.
     pub fn edit_refused_host(&self, host: &Path) -> bool {
-        self.map_host(host)
-            .is_some_and(|r| crate::sandbox::protect::refused_for_edits(&r.rel, &self.edit_refused))
+        self.map_host(host).is_some_and(|r| {
+            toolvisor_sandbox::protect::refused_for_edits(&r.rel, &self.edit_refused)
+        })
     }
 
     /// Whether a host path is (inside) a protected path.

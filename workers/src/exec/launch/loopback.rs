@@ -1,5 +1,5 @@
 //! One loopback per session: the exec worker's side of the holders
-//! ([`crate::reap::holder`]) that keep a session's network namespace alive, so that a
+//! ([`toolvisor_sandbox::reap::holder`]) that keep a session's network namespace alive, so that a
 //! port one of the session's background processes listens on is reachable from the
 //! session's later commands, and from no other session's (see docs/SANDBOX.md, "One
 //! loopback per session").
@@ -27,9 +27,9 @@ use tokio::time::Instant;
 use super::{ChildSetup, Launcher, ShimArgs, ShimFds, ShimLauncher, high_fd, pre_exec};
 use crate::ToolError;
 use crate::exec::control::Control;
-use crate::reap::control::{ACK, READY};
-use crate::reap::holder::{CONNECT, FAILED, LISTEN};
-use crate::sandbox::spec::{SandboxSpec, TEST_FAIL_VAR};
+use toolvisor_sandbox::reap::control::{ACK, READY};
+use toolvisor_sandbox::reap::holder::{CONNECT, FAILED, LISTEN};
+use toolvisor_sandbox::spec::{SandboxSpec, TEST_FAIL_VAR};
 
 /// How long a session's holder is kept with no call and no running background process.
 pub(crate) const IDLE: Duration = Duration::from_secs(600);

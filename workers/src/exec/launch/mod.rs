@@ -21,10 +21,10 @@ use super::control::Control;
 use super::input::{Input, Terminal, stdin_pipe};
 use super::output::Pipes;
 use crate::ToolError;
-use crate::reap::ShimArgs;
-use crate::reap::report::Report;
-use crate::sandbox::spec::{Rlimits, SandboxSpec};
 use toolvisor_protocol::worker::WorkerInit;
+use toolvisor_sandbox::reap::ShimArgs;
+use toolvisor_sandbox::reap::report::Report;
+use toolvisor_sandbox::spec::{Rlimits, SandboxSpec};
 
 mod loopback;
 pub mod server;
@@ -86,7 +86,7 @@ impl ShimLauncher {
             program: init.exec.exe.clone(),
             prefix: vec!["reap".into()],
             args_env: None,
-            writable: crate::sandbox::command_writable(init),
+            writable: toolvisor_sandbox::command_writable(init),
             sandbox: namespaces.then(|| SandboxSpec::template(init)),
             rlimits: super::limits::rlimits(&settings.limits, cgroups, namespaces),
         }
@@ -411,9 +411,10 @@ impl Launcher {
         let mut cmd = self.command(spec, fds)?;
         // Without a shim the worker opens the terminal itself.
         let direct_tty = match (self, spec.tty) {
-            (Launcher::Direct, Some((rows, cols))) => {
-                Some(crate::reap::control::open_terminal(rows, cols).map_err(ToolError::internal)?)
-            }
+            (Launcher::Direct, Some((rows, cols))) => Some(
+                toolvisor_sandbox::reap::control::open_terminal(rows, cols)
+                    .map_err(ToolError::internal)?,
+            ),
             _ => None,
         };
         let merged_read = if let Some((_, slave)) = &direct_tty {
@@ -545,7 +546,7 @@ fn pre_exec(cmd: &mut Command, setup: ChildSetup, shim: bool) {
                 }
             }
             if setup.terminal {
-                crate::reap::control::take_terminal()?;
+                toolvisor_sandbox::reap::control::take_terminal()?;
             }
             if let Some(j) = &setup.cgroup {
                 j.join_in_child()?;

@@ -11,7 +11,7 @@ use std::path::{Path, PathBuf};
 use toolvisor_protocol::worker::WorkerInit;
 
 use super::{ShimFds, ShimLauncher};
-use crate::reap::ShimArgsError;
+use toolvisor_sandbox::reap::ShimArgsError;
 
 /// Why a server cannot be started in the sandbox.
 #[derive(Debug, thiserror::Error)]
@@ -140,7 +140,7 @@ mod tests {
         let argv = vec!["/bin/sh".to_owned(), "-c".into(), "x".into()];
         assert!(program_dirs(&argv, Path::new("/")).is_empty());
     }
-    use crate::reap::parse;
+    use toolvisor_sandbox::reap::parse;
 
     fn init() -> WorkerInit {
         use toolvisor_protocol::worker::{ExecSettings, Roots};

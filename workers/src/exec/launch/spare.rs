@@ -5,7 +5,7 @@
 //! A spare is `toolvisor reap --spare` started like any shim — in a cgroup of its own
 //! with the limits, its parent-death signal armed — whose PID namespace's first process
 //! builds the sandbox for the workspace root, drops every privilege, and sends
-//! [`READY`](crate::reap::control::READY) with what its mount plan saw of the host.
+//! [`READY`](toolvisor_sandbox::reap::control::READY) with what its mount plan saw of the host.
 //! A call claims it when nothing the spare was made for differs: no terminal, the
 //! same network choice (never a session's shared loopback: a spare has its own), a
 //! command that fits one packet, younger than [`MAX_AGE`], and every observation of
@@ -37,10 +37,10 @@ use crate::exec::cgroup::{Cgroups, CommandCgroup};
 use crate::exec::control::{Answer, Control};
 use crate::exec::input::{Input, stdin_pipe};
 use crate::exec::output::Pipes;
-use crate::reap::control::MAX_PACKET;
-use crate::reap::spare::Go;
-use crate::sandbox::observe::Observations;
-use crate::sandbox::plan::HostView;
+use toolvisor_sandbox::observe::Observations;
+use toolvisor_sandbox::plan::HostView;
+use toolvisor_sandbox::reap::control::MAX_PACKET;
+use toolvisor_sandbox::reap::spare::Go;
 
 /// A spare older than this is not used (a claim drops it and starts another): what
 /// its plan did not look at (the host's mounts) may have changed.

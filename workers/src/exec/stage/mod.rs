@@ -1,5 +1,5 @@
 //! Staged commands (`run_command` with `stage: true`): each workspace root is an
-//! overlay inside the command's mount namespace ([`crate::sandbox::overlay`]), its
+//! overlay inside the command's mount namespace ([`toolvisor_sandbox::overlay`]), its
 //! writes held in a staging directory of the state directory (`STATE/staged/<id>`,
 //! which commands never see). When the command ends, [`Staging::collect`] reads the
 //! upper directories ([`upper`]), records what the workspace had at each changed path

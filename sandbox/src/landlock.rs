@@ -4,9 +4,10 @@
 //! Only writes are handled (reads stay allowed everywhere, so `search` can still read
 //! anything the resolver lets it). Per group:
 //! - `search`, `web` and `meta`: no writes at all;
-//! - `state`: its store (`STATE/store`, see [`crate::state::store`]) and nothing else;
-//! - `edit`: the roots, and its temp-name journals (`STATE/edit-temps`, see
-//!   [`crate::edit::temps`]);
+//! - `state`: its store (`STATE/store`, the workers crate's `state::store::dir`) and
+//!   nothing else;
+//! - `edit`: the roots, and its temp-name journals (`STATE/edit-temps`, the workers
+//!   crate's `edit::temps::dir`);
 //! - `exec`: the roots, the temp dir, `/dev/null`, `workers.exec.writable`, and the
 //!   state directory, because the exec worker itself writes artifacts there.
 //!
@@ -38,14 +39,18 @@ const TARGET_ABI: ABI = ABI::V5;
 /// An exec worker whose commands get namespaces stays out of Landlock: a Landlock
 /// domain forbids `mount` and `pivot_root`, which the shims it starts need to build
 /// each command's root (the commands themselves get a domain inside it).
-pub fn confine(init: &WorkerInit, cgroups: &[PathBuf]) -> Option<u32> {
+///
+/// `own`: the directories under the state directory that the group itself writes —
+/// the `edit` worker's temp-name journals, the `state` worker's store; the worker
+/// passes them, the sandbox does not know the tools' layout.
+pub fn confine(init: &WorkerInit, cgroups: &[PathBuf], own: &[PathBuf]) -> Option<u32> {
     if init.group == tools::EXEC && init.exec.sandbox.namespaces {
         return None;
     }
     let paths = match init.group.as_str() {
         tools::EDIT => {
             let mut p = roots(init);
-            p.push(crate::edit::temps::dir(&init.state_dir));
+            p.extend(own.iter().cloned());
             p
         }
         tools::EXEC => {
@@ -55,7 +60,7 @@ pub fn confine(init: &WorkerInit, cgroups: &[PathBuf]) -> Option<u32> {
             p
         }
         // The state worker writes its store and nothing else.
-        tools::STATE => vec![crate::state::store::dir(&init.state_dir)],
+        tools::STATE => own.to_vec(),
         _ => Vec::new(), // search, web, meta, and anything unknown: read-only
     };
     restrict_writes(&paths)
@@ -293,7 +298,7 @@ mod tests {
         // SAFETY: as in confined_sh.
         unsafe {
             cmd.pre_exec(move || {
-                let abi = confine(&i, &[]);
+                let abi = confine(&i, &[], &[]);
                 if abi.is_none() {
                     return Err(std::io::Error::from_raw_os_error(libc::ENOSYS));
                 }
@@ -312,9 +317,10 @@ mod tests {
         }
         let ws = tempfile::tempdir().unwrap();
         let state = tempfile::tempdir().unwrap();
-        let store = crate::state::store::dir(state.path());
+        let store = state.path().join("store");
         std::fs::create_dir(&store).unwrap();
         let i = init("state", ws.path(), state.path(), vec![]);
+        let own = store.clone();
         let (w, s, st) = (ws.path().display(), state.path().display(), store.display());
         let mut cmd = std::process::Command::new("sh");
         cmd.arg("-c").arg(format!(
@@ -324,7 +330,7 @@ mod tests {
         // SAFETY: as in confined_sh.
         unsafe {
             cmd.pre_exec(move || {
-                confine(&i, &[])
+                confine(&i, &[], std::slice::from_ref(&own))
                     .map(|_| ())
                     .ok_or_else(|| std::io::Error::from_raw_os_error(libc::ENOSYS))
             });

@@ -25,9 +25,9 @@ use super::report::{Exit, Writer};
 use super::signals::SelfPipe;
 use super::tree::KILL_CAP;
 use super::{EX_NOEXEC, ShimArgs, Start, finish, spare};
-use crate::sandbox::observe::Observations;
-use crate::sandbox::spec::SandboxSpec;
-use crate::sandbox::{SandboxError, ns};
+use crate::observe::Observations;
+use crate::spec::SandboxSpec;
+use crate::{SandboxError, ns};
 
 /// Run `a` in new namespaces; returns the shim's exit code. Init serves the control
 /// `channel`; the shim keeps no copy of it (nor of the command's standard input).
@@ -265,7 +265,7 @@ fn prepare(a: &ShimArgs, spec: &SandboxSpec) -> Result<Observations, SandboxErro
             ]
             .map(std::path::PathBuf::from),
         );
-        crate::sandbox::landlock::restrict_command(&write);
+        crate::landlock::restrict_command(&write);
     }
     a.rlimits.apply()?;
     nix::unistd::setsid()

@@ -23,7 +23,7 @@ use nix::sys::socket::{ControlMessage, MsgFlags, sendmsg};
 
 use super::control::{ACK, Channel, READY};
 use super::{EX_SETUP, ShimArgs};
-use crate::sandbox::{SandboxError, ns};
+use crate::{SandboxError, ns};
 
 /// A request for a socket connected to a port of the namespace's loopback.
 pub const CONNECT: u8 = b'C';
@@ -49,7 +49,7 @@ pub fn run(a: &ShimArgs) -> i32 {
     let namespaces = match a.sandbox.as_ref().filter(|s| s.fail) {
         Some(_) => Err(SandboxError::Refused(format!(
             "new network namespaces are refused (test hook {})",
-            crate::sandbox::spec::TEST_FAIL_VAR
+            crate::spec::TEST_FAIL_VAR
         ))),
         None => enter(),
     };

@@ -15,8 +15,8 @@ use serde::{Deserialize, Serialize};
 
 use super::control::{Channel, GO, READY, REFUSED, STARTED};
 use super::signals::SelfPipe;
-use crate::sandbox::SandboxError;
-use crate::sandbox::observe::Observations;
+use crate::SandboxError;
+use crate::observe::Observations;
 
 /// The per-command part a spare gets (the [`GO`] packet's JSON; the standard input,
 /// output and error travel beside it as descriptors, in that order).
@@ -97,7 +97,7 @@ fn take(body: &[u8], fds: Vec<OwnedFd>) -> Result<Given, SandboxError> {
     if go.argv.is_empty() {
         return Err(SandboxError::Refused("no command for the spare".into()));
     }
-    crate::sandbox::ns::enter_cwd(&go.cwd, go.cwd_id)?;
+    crate::ns::enter_cwd(&go.cwd, go.cwd_id)?;
     for (fd, to) in [(stdin, 0), (stdout, 1), (stderr, 2)] {
         // SAFETY: dup2 onto the standard descriptors of this single-threaded process.
         if unsafe { libc::dup2(std::os::fd::AsRawFd::as_raw_fd(&fd), to) } < 0 {

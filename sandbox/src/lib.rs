@@ -1,5 +1,15 @@
-//! Confinement: of worker processes (Landlock, at their start) and of the commands the
-//! exec worker runs (see docs/SANDBOX.md).
+//! toolvisor's boundary, the only code that sets it up: the confinement of worker
+//! processes (Landlock, at their start) and of the commands the exec worker runs, and
+//! the `toolvisor reap` shim ([`reap`]) that builds a command's sandbox and reaps its
+//! tree (see docs/SANDBOX.md). A security reviewer reads this crate whole.
+//!
+//! Its callers: the worker confines itself with [`confine`] (passing the directories
+//! its group writes under the state directory); the exec worker's launcher
+//! (`workers/src/exec/launch/`) writes a [`spec::SandboxSpec`] and starts the shim
+//! with it; `toolvisor reap` is [`reap::main`]; `serve` asks [`probe::probe`] whether the
+//! host allows namespaces. The cgroups a command is bounded and accounted in are the
+//! exec worker's (`workers/src/exec/cgroup/`): it makes them and its forked child
+//! joins them before it becomes the shim; they are resource limits, not the boundary.
 //!
 //! A command runs, where the host allows it, in new user, mount, PID, network, IPC,
 //! UTS and cgroup namespaces that the reap shim builds ([`ns`], [`plan`], [`mount`]):
@@ -11,6 +21,7 @@
 
 mod error;
 pub mod gitcfg;
+
 pub mod hidden;
 pub mod landlock;
 pub mod mount;
@@ -20,6 +31,7 @@ pub mod overlay;
 pub mod plan;
 pub mod probe;
 pub mod protect;
+pub mod reap;
 pub mod spec;
 
 pub use error::SandboxError;

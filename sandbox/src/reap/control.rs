@@ -26,7 +26,7 @@ use nix::sys::signal::{Signal, killpg};
 use nix::sys::socket::{ControlMessage, MsgFlags, send, sendmsg};
 use nix::unistd::Pid;
 
-use crate::sandbox::SandboxError;
+use crate::SandboxError;
 
 /// The packet that carries the terminal's master side.
 pub const TERMINAL: u8 = b'T';

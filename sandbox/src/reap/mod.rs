@@ -45,8 +45,8 @@ use nix::sys::signal::{SaFlags, SigAction, SigHandler, SigSet, Signal, kill, sig
 use nix::sys::wait::WaitStatus;
 use nix::unistd::{Pid, getpid, getppid};
 
-use crate::sandbox::SandboxError;
-use crate::sandbox::spec::{Rlimits, SandboxSpec};
+use crate::SandboxError;
+use crate::spec::{Rlimits, SandboxSpec};
 pub use signals::{SelfPipe, Woken};
 pub use tree::{descendants, descendants_of_each, kill_tree};
 
@@ -327,7 +327,7 @@ fn run_plain(
         Err(e) => return report.setup_failed(&e.to_string()),
     };
     if a.confine {
-        crate::sandbox::restrict_writes(&a.write);
+        crate::restrict_writes(&a.write);
     }
     if let Err(e) = a.rlimits.apply() {
         return report.setup_failed(&e.to_string());
@@ -506,32 +506,8 @@ fn die_by(sig: Signal) -> i32 {
 }
 
 #[cfg(test)]
-pub(crate) mod tests {
+mod tests {
     use super::*;
-
-    /// Name of the env var that turns [`shim_entry`] into a shim (JSON array of args).
-    pub(crate) const TEST_SHIM_VAR: &str = "TOOLVISOR_TEST_SHIM";
-
-    /// Not a test: when the test binary is re-executed with `TOOLVISOR_TEST_SHIM`, this
-    /// "test" becomes `toolvisor reap`. The launcher redirects libtest's own stdout
-    /// and stderr to /dev/null and hands the real ones over as fds 3 and 4.
-    #[test]
-    fn shim_entry() {
-        let Ok(json) = std::env::var(TEST_SHIM_VAR) else {
-            return;
-        };
-        let args: Vec<String> = serde_json::from_str(&json).expect("shim args");
-        // SAFETY: the other thread of this process (libtest's main) only waits for us.
-        unsafe { std::env::remove_var(TEST_SHIM_VAR) };
-        for (from, to) in [(3, 1), (4, 2)] {
-            // SAFETY: plain fd juggling at start, before anything else uses them.
-            unsafe {
-                libc::dup2(from, to);
-                libc::close(from);
-            }
-        }
-        std::process::exit(main(args));
-    }
 
     #[test]
     fn parse_options_and_command() {
