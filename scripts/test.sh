@@ -17,6 +17,12 @@ logs=$(mktemp -d "${TMPDIR:-/tmp}/toolvisor-test.XXXXXX")
 trap 'rm -rf "$logs"' EXIT
 problems=()
 
+# --- Layout --------------------------------------------------------------------------
+# Top-level modules of each crate import one way (docs/ARCHITECTURE.md).
+if ! python3 scripts/import-cycles.py -q; then
+    problems+=("import circles between top-level modules (scripts/import-cycles.py)")
+fi
+
 # --- Rust ----------------------------------------------------------------------------
 # --no-fail-fast: a failing test binary does not keep the others from running.
 cargo test --workspace --locked --no-fail-fast "$@" 2>&1 | tee "$logs/cargo.log"

@@ -17,7 +17,7 @@
 use std::fmt;
 use std::ops::Range;
 
-use super::shell::word::Word;
+use crate::word::Word;
 use builtins::{builtin, inline_code, shell, shell_in_arguments, wrapped};
 
 mod builtins;

@@ -32,6 +32,7 @@ mod rules;
 mod sed;
 mod shell;
 mod suggest;
+mod word;
 
 use std::time::Duration;
 

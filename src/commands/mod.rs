@@ -21,140 +21,17 @@ use serde_json::Value;
 use toolvisor_protocol::client::{Client, ClientError};
 use toolvisor_protocol::message::{ClientMessage, ServerMessage};
 
-use crate::cli::Command;
 use crate::workspace::Resolved;
 
 /// The client name the CLI gives in `hello`.
 pub const CLIENT: &str = "toolvisor-cli";
-
-/// Run a client command; returns the exit code.
-pub fn run(cmd: &Command, r: &Resolved) -> i32 {
-    let rt = match tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-    {
-        Ok(rt) => rt,
-        Err(e) => {
-            eprintln!("toolvisor: {e}");
-            return 70;
-        }
-    };
-    match rt.block_on(dispatch(cmd, r)) {
-        Ok(code) => code,
-        Err(e) => {
-            eprintln!("toolvisor: {e}");
-            if matches!(e, ClientError::Connect { .. }) {
-                eprintln!(
-                    "toolvisor: is `toolvisor serve` running for {}?",
-                    r.workspace.display()
-                );
-            }
-            1
-        }
-    }
-}
-
-async fn dispatch(cmd: &Command, r: &Resolved) -> Result<i32, ClientError> {
-    match cmd {
-        Command::Call {
-            tool,
-            args,
-            json,
-            timeout_ms,
-            trace,
-            token,
-            interactive,
-        } => {
-            let opts = call::Options {
-                tool: tool.clone(),
-                args: args.clone(),
-                json: *json,
-                timeout_ms: *timeout_ms,
-                trace: trace.clone(),
-                token: token.clone(),
-            };
-            if *interactive {
-                return attach::call_interactive(r, opts).await;
-            }
-            call::run(r, opts).await
-        }
-        Command::Attach { process } => {
-            let mut c = Client::connect(&r.socket, CLIENT, true).await?;
-            attach::attach_existing(&mut c, &r.socket, process).await
-        }
-        Command::Approve {
-            all,
-            session,
-            count,
-        } => approve::run(r, *all, *session, *count).await,
-        Command::Tools { json, format } => {
-            let mut c = connect(r).await?;
-            tools::run(&mut c, *json, *format).await
-        }
-        Command::Status { json } => {
-            let mut c = connect(r).await?;
-            status::run(&mut c, *json).await
-        }
-        Command::Doctor { json } => {
-            let mut c = connect(r).await?;
-            doctor::run(&mut c, *json).await
-        }
-        Command::Undo {
-            calls,
-            trace,
-            last,
-            dry_run,
-            json,
-        } => {
-            let o = undo::Options {
-                calls: calls.clone(),
-                trace: trace.clone(),
-                last: *last,
-                dry_run: *dry_run,
-                json: *json,
-            };
-            undo::run(r, o).await
-        }
-        Command::Restart { group } => {
-            let mut c = connect(r).await?;
-            restart(&mut c, group.clone()).await
-        }
-        Command::Grant {
-            tools,
-            trace,
-            paths,
-            ttl,
-            reusable,
-        } => {
-            let mut c = connect(r).await?;
-            let msg = ClientMessage::Grant {
-                id: "grant".into(),
-                tools: tools.clone(),
-                trace_id: trace.clone(),
-                paths: (!paths.is_empty()).then(|| paths.clone()),
-                ttl_ms: *ttl,
-                reusable: Some(*reusable),
-            };
-            grant(&mut c, &msg).await
-        }
-        Command::Exec(a) => Ok(exec::run(r, a).await),
-        Command::Serve { .. }
-        | Command::Init { .. }
-        | Command::Hook { .. }
-        | Command::Worker { .. }
-        | Command::Reap { .. }
-        | Command::Audit { .. }
-        | Command::Mcp { .. }
-        | Command::Policy { .. } => Ok(2),
-    }
-}
 
 /// A non-interactive connection to the daemon.
 pub async fn connect(r: &Resolved) -> Result<Client, ClientError> {
     Client::connect(&r.socket, CLIENT, false).await
 }
 
-async fn restart(c: &mut Client, group: Option<String>) -> Result<i32, ClientError> {
+pub(crate) async fn restart(c: &mut Client, group: Option<String>) -> Result<i32, ClientError> {
     let id = "restart".into();
     let msg = ClientMessage::Restart {
         id: "restart".into(),
@@ -166,7 +43,7 @@ async fn restart(c: &mut Client, group: Option<String>) -> Result<i32, ClientErr
     }
 }
 
-async fn grant(c: &mut Client, msg: &ClientMessage) -> Result<i32, ClientError> {
+pub(crate) async fn grant(c: &mut Client, msg: &ClientMessage) -> Result<i32, ClientError> {
     match c.request(msg, &"grant".into()).await? {
         ServerMessage::Token {
             token, expires_at, ..

@@ -3,14 +3,29 @@
 //! daemon); otherwise it asks the running daemon with an `explain` message. Exit 0
 //! whatever the decision, 2 for a usage error, 1 when the daemon cannot be reached.
 
+use clap::Subcommand;
 use toolvisor_protocol::client::Client;
 use toolvisor_protocol::message::{ClientMessage, ServerMessage};
 use toolvisor_protocol::tools::builtin;
 
-use crate::cli::PolicyCommand;
 use crate::workspace::Resolved;
 use toolvisor_supervisor::policy::explain::{explain, render};
 use toolvisor_supervisor::registry::Registry;
+
+#[derive(Subcommand, Debug)]
+pub enum PolicyCommand {
+    /// Say what the policy would do with a call, part by part, without running it or
+    /// asking anyone. With --config, decide under that file (no daemon needed).
+    Explain {
+        /// The tool to decide (its name or an alias), as a call would name it.
+        tool: String,
+        /// The arguments as a JSON object.
+        args: Option<String>,
+        /// Print the `explanation` message as JSON.
+        #[arg(long)]
+        json: bool,
+    },
+}
 
 pub fn run(cmd: &PolicyCommand, r: &Resolved) -> i32 {
     let local = r.explicit_config;

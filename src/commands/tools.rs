@@ -2,14 +2,22 @@
 //! the first sentence of each description, cut to the terminal's width); JSON with
 //! `--json`, with `--format`, or when stdout is not a terminal (scripts and agents).
 
+use clap::ValueEnum;
 use std::io::IsTerminal;
 
 use serde_json::Value;
 use toolvisor_protocol::client::{Client, ClientError};
 use toolvisor_protocol::message::{ClientMessage, ServerMessage, ToolFormat};
 
-use crate::cli::FormatArg;
 use crate::commands::refused;
+
+/// `--format` of `toolvisor tools`.
+#[derive(Clone, Copy, Debug, ValueEnum)]
+pub enum FormatArg {
+    Native,
+    Openai,
+    Mcp,
+}
 
 pub async fn run(
     c: &mut Client,

@@ -3,7 +3,7 @@
 //! any prefix (which errs on the side of asking).
 
 use super::Findings;
-use crate::shell::word::Word;
+use crate::word::Word;
 
 /// One item of a GNU-style command line.
 #[derive(Debug, PartialEq)]
