@@ -8,7 +8,7 @@ use clap::Parser;
 
 use crate::workspace::{Discovery, Resolved, resolve};
 pub use args::{AuditCommand, Cli, Command, LOG_FORMAT_VAR, LogFormat};
-use toolvisor_supervisor::serve::sandbox::NoNamespaces;
+use toolvisor_supervisor::sandbox::NoNamespaces;
 
 fn init_tracing(format: LogFormat) {
     use tracing_subscriber::EnvFilter;

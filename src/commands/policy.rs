@@ -74,7 +74,7 @@ pub(crate) fn explain_locally(
     let roots = toolvisor_supervisor::workers::init::workspace_roots(&r.workspace, &config)
         .map_err(|e| (2, e.to_string()))?;
     let registry = Registry::new(builtin()).map_err(|e| (70, e.to_string()))?;
-    let names = toolvisor_supervisor::service::tool_names(&config, &registry);
+    let names = toolvisor_supervisor::call::service::tool_names(&config, &registry);
     let policy = toolvisor_supervisor::policy::for_config(&config, &roots, &names)
         .map_err(|e| (2, format!("bad [policy]: {e}")))?;
     Ok(explain("cli".into(), &policy, &registry, tool, args))

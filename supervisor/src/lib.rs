@@ -14,10 +14,15 @@
 pub mod audit;
 pub mod call;
 pub mod config;
+pub mod drain;
+pub mod events;
+pub mod outbox;
 pub mod policy;
 pub mod registry;
+pub mod sandbox;
 pub mod serve;
-pub mod service;
+
 pub mod session;
 pub mod undo;
+pub mod usage;
 pub mod workers;

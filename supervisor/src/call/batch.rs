@@ -23,8 +23,8 @@ use toolvisor_protocol::message::{CallRequest, ToolResult, Topic};
 use toolvisor_protocol::tools::Risk;
 
 use crate::call::router::{SessionInfo, internal_result};
+use crate::call::service::Service;
 use crate::config::Action;
-use crate::service::Service;
 
 /// Hands one call's result to its session (which unregisters the id, then sends it).
 pub type Deliver = Arc<dyn Fn(ToolResult) + Send + Sync>;

@@ -11,8 +11,8 @@ use toolvisor_protocol::worker::Outcome;
 
 use crate::call::previews::{PendingChange, PreviewStore};
 use crate::call::router::{Call, Ran, fail};
+use crate::call::service::Service;
 use crate::policy::widen::NetworkGrant;
-use crate::service::Service;
 
 /// The preview token an apply call names (empty when it names none).
 pub(crate) fn change_token(args: &Value) -> &str {

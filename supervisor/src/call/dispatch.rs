@@ -15,9 +15,9 @@ use toolvisor_protocol::{ErrorType, Id};
 use crate::call::egress::run_network;
 use crate::call::grants::TokenUse;
 use crate::call::router::{Call, Ran, fail};
+use crate::call::service::Service;
+use crate::outbox::Outbox;
 use crate::policy::widen::NetworkGrant;
-use crate::service::Service;
-use crate::session::outbox::Outbox;
 use crate::workers::pool::{Job, JobEnd};
 
 /// Streamed chunks buffered per call before the worker's reader waits.

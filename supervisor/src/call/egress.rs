@@ -6,7 +6,7 @@
 //!
 //! The proxy itself runs in the exec worker (`workers::exec::egress`); the worker's
 //! link hands its `connect` and `connection` frames here through
-//! [`crate::session::events::Events::egress`], after checking they name a call that
+//! [`crate::events::Events::egress`], after checking they name a call that
 //! worker was given.
 
 use std::collections::{HashMap, VecDeque};
@@ -21,9 +21,9 @@ use toolvisor_protocol::tools::Risk;
 use crate::audit::record::{ConfirmAnswered, ConfirmRequested, Connection};
 use crate::call::confirm::{Answer, ConfirmDetails};
 use crate::call::router::{Call, SessionInfo};
+use crate::call::service::Service;
+use crate::events::{ConnectionRecord, EgressEvent};
 use crate::policy::widen::NetworkGrant;
-use crate::service::Service;
-use crate::session::events::{ConnectionRecord, EgressEvent};
 
 /// How many calls with an egress the book keeps (the oldest are forgotten: their
 /// background processes' connections are then refused).
@@ -211,7 +211,7 @@ impl Service {
 }
 
 /// The hook a service sets on its event bus: egress events reach it while it lives.
-pub fn hook(service: Weak<Service>) -> crate::session::events::EgressHook {
+pub fn hook(service: Weak<Service>) -> crate::events::EgressHook {
     Arc::new(move |event| match service.upgrade() {
         Some(s) => s.on_egress(event),
         None => {

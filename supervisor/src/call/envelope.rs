@@ -21,7 +21,7 @@ use serde_json::{Map, Value};
 use toolvisor_protocol::Id;
 use toolvisor_protocol::message::CallRequest;
 
-use crate::service::Service;
+use crate::call::service::Service;
 
 /// The preferred block tag.
 pub const AGENT_TAG: &str = "yips-agent";

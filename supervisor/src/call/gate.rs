@@ -17,11 +17,11 @@ use crate::call::changes::change_token;
 use crate::call::confirm::{Answer, ConfirmDetails};
 use crate::call::grants::TokenUse;
 use crate::call::router::{Call, SessionInfo};
+use crate::call::service::Service;
 use crate::config::Action;
+use crate::events::obj;
 use crate::policy::widen::NetworkGrant;
 use crate::policy::{Decision, Policy, how_to_allow};
-use crate::service::Service;
-use crate::session::events::obj;
 
 fn denied(kind: ErrorType, message: impl Into<String>) -> Outcome {
     Outcome::err(ErrorBody::new(kind, message))

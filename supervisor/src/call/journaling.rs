@@ -16,7 +16,7 @@ use toolvisor_protocol::worker::{Outcome, Roots};
 
 use crate::call::host_config;
 use crate::call::router::Call;
-use crate::service::Service;
+use crate::call::service::Service;
 use crate::undo::{CallInfo, Journal};
 
 /// The journal and what the call path keeps beside it.

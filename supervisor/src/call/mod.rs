@@ -18,6 +18,7 @@ pub mod processes;
 pub mod record;
 pub mod router;
 pub mod running;
+pub mod service;
 pub mod staged;
 pub mod timeout_hint;
 pub mod undo_request;

@@ -13,8 +13,8 @@ use toolvisor_protocol::worker::Outcome;
 use toolvisor_protocol::{ErrorBody, ErrorType, Id};
 
 use crate::call::record::CallRecord;
-use crate::service::Service;
-use crate::session::outbox::Outbox;
+use crate::call::service::Service;
+use crate::outbox::Outbox;
 
 /// Who is calling.
 #[derive(Clone, Debug)]

@@ -14,7 +14,7 @@ use toolvisor_protocol::message::{NotUndoable, ServerMessage, UndoConflict};
 use toolvisor_protocol::{ErrorType, Id};
 
 use crate::call::router::SessionInfo;
-use crate::service::Service;
+use crate::call::service::Service;
 use crate::undo::{Report, Select};
 
 /// An `undo` message's fields.

@@ -9,15 +9,12 @@
 //! systemd hears of readiness and the stop ([`notify`]).
 
 pub mod config_file;
-pub mod drain;
 pub mod leftovers;
 pub mod notify;
 pub mod reload;
-pub mod sandbox;
 pub mod state_dir;
-pub mod status;
-pub mod usage;
 pub mod verify;
+pub mod watchdog;
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -26,9 +23,9 @@ use std::time::Duration;
 use ractor::Actor;
 use tokio::signal::unix::{SignalKind, signal};
 
+use crate::call::service::{Paths, Service};
 use crate::config::Config;
 use crate::serve::state_dir::StateDir;
-use crate::service::{Paths, Service};
 use crate::session::listener::{Listener, ListenerArgs};
 use crate::workers::spawn::Spawner;
 
@@ -52,7 +49,7 @@ pub struct ServeArgs {
 pub struct HostHooks {
     /// Whether commands can have their own namespaces here: runs the shim once.
     /// `Err` says why not.
-    pub probe_sandbox: sandbox::ProbeFn,
+    pub probe_sandbox: crate::sandbox::ProbeFn,
     /// Prepare a delegated cgroup v2 tree for per-command cgroups, where there is one.
     pub prepare_cgroups: fn(),
     /// Put an external worker's command under the reap shim in the command sandbox.
@@ -142,7 +139,7 @@ async fn serve(args: ServeArgs, state: StateDir) -> i32 {
             return 70;
         }
     };
-    let namespaces = sandbox::probe(
+    let namespaces = crate::sandbox::probe(
         args.host.probe_sandbox,
         &exe,
         &args.workspace,
@@ -202,7 +199,7 @@ async fn serve(args: ServeArgs, state: StateDir) -> i32 {
             return 70;
         }
     };
-    let watchdog = tokio::spawn(crate::workers::watchdog::run(service.clone()));
+    let watchdog = tokio::spawn(crate::serve::watchdog::run(service.clone()));
     let notifier = notify::Notifier::from_env();
     if let Some(n) = &notifier {
         n.send(&notify::ready_message(&format!(
@@ -337,8 +334,8 @@ async fn obey_signals(
                 }
             }
             _ = s.usr1.recv() => {
-                let status = crate::serve::status::status(service, "sigusr1".into()).await;
-                crate::serve::status::log(&status);
+                let status = crate::session::status::status(service, "sigusr1".into()).await;
+                crate::session::status::log(&status);
             }
             _ = s.usr2.recv() => {
                 tracing::info!("SIGUSR2: rotating the audit log");

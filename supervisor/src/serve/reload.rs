@@ -11,9 +11,9 @@
 use std::sync::Arc;
 
 use crate::audit::record::{ConfigReloadFailed, ConfigReloaded};
+use crate::call::service::Service;
 use crate::config::Config;
 use crate::policy::Policy;
-use crate::service::Service;
 use crate::workers::worker::Reconfig;
 use toolvisor_protocol::worker::WorkerInit;
 

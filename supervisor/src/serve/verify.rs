@@ -17,7 +17,7 @@ use serde_json::{Map, Value, json};
 use tokio_util::sync::CancellationToken;
 
 use crate::audit::record::GuardsVerified;
-use crate::service::Service;
+use crate::call::service::Service;
 use crate::workers::pool::Job;
 
 /// The guards a canary checks, in the order `doctor` prints them.

@@ -13,10 +13,10 @@ use toolvisor_protocol::message::{ClientMessage, ServerMessage, ToolFormat, Tool
 use toolvisor_protocol::{ErrorType, Id, PROTOCOL_VERSION};
 
 use crate::call::router::{SessionInfo, to_result};
-use crate::service::Service;
+use crate::call::service::Service;
+use crate::outbox::Outbox;
 use crate::session::io::{read_loop, write_loop};
 use crate::session::open::OpenCalls;
-use crate::session::outbox::Outbox;
 
 /// Messages of a session actor.
 pub enum SessionMsg {
@@ -249,7 +249,7 @@ impl SessionState {
             ClientMessage::Status { id } => {
                 let (svc, out) = (self.service.clone(), self.out.clone());
                 tokio::spawn(
-                    async move { out.send(&crate::serve::status::status(&svc, id).await) },
+                    async move { out.send(&crate::session::status::status(&svc, id).await) },
                 );
             }
             ClientMessage::Restart { id, group } => self.restart(id, group),

@@ -13,7 +13,7 @@ use toolvisor_protocol::{ErrorType, Id};
 
 use crate::audit::record::{Completed, PolicyVerdict, Rejected, Requested};
 use crate::call::router::SessionInfo;
-use crate::service::Service;
+use crate::call::service::Service;
 
 /// One `hook` message.
 pub struct HookReport {

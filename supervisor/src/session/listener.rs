@@ -8,7 +8,7 @@ use std::time::Duration;
 use ractor::{Actor, ActorProcessingErr, ActorRef, SupervisionEvent};
 use tokio::net::UnixListener;
 
-use crate::service::Service;
+use crate::call::service::Service;
 use crate::session::actor::{SessionActor, SessionArgs};
 
 /// The listener takes no messages: it only accepts connections until it is stopped.

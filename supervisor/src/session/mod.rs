@@ -7,11 +7,10 @@
 
 pub mod actor;
 mod calls;
-pub mod events;
 mod hook;
 mod io;
 pub mod listener;
 mod open;
-pub mod outbox;
 pub mod peer;
+pub mod status;
 pub mod subscribe;

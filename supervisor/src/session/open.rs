@@ -11,7 +11,7 @@ use tokio_util::sync::CancellationToken;
 use toolvisor_protocol::Id;
 use toolvisor_protocol::message::{ServerMessage, ToolResult};
 
-use super::outbox::Outbox;
+use crate::outbox::Outbox;
 
 /// The open calls of one connection.
 #[derive(Clone, Default)]

@@ -11,8 +11,8 @@ use tokio::sync::broadcast::error::RecvError;
 use toolvisor_protocol::Id;
 use toolvisor_protocol::message::{ServerMessage, Topic};
 
-use crate::service::Service;
-use crate::session::outbox::Outbox;
+use crate::call::service::Service;
+use crate::outbox::Outbox;
 
 /// Answer `subscribed`, then forward the topics' events to the session until it closes
 /// (replaying pending confirmations first).

@@ -5,9 +5,9 @@ use std::path::{Path, PathBuf};
 
 use toolvisor_protocol::worker::{ExecSettings, Roots, SandboxSettings, WorkerInit};
 
+use super::paths::Paths;
 use crate::config::{Config, SandboxMode};
-use crate::serve::sandbox::NoNamespaces;
-use crate::service::Paths;
+use crate::sandbox::NoNamespaces;
 
 /// Why the workers' `init` cannot be made from a configuration: serve does not start
 /// (exit 78), a reload keeps the old configuration.

@@ -7,8 +7,9 @@ pub mod confine;
 pub mod fairq;
 pub mod groups;
 pub mod init;
+pub mod paths;
 pub mod pool;
 pub mod restart;
 pub mod spawn;
-pub mod watchdog;
+
 pub mod worker;

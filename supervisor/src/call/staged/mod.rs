@@ -18,7 +18,7 @@ use toolvisor_protocol::worker::{Outcome, STAGED_META};
 
 use crate::call::previews::{PreviewStore, TokenError};
 use crate::call::router::{Ran, fail};
-use crate::service::Service;
+use crate::call::service::Service;
 
 pub mod apply;
 

@@ -15,7 +15,7 @@ use ractor::{Actor, ActorProcessingErr, ActorRef};
 use tokio::sync::watch;
 use toolvisor_protocol::worker::WorkerInit;
 
-use crate::session::events::Events;
+use crate::events::Events;
 use crate::workers::fairq::FairQueue;
 use crate::workers::restart::RestartPolicy;
 use crate::workers::spawn::{SpawnSpec, Spawner};

@@ -21,7 +21,7 @@ use toolvisor_protocol::worker::{AnnouncedTool, ToWorker, WorkerInit};
 use super::link::{Link, ReaderArgs};
 use super::shared::{WorkerShared, WorkerState};
 use super::{kill_group, lock, patience, ready_timeout};
-use crate::session::events::{Events, WorkerEvent};
+use crate::events::{Events, WorkerEvent};
 use crate::workers::restart::{Next, RestartPolicy};
 use crate::workers::spawn::{SpawnSpec, Spawner};
 use replace::Planned;
@@ -284,7 +284,7 @@ impl WorkerActorState {
         self.guards = guards;
         self.args
             .events
-            .worker(WorkerEvent::Started, &self.args.shared, Some(pid));
+            .worker(WorkerEvent::Started, self.args.shared.id(), Some(pid));
         if self.planned_here() || self.stopping {
             // Already being replaced (or stopped): it must not take calls.
             return;
@@ -464,7 +464,7 @@ impl WorkerActorState {
         };
         self.args
             .events
-            .worker_exited(&self.args.shared, pid, code, signal, reason);
+            .worker_exited(self.args.shared.id(), pid, code, signal, reason);
         if self.stopping {
             self.args.shared.set_state(WorkerState::Stopping);
             self.answer_waiters();
@@ -496,7 +496,7 @@ impl WorkerActorState {
                 self.args.shared.set_state(WorkerState::Failed);
                 self.args
                     .events
-                    .worker(WorkerEvent::Failed, &self.args.shared, None);
+                    .worker(WorkerEvent::Failed, self.args.shared.id(), None);
                 if let Some(d) = retry_after {
                     self.args.policy.reset();
                     myself.send_after(d, move || WorkerMsg::Start { generation });

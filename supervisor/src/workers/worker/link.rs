@@ -30,7 +30,7 @@ use toolvisor_protocol::{ErrorBody, ErrorType};
 
 use super::actor::{Announce, WorkerMsg};
 use super::lock;
-use crate::session::events::{EgressEvent, Events};
+use crate::events::{EgressEvent, Events};
 use crate::workers::fairq::FairQueue;
 
 /// How a call on a worker ended, as the dispatcher sees it.

@@ -82,6 +82,14 @@ pub struct WorkerShared {
 }
 
 impl WorkerShared {
+    /// The worker as events and the audit log name it.
+    pub fn id(&self) -> crate::events::WorkerId<'_> {
+        crate::events::WorkerId {
+            group: &self.group,
+            index: self.index,
+        }
+    }
+
     /// A worker not started yet; `changed` wakes calls waiting for a ready worker.
     pub fn new(
         group: &str,

@@ -177,7 +177,7 @@ impl WorkerActorState {
             // Its `Exited` message, if still queued, is about an older process now.
             self.generation += 1;
             self.args.events.worker_exited(
-                &self.args.shared,
+                self.args.shared.id(),
                 Some(pid),
                 status.0,
                 status.1,

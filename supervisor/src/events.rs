@@ -7,7 +7,14 @@ use serde_json::{Map, Value, json};
 use tokio::sync::broadcast;
 use toolvisor_protocol::message::Topic;
 
-use crate::workers::worker::WorkerShared;
+/// Which worker a life event is about: its group and its slot in the group.
+#[derive(Clone, Copy, Debug)]
+pub struct WorkerId<'a> {
+    /// Its group.
+    pub group: &'a str,
+    /// Its slot in the group.
+    pub index: u32,
+}
 
 /// Events kept for slow subscribers before they start losing them.
 const CAPACITY: usize = 1024;
@@ -128,7 +135,7 @@ impl Events {
     }
 
     /// A worker life event: published, and recorded in the audit log.
-    pub fn worker(&self, what: WorkerEvent, w: &WorkerShared, pid: Option<u32>) {
+    pub fn worker(&self, what: WorkerEvent, w: WorkerId<'_>, pid: Option<u32>) {
         let fields = obj(json!({"group": w.group, "index": w.index, "pid": pid}));
         let name = match what {
             WorkerEvent::Started => "worker_started",
@@ -146,7 +153,7 @@ impl Events {
     /// [`crate::audit::record::WorkerExited`].
     pub fn worker_exited(
         &self,
-        w: &WorkerShared,
+        w: WorkerId<'_>,
         pid: Option<u32>,
         code: Option<i32>,
         signal: Option<i32>,

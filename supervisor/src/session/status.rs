@@ -1,5 +1,5 @@
 //! The `status` answer: per worker its group, pid, state, restarts, calls in flight,
-//! and the RSS and CPU of its whole process tree ([`crate::serve::usage`]); the calls
+//! and the RSS and CPU of its whole process tree ([`crate::usage`]); the calls
 //! running now; the audit position and the active guards.
 
 use std::sync::Arc;
@@ -8,8 +8,8 @@ use std::time::Instant;
 use toolvisor_protocol::Id;
 use toolvisor_protocol::message::{AuditStatus, Guards, ServerMessage, WorkerStatus};
 
-use crate::serve::usage::{Usage, sampler};
-use crate::service::Service;
+use crate::call::service::Service;
+use crate::usage::{Usage, sampler};
 
 /// The usage of the tree under each pid (0: none), off the async threads.
 async fn sample(pids: Vec<u32>) -> Vec<Usage> {

@@ -2,11 +2,10 @@
 //! that knows it — the configuration and policy (swapped on SIGHUP, [`crate::serve::reload`]),
 //! the tool registry ([`crate::registry::live`]), one pool per group
 //! ([`crate::workers`]), grants, confirmations and previews ([`crate::call`]), the
-//! event bus, the audit log, and the drain bookkeeping ([`crate::serve::drain`]).
+//! event bus, the audit log, and the drain bookkeeping ([`crate::drain`]).
 //! Fields are private; the accessors below are the only way in.
 
 use std::collections::HashMap;
-use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, RwLock};
 use std::time::Instant;
@@ -23,37 +22,18 @@ use crate::call::confirm::Confirmations;
 use crate::call::grants::Grants;
 use crate::call::previews::PreviewStore;
 use crate::config::Config;
+use crate::drain::{ActiveCall, Drain};
+use crate::events::{Events, obj};
 use crate::policy::{Policy, ToolNames};
 use crate::registry::Registry;
 use crate::registry::live::LiveRegistry;
-use crate::serve::drain::{ActiveCall, Drain};
-use crate::session::events::{Events, obj};
 use crate::workers::groups::{self, Group, Kind};
 use crate::workers::init::worker_init;
+pub use crate::workers::paths::Paths;
 use crate::workers::pool::{Pool, PoolSpec};
 use crate::workers::restart::RestartPolicy;
 use crate::workers::spawn::{SpawnSpec, Spawner};
 use crate::workers::worker::Announce;
-
-/// Where things are, fixed for the life of the process.
-#[derive(Clone, Debug)]
-pub struct Paths {
-    /// The workspace served (canonical).
-    pub workspace: PathBuf,
-    /// The state directory (locked by this process).
-    pub state_dir: PathBuf,
-    /// The socket clients connect to.
-    pub socket: PathBuf,
-    /// The config file in use, if one exists (protected from the tools).
-    pub config_file: PathBuf,
-    /// This binary: workers and the reap shim are it, re-executed.
-    pub exe: PathBuf,
-    /// Whether commands can have their own namespaces here (probed once at start),
-    /// or why not.
-    pub namespaces: Result<(), crate::serve::sandbox::NoNamespaces>,
-    /// Puts an external worker's command under the reap shim in the command sandbox.
-    pub wrap_worker: crate::workers::confine::WrapFn,
-}
 
 /// Why the service could not start (serve exits 78: the configuration cannot work).
 #[derive(Debug, thiserror::Error)]

@@ -10,7 +10,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::service::Service;
+use crate::call::service::Service;
 use crate::workers::worker::{RestartReason, WorkerMsg, WorkerShared, WorkerState};
 
 /// How often the workers are sampled. Internal on purpose: the limit is what operators
@@ -73,7 +73,7 @@ pub async fn check(service: &Arc<Service>) {
         let pids = pids.clone();
         tokio::task::spawn_blocking(move || {
             pids.iter()
-                .map(|p| crate::serve::usage::own_rss(crate::serve::usage::worker_process(*p)))
+                .map(|p| crate::usage::own_rss(crate::usage::worker_process(*p)))
                 .collect::<Vec<_>>()
         })
         .await
