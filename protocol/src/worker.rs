@@ -12,6 +12,12 @@ use serde_json::{Map, Value};
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 
+mod announce;
+mod settings;
+
+pub use announce::{Annotations, AnnouncedTool, Connection};
+pub use settings::{SkillsSettings, WebSettings};
+
 /// The file descriptor on which a worker finds its control socket.
 pub const CONTROL_FD: i32 = 3;
 
@@ -287,49 +293,6 @@ fn yes() -> bool {
     true
 }
 
-/// `[web]`: the web tools' settings.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(default, deny_unknown_fields)]
-pub struct WebSettings {
-    /// Let `web_fetch` reach loopback, private, link-local and other non-public
-    /// addresses (refused by default: an agent must not become a way into the LAN).
-    pub allow_private: bool,
-    /// The most bytes one download may have; past it the fetch fails.
-    pub max_bytes: u64,
-    /// How long one fetch or search may take, redirects included.
-    pub timeout_ms: u64,
-    /// A SearXNG-compatible endpoint for `web_search` (`GET <url>?q=…&format=json`).
-    pub search_url: Option<String>,
-}
-
-impl Default for WebSettings {
-    fn default() -> Self {
-        WebSettings {
-            allow_private: false,
-            max_bytes: 10 << 20,
-            timeout_ms: 30_000,
-            search_url: None,
-        }
-    }
-}
-
-/// `[skills]`: where skills are found.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(default, deny_unknown_fields)]
-pub struct SkillsSettings {
-    /// Directories (workspace-relative, or `scope:/…`) whose subdirectories with a
-    /// `SKILL.md` are skills.
-    pub paths: Vec<String>,
-}
-
-impl Default for SkillsSettings {
-    fn default() -> Self {
-        SkillsSettings {
-            paths: vec![".skills".into(), ".claude/skills".into()],
-        }
-    }
-}
-
 /// Supervisor → worker.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "type", rename_all = "snake_case")]
@@ -496,78 +459,4 @@ pub enum FromWorker {
         /// How it ended.
         outcome: Outcome,
     },
-}
-
-/// One connection through a command's egress proxy, refused or ended.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Connection {
-    /// The call whose command made it.
-    pub call: u64,
-    /// The host name asked for.
-    pub host: String,
-    /// Its port.
-    pub port: u16,
-    /// `allowed` (on the list), `approved` (a person said yes), `denied`.
-    pub decision: String,
-    /// Bytes from the command to the host.
-    #[serde(default)]
-    pub sent: u64,
-    /// Bytes from the host to the command.
-    #[serde(default)]
-    pub received: u64,
-    /// Why it was refused or failed, when it was.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub reason: Option<String>,
-}
-
-/// A tool as a worker announces it (docs/PROTOCOL.md, "Worker protocol"). The
-/// supervisor validates calls against `inputSchema` before they reach the worker, and
-/// decides them by `risk`, the hints and `paths` like a built-in tool's.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-pub struct AnnouncedTool {
-    /// The tool's name, unique across every group.
-    pub name: String,
-    /// A short human title for listings.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub title: Option<String>,
-    /// What the model reads to decide when to use the tool.
-    #[serde(default)]
-    pub description: String,
-    /// The JSON Schema of the arguments.
-    #[serde(rename = "inputSchema")]
-    pub input_schema: Value,
-    #[serde(
-        rename = "outputSchema",
-        default,
-        skip_serializing_if = "Option::is_none"
-    )]
-    /// The JSON Schema of `meta`, when the tool declares one.
-    pub output_schema: Option<Value>,
-    /// MCP hints: read-only, destructive, idempotent, open world.
-    #[serde(default)]
-    pub annotations: Annotations,
-    /// The tool's own risk; the supervisor may only raise it (default `medium`).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub risk: Option<crate::tools::Risk>,
-    /// Parameters that name workspace paths (the policy resolves and confines them).
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub paths: Vec<String>,
-}
-
-/// MCP-style hints about a tool; absent hints are the cautious defaults.
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct Annotations {
-    /// The tool changes nothing.
-    #[serde(default)]
-    pub read_only_hint: Option<bool>,
-    /// The tool may destroy data.
-    #[serde(default)]
-    pub destructive_hint: Option<bool>,
-    /// Calling it twice with the same arguments does no more than once.
-    #[serde(default)]
-    pub idempotent_hint: Option<bool>,
-    /// The tool reaches beyond the workspace (the network, other systems).
-    #[serde(default)]
-    pub open_world_hint: Option<bool>,
 }

@@ -21,6 +21,7 @@ mod command;
 mod compound;
 mod expand;
 mod flow;
+mod redirect;
 mod statements;
 
 /// Deeper than this, nesting is not read (and the command asks).

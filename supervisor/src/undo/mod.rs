@@ -9,12 +9,14 @@
 //! back ([`restore`]). Pieces: [`node`] (one path's state), [`snapshot`] (walking and
 //! diffing), [`store`] (contents by hash), [`records`] (the journal file).
 
+mod changes;
 pub mod node;
 pub mod records;
 pub mod restore;
 pub mod safe;
 pub mod snapshot;
 pub mod store;
+mod upkeep;
 
 use std::collections::{HashMap, HashSet};
 use std::io;
@@ -28,6 +30,8 @@ use node::{Node, same_state};
 use records::{CallEntry, Record, RecordFile};
 use snapshot::{Change, Keeper, Scope, Tree};
 use store::Store;
+
+use changes::{blob_sizes, coalesce, merge, not_undoable};
 
 /// Which call is captured.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -470,184 +474,6 @@ impl Inner {
         self.snapshot(Some(&paths));
         Ok(())
     }
-
-    /// Captures the daemon's end cut short: record what their calls changed, as far as
-    /// the workspace now tells.
-    fn recover_open(&mut self) {
-        let dir = self.dir.join("open");
-        let Ok(rd) = std::fs::read_dir(&dir) else {
-            return;
-        };
-        let mut found: Vec<(u64, Open)> = rd
-            .flatten()
-            .filter_map(|e| {
-                let id = e.file_name().to_str()?.strip_suffix(".bin")?.parse().ok()?;
-                let bytes = std::fs::read(e.path()).ok()?;
-                Some((id, rmp_serde::from_slice::<Open>(&bytes).ok()?))
-            })
-            .collect();
-        found.sort_by_key(|(id, _)| *id);
-        for (id, mut open) in found {
-            open.records_at_begin = open.records_at_begin.min(self.records.len());
-            self.open.insert(id, open);
-            self.finish(id, true);
-        }
-        for e in std::fs::read_dir(&dir).into_iter().flatten().flatten() {
-            let _ = std::fs::remove_file(e.path());
-        }
-    }
-
-    /// An undo whose `undo_begin` has no `undone` after it was cut short: run it again
-    /// (undo is idempotent).
-    fn finish_cut_undos(&mut self) {
-        let mut begun: Vec<(String, Vec<String>)> = Vec::new();
-        for r in &self.records {
-            match r {
-                Record::UndoBegin { by, calls } => begun.push((by.clone(), calls.clone())),
-                Record::Undone { by, .. } => begun.retain(|(b, _)| b != by),
-                Record::Call(_) => {}
-            }
-        }
-        for (by, calls) in begun {
-            tracing::warn!("finishing the undo {by} the daemon's end cut short");
-            let _ = self.undo(&by, &Select::Calls(calls), &|_| true, false);
-        }
-    }
-
-    /// Keep the blobs within the bound: past three quarters of it, drop the oldest
-    /// records until half is used, then remove the blobs nothing refers to.
-    fn make_room(&mut self) {
-        if self.used <= self.max_bytes / 4 * 3 {
-            return;
-        }
-        let mut dropped = 0;
-        while self.used > self.max_bytes / 2 && dropped < self.records.len() {
-            dropped += 1;
-            let live = self.referenced(dropped);
-            self.used = live.iter().filter_map(|s| self.sizes.get(*s)).sum();
-        }
-        if dropped > 0 {
-            let keep: Vec<Record> = self.records.split_off(dropped);
-            self.records = keep;
-            for o in self.open.values_mut() {
-                o.records_at_begin = o.records_at_begin.saturating_sub(dropped);
-            }
-            if let Err(e) = self.file.rewrite(&self.records) {
-                tracing::error!("the undo journal could not drop its oldest records: {e}");
-            }
-        }
-        self.sweep();
-    }
-
-    /// The blobs referred to by the index, open captures and the records from `from` on.
-    fn referenced(&self, from: usize) -> HashSet<&str> {
-        let index = self.index.0.values().map(|s| Some(&s.node));
-        let open = self
-            .open
-            .values()
-            .flat_map(|o| o.before.0.values().map(|s| Some(&s.node)));
-        let records = self.records.iter().skip(from).flat_map(|r| match r {
-            Record::Call(e) => e
-                .changes
-                .iter()
-                .flat_map(|c| [c.before.as_ref(), c.after.as_ref()])
-                .collect::<Vec<_>>(),
-            _ => Vec::new(),
-        });
-        index
-            .chain(open)
-            .chain(records)
-            .flatten()
-            .filter_map(Node::blob)
-            .collect()
-    }
-
-    /// Remove every blob nothing refers to.
-    fn sweep(&mut self) {
-        let live: HashSet<String> = self.referenced(0).into_iter().map(str::to_owned).collect();
-        let dead: Vec<String> = self
-            .sizes
-            .keys()
-            .filter(|k| !live.contains(*k))
-            .cloned()
-            .collect();
-        for d in dead {
-            self.store.remove(&d);
-            self.sizes.remove(&d);
-        }
-        self.used = self.sizes.values().sum();
-    }
-}
-
-/// Why not everything in `changes` can be put back.
-fn not_undoable(changes: &[Change], store: &Store) -> Option<String> {
-    let mut why = Vec::new();
-    for c in changes {
-        match &c.before {
-            Some(Node::File { stored: false, .. }) => why.push(format!(
-                "{}: its content before the call was not kept (over [undo] max_bytes)",
-                node::shown(&c.path)
-            )),
-            Some(Node::File { sha256, .. }) if !store.has(sha256) => why.push(format!(
-                "{}: its content before the call is missing from the journal",
-                node::shown(&c.path)
-            )),
-            Some(Node::Other) => why.push(format!("{}: a special file", node::shown(&c.path))),
-            _ => {}
-        }
-    }
-    match why.len() {
-        0 => None,
-        1 => Some(format!("not undoable: {}", why[0])),
-        n => Some(format!("not undoable: {} (and {} more)", why[0], n - 1)),
-    }
-}
-
-/// One change per path: the first state it had and the last (an undo of several calls
-/// may change a path more than once).
-fn coalesce(changes: &[Change]) -> Vec<Change> {
-    let mut at: HashMap<&Path, usize> = HashMap::new();
-    let mut out: Vec<Change> = Vec::new();
-    for c in changes {
-        match at.get(c.path.as_path()) {
-            Some(&i) => out[i].after = c.after.clone(),
-            None => {
-                at.insert(&c.path, out.len());
-                out.push(c.clone());
-            }
-        }
-    }
-    out.retain(|c| !same_state(c.before.as_ref(), c.after.as_ref()));
-    out.sort_by(|a, b| a.path.cmp(&b.path));
-    out
-}
-
-fn merge(into: &mut restore::Undone, from: restore::Undone) {
-    into.restored.extend(from.restored);
-    into.removed.extend(from.removed);
-    into.conflicts.extend(from.conflicts);
-    into.not_undoable.extend(from.not_undoable);
-    into.changes.extend(from.changes);
-}
-
-/// The size of every blob under `dir`.
-fn blob_sizes(dir: &Path) -> HashMap<String, u64> {
-    let mut out = HashMap::new();
-    for sub in std::fs::read_dir(dir).into_iter().flatten().flatten() {
-        if sub.file_name() == "tmp" {
-            continue;
-        }
-        for f in std::fs::read_dir(sub.path())
-            .into_iter()
-            .flatten()
-            .flatten()
-        {
-            if let (Some(name), Ok(m)) = (f.file_name().to_str(), f.metadata()) {
-                out.insert(name.to_owned(), m.len());
-            }
-        }
-    }
-    out
 }
 
 #[cfg(test)]

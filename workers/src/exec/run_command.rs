@@ -21,6 +21,13 @@ use super::stage::{Collected, Staging};
 use crate::{ToolContext, ToolError};
 use toolvisor_sandbox::reap::report::Report;
 
+mod outcome;
+mod resources;
+
+pub(crate) use outcome::{exit_parts, outcome};
+pub(crate) use resources::cpu_watch;
+use resources::resources;
+
 /// `timeout` when the call gives none (docs/PROTOCOL.md §9).
 pub(crate) const DEFAULT_TIMEOUT: Duration = Duration::from_secs(30);
 
@@ -485,132 +492,5 @@ fn yield_to_background(
     out
 }
 
-/// The CPU budget to watch on the command's cgroup, when both exist.
-pub(crate) fn cpu_watch(cgroup: Option<&CommandCgroup>, cpu_s: u64) -> Option<CpuWatch<'_>> {
-    let cgroup = cgroup.filter(|_| cpu_s > 0)?;
-    Some(CpuWatch {
-        cgroup,
-        limit_ms: cpu_s * 1000,
-    })
-}
-
-/// `meta.resources`: from the shim's report, else (it was killed) the CPU time the
-/// cgroup measured; zeros when neither is known.
-fn resources(report: Option<&Report>, cgroup: Option<&CommandCgroup>) -> Value {
-    let (rss, cpu) = match report {
-        Some(r) => (r.peak_rss_bytes, r.cpu_ms),
-        None => (0, cgroup.and_then(CommandCgroup::cpu_ms).unwrap_or(0)),
-    };
-    json!({ "peak_rss_bytes": rss, "cpu_ms": cpu })
-}
-
-/// The outcome for a finished command: `ok` on exit 0; `timeout`, `cancelled` or
-/// `error` (ShellExecutionError) otherwise, with the output still in `content`.
-pub(crate) fn outcome(content: String, ended: &Ended, timeout: Option<Duration>) -> Outcome {
-    let mut meta = Map::new();
-    let (code, signal) = exit_parts(ended.status);
-    meta.insert("exit_code".into(), json!(code));
-    if let Some(s) = signal {
-        meta.insert("signal".into(), json!(s));
-    }
-    let error = match (ended.stop, code, signal) {
-        (Some(Stop::Timeout), _, _) => Some(ErrorBody::new(
-            ErrorType::Timeout,
-            match timeout {
-                Some(t) => format!(
-                    "command timed out after {} ms and was killed",
-                    t.as_millis()
-                ),
-                None => "command reached the call's deadline and was killed".to_owned(),
-            },
-        )),
-        (Some(Stop::Cancelled), _, _) => Some(ErrorBody::new(
-            ErrorType::Cancelled,
-            "the call was cancelled; the command was killed",
-        )),
-        // Named by the caller, which knows the limits.
-        (Some(Stop::Limit(_)), _, _) => Some(ErrorBody::new(
-            ErrorType::ResourceLimit,
-            "the command was stopped by a resource limit",
-        )),
-        (None, Some(0), _) => None,
-        (None, Some(c), _) => Some(ErrorBody::new(
-            ErrorType::ShellExecutionError,
-            format!("command exited with code {c}"),
-        )),
-        (None, None, Some(s)) => Some(ErrorBody::new(
-            ErrorType::ShellExecutionError,
-            format!("command was killed by signal {s} ({})", signal_name(s)),
-        )),
-        (None, None, None) => Some(ErrorBody::new(
-            ErrorType::ShellExecutionError,
-            "the command's exit status is unknown",
-        )),
-    };
-    let status = match &error {
-        None => Status::Ok,
-        Some(e) => Outcome::err(e.clone()).status,
-    };
-    let display = match &error {
-        None => content.clone(),
-        Some(e) if content.is_empty() => format!("[{}]", e.message),
-        Some(e) => format!("{content}\n[{}]", e.message),
-    };
-    Outcome {
-        status,
-        content,
-        display,
-        error,
-        truncated: None,
-        meta,
-    }
-}
-
-/// Exit code, or the number of the signal that killed the process.
-pub(crate) fn exit_parts(status: Option<ExitStatus>) -> (Option<i32>, Option<i32>) {
-    match status {
-        Some(s) => (s.code(), s.signal()),
-        None => (None, None),
-    }
-}
-
-/// `SIGTERM` etc. for messages.
-pub(crate) fn signal_name(sig: i32) -> &'static str {
-    nix::sys::signal::Signal::try_from(sig).map_or("unknown signal", |s| s.as_str())
-}
-
 #[cfg(test)]
-mod tests {
-    use std::time::{Duration, Instant};
-
-    use super::{DEFAULT_TIMEOUT, command_deadline};
-
-    #[test]
-    fn the_calls_deadline_bounds_a_command_without_a_timeout_of_its_own() {
-        let call = Instant::now() + Duration::from_secs(600);
-        let (at, own) = command_deadline(None, Some(call));
-        assert_eq!((at, own), (call, None), "not cut to the 30 s default");
-    }
-
-    #[test]
-    fn the_tools_own_timeout_only_shortens_the_calls_deadline() {
-        let call = Instant::now() + Duration::from_secs(600);
-        let short = Duration::from_secs(5);
-        let (at, own) = command_deadline(Some(short), Some(call));
-        assert!(at < call);
-        assert_eq!(own, Some(short));
-        let near = Instant::now() + Duration::from_millis(50);
-        assert_eq!(
-            command_deadline(Some(Duration::from_secs(60)), Some(near)),
-            (near, None)
-        );
-    }
-
-    #[test]
-    fn a_call_with_no_deadline_gets_the_default() {
-        let before = Instant::now();
-        let (at, own) = command_deadline(None, None);
-        assert!(at >= before + DEFAULT_TIMEOUT);
-        assert_eq!(own, Some(DEFAULT_TIMEOUT));
-    }
-}
+mod tests;

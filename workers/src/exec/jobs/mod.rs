@@ -43,6 +43,10 @@ use job::{Job, JobLog, JobState};
 pub(crate) use ready::ReadySpec;
 pub(crate) use write::check_size as check_input_size;
 
+mod prune;
+
+use prune::{one_line, prune};
+
 /// Finished jobs kept at most (oldest dropped first).
 const MAX_FINISHED: usize = 100;
 /// `max_jobs` when the settings leave it 0 (the config's default).
@@ -468,75 +472,5 @@ async fn run_job(
     job.progress.send_modify(|n| *n += 1);
 }
 
-/// Drop finished jobs read to their end, then the oldest finished beyond the cap.
-fn prune(t: &mut Table) {
-    t.jobs.retain(|j| {
-        let gone = j.finished() && j.lock().read_to_end;
-        if gone {
-            j.discard();
-        }
-        !gone
-    });
-    let finished = t.jobs.iter().filter(|j| j.finished()).count();
-    let mut excess = finished.saturating_sub(MAX_FINISHED);
-    t.jobs.retain(|j| {
-        if excess > 0 && j.finished() {
-            excess -= 1;
-            j.discard();
-            return false;
-        }
-        true
-    });
-}
-
-/// At most `max` chars on one line.
-fn one_line(s: &str, max: usize) -> String {
-    let flat: String = s
-        .chars()
-        .map(|c| if c.is_control() { ' ' } else { c })
-        .collect();
-    if flat.chars().count() <= max {
-        flat
-    } else {
-        flat.chars()
-            .take(max.saturating_sub(1))
-            .chain(['…'])
-            .collect()
-    }
-}
-
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use nix::sys::signal::Signal;
-    use signal::parse_signal;
-
-    #[test]
-    fn one_session_leaves_a_quarter_of_the_slots_to_others() {
-        assert_eq!(session_share(64), 48);
-        assert_eq!(session_share(4), 3);
-        assert_eq!(session_share(2), 1);
-        assert_eq!(session_share(1), 1);
-    }
-
-    #[test]
-    fn one_line_flattens_and_cuts() {
-        assert_eq!(one_line("a\nb", 10), "a b");
-        assert_eq!(one_line("abcdef", 4), "abc…");
-    }
-
-    #[test]
-    fn signals_by_name() {
-        assert_eq!(parse_signal(&json!("INT")).unwrap(), Signal::SIGINT);
-        assert_eq!(parse_signal(&json!("USR2")).unwrap(), Signal::SIGUSR2);
-        for bad in [json!("SIGINT"), json!("int"), json!(9), json!("STOP")] {
-            let e = parse_signal(&bad).unwrap_err();
-            assert_eq!(e.kind, ErrorType::InvalidParams, "{bad}");
-        }
-    }
-
-    #[test]
-    fn grace_is_two_seconds() {
-        assert_eq!(super::super::launch::GRACE, Duration::from_secs(2));
-    }
-}
+mod tests;

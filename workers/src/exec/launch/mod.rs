@@ -26,10 +26,15 @@ use toolvisor_sandbox::reap::ShimArgs;
 use toolvisor_sandbox::reap::report::Report;
 use toolvisor_sandbox::spec::{Rlimits, SandboxSpec};
 
+mod child;
 mod loopback;
+mod report_pipe;
 pub mod server;
 mod spare;
 mod supervise;
+
+use child::{ChildSetup, ShimFds, high_fd, pre_exec};
+pub(crate) use report_pipe::ReportPipe;
 
 pub(crate) use loopback::{Holder, Loopbacks};
 
@@ -243,68 +248,6 @@ pub(crate) struct Running {
     namespaces: bool,
 }
 
-/// The shim's report pipe, read as the report comes.
-#[derive(Default)]
-pub(crate) struct ReportPipe {
-    rx: Option<tokio::net::unix::pipe::Receiver>,
-    bytes: Vec<u8>,
-    read: Option<Option<Report>>,
-}
-
-/// The most of a report read.
-const REPORT_MAX: usize = 64 * 1024;
-
-impl ReportPipe {
-    fn new(r: std::io::PipeReader) -> Self {
-        let rx = tokio::net::unix::pipe::Receiver::from_owned_fd(OwnedFd::from(r)).ok();
-        ReportPipe {
-            rx,
-            ..ReportPipe::default()
-        }
-    }
-
-    /// Whether [`ReportPipe::next`] may still give a report.
-    fn pending(&self) -> bool {
-        self.rx.is_some() && self.read.is_none()
-    }
-
-    /// Wait for the report's line (or the pipe's end); cancellation-safe (what was
-    /// read stays).
-    async fn next(&mut self) -> Option<Report> {
-        use tokio::io::AsyncReadExt;
-        if let Some(rx) = self.rx.as_mut() {
-            let mut buf = [0u8; 1024];
-            while !self.bytes.contains(&b'\n') && self.bytes.len() < REPORT_MAX {
-                match rx.read(&mut buf).await {
-                    Ok(0) | Err(_) => break,
-                    Ok(n) => self.bytes.extend_from_slice(&buf[..n]),
-                }
-            }
-        }
-        self.finish()
-    }
-
-    /// The report from what was read, plus what can be read without waiting.
-    fn now(&mut self) -> Option<Report> {
-        if let (None, Some(rx)) = (&self.read, self.rx.as_ref()) {
-            let mut buf = [0u8; 1024];
-            while self.bytes.len() < REPORT_MAX {
-                match rx.try_read(&mut buf) {
-                    Ok(n @ 1..) => self.bytes.extend_from_slice(&buf[..n]),
-                    _ => break,
-                }
-            }
-        }
-        self.finish()
-    }
-
-    fn finish(&mut self) -> Option<Report> {
-        self.read
-            .get_or_insert_with(|| Report::parse(&self.bytes))
-            .clone()
-    }
-}
-
 impl Running {
     /// The command's control channel, for the job it becomes (once).
     pub(crate) fn take_control(&mut self) -> Option<Control> {
@@ -513,83 +456,4 @@ impl Launcher {
             }
         }
     }
-}
-
-/// In the child before exec: enter the cwd, join the cgroup, let every descriptor but
-/// the standard streams close at the exec except the report pipe and the control channel
-/// (handed to the shim; without a shim, none: the command is exec'd here), take the
-/// terminal (no shim), arm the
-/// parent-death signal and check the worker did not die before it was armed.
-/// Async-signal-safe calls only.
-fn pre_exec(cmd: &mut Command, setup: ChildSetup, shim: bool) {
-    let parent = nix::unistd::getpid();
-    // The shim turns SIGTERM into an orderly tree kill; a bare `sh` gets SIGKILL.
-    let death = if shim {
-        Signal::SIGTERM
-    } else {
-        Signal::SIGKILL
-    };
-    // SAFETY: fchdir, fcntl, open/write (the cgroup join), prctl and getppid are
-    // async-signal-safe; no allocation.
-    unsafe {
-        cmd.pre_exec(move || {
-            if libc::fchdir(setup.cwd) != 0 {
-                return Err(std::io::Error::last_os_error());
-            }
-            // Nothing of the worker's past the standard streams (its link to the
-            // supervisor, other commands' pipes) crosses the exec; then the two the
-            // shim is handed are let through again.
-            toolvisor_os::fds::cloexec_from(toolvisor_os::fds::FIRST_NON_STDIO)?;
-            for fd in setup.keep.into_iter().flatten() {
-                if libc::fcntl(fd, libc::F_SETFD, 0) < 0 {
-                    return Err(std::io::Error::last_os_error());
-                }
-            }
-            if setup.terminal {
-                toolvisor_sandbox::reap::control::take_terminal()?;
-            }
-            if let Some(j) = &setup.cgroup {
-                j.join_in_child()?;
-            }
-            nix::sys::prctl::set_pdeathsig(death)?;
-            if nix::unistd::getppid() != parent {
-                return Err(std::io::Error::from_raw_os_error(libc::ESRCH));
-            }
-            Ok(())
-        });
-    }
-}
-
-/// `fd` moved to a number of 10 or more, out of the way of anything a shim or a test
-/// wrapper sets up at fixed small numbers (close-on-exec, like the original).
-fn high_fd(fd: OwnedFd) -> std::io::Result<OwnedFd> {
-    rustix::io::fcntl_dupfd_cloexec(&fd, 10).map_err(std::io::Error::from)
-}
-
-/// The descriptors the shim gets (numbers in the child, kept across `exec`).
-#[derive(Clone, Copy, Debug)]
-struct ShimFds {
-    report: Option<i32>,
-    control: Option<i32>,
-    /// The session loopback's user and network namespaces.
-    netns: Option<[i32; 2]>,
-}
-
-impl ShimFds {
-    /// Every descriptor to keep open across `exec`.
-    fn keep(&self) -> [Option<i32>; 4] {
-        let [user, net] = self.netns.map_or([None, None], |[u, n]| [Some(u), Some(n)]);
-        [self.report, self.control, user, net]
-    }
-}
-
-/// What the forked child does before `exec` (see [`Launcher::pre_exec`]).
-struct ChildSetup {
-    cwd: i32,
-    /// The report pipe's write end, the control channel and the session loopback's
-    /// namespaces, to keep across `exec`.
-    keep: [Option<i32>; 4],
-    cgroup: Option<Joiner>,
-    /// Make the terminal on the standard streams the controlling one (no shim).
-    terminal: bool,
 }
