@@ -18,6 +18,10 @@ mod settings;
 pub use announce::{Annotations, AnnouncedTool, Connection};
 pub use settings::{SkillsSettings, WebSettings};
 
+/// A worker's exit code for a configuration error (EX_CONFIG): the supervisor does not
+/// restart it.
+pub const EXIT_CONFIG: i32 = 78;
+
 /// The file descriptor on which a worker finds its control socket.
 pub const CONTROL_FD: i32 = 3;
 

@@ -3,7 +3,7 @@
 //! the tools. The `toolvisor` binary wires it to the command line and to the workers.
 //!
 //! Where a call goes, in order (docs/ARCHITECTURE.md walks it file by file):
-//! [`session`] reads a frame → [`call::router`] finds the tool in the [`registry`],
+//! [`session`] reads a frame → [`call::router`] (`Service::run_call_guarded`, the call's entry) finds the tool in the [`registry`],
 //! validates it and asks [`policy`] through [`call::gate`] → [`audit`] records it →
 //! [`workers::pool`] sends it to a worker process → the result goes back the same way.
 

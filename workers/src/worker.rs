@@ -26,7 +26,7 @@ use crate::exec::ExecState;
 use crate::paths::Resolver;
 
 /// Exit code for a configuration error: the supervisor does not restart on it.
-pub const EXIT_CONFIG: i32 = 78;
+pub use toolvisor_protocol::worker::EXIT_CONFIG;
 /// Exit code for a broken control channel or runtime.
 pub const EXIT_SOFTWARE: i32 = 70;
 
@@ -328,9 +328,7 @@ fn guards(init: &WorkerInit, exec: &ExecState, landlock: Option<u32>) -> Guards 
     }
 }
 
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
-}
+use toolvisor_os::sync::lock;
 
 /// One `run` request on its way to a `done`.
 struct Job {

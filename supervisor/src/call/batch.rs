@@ -22,7 +22,7 @@ use toolvisor_protocol::Id;
 use toolvisor_protocol::message::{CallRequest, ToolResult, Topic};
 use toolvisor_protocol::tools::Risk;
 
-use crate::call::router::{SessionInfo, internal_result};
+use crate::call::router::SessionInfo;
 use crate::call::service::Service;
 use crate::config::Action;
 
@@ -90,21 +90,6 @@ impl Service {
             });
         }
         while running.join_next().await.is_some() {}
-    }
-
-    /// [`Service::run_call`] in a task of its own, so that even a panic in it yields
-    /// the call's one result.
-    pub async fn run_call_guarded(
-        self: Arc<Self>,
-        session: Arc<SessionInfo>,
-        req: CallRequest,
-        cancel: CancellationToken,
-    ) -> ToolResult {
-        let id = req.id.clone();
-        match tokio::spawn(self.run_call(session, req, cancel)).await {
-            Ok(r) => r,
-            Err(e) => internal_result(id, &format!("the call failed unexpectedly: {e}")),
-        }
     }
 
     fn publish_batch(&self, name: &'static str, session: &SessionInfo, id: &Id, ids: &[Id]) {

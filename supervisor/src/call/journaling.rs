@@ -263,9 +263,7 @@ impl Service {
     }
 }
 
-pub(crate) fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|p| p.into_inner())
-}
+pub(crate) use toolvisor_os::sync::lock;
 
 /// The handle of the background job `outcome` started, if it is still running.
 fn background(o: &Outcome) -> Option<String> {

@@ -1,4 +1,4 @@
-//! The path of one call: find the tool in the registry, validate its arguments, ask
+//! The path of one call, from its entry [`Service::run_call_guarded`]: find the tool in the registry, validate its arguments, ask
 //! the policy ([`super::gate`]), record it, send it to its group's workers
 //! ([`super::dispatch`]), record the end, and build the one `result` the client gets.
 
@@ -77,6 +77,21 @@ pub(crate) fn fail(kind: ErrorType, message: impl Into<String>) -> Outcome {
 }
 
 impl Service {
+    /// The call's entry: [`Service::run_call`] in a task of its own, so that even a panic in it yields
+    /// the call's one result.
+    pub async fn run_call_guarded(
+        self: Arc<Self>,
+        session: Arc<SessionInfo>,
+        req: CallRequest,
+        cancel: CancellationToken,
+    ) -> ToolResult {
+        let id = req.id.clone();
+        match tokio::spawn(self.run_call(session, req, cancel)).await {
+            Ok(r) => r,
+            Err(e) => internal_result(id, &format!("the call failed unexpectedly: {e}")),
+        }
+    }
+
     /// Run one call to its result. Never panics on client input; every path returns.
     /// Every call ends with a `call_finished` event, whether it ran or was rejected.
     pub async fn run_call(

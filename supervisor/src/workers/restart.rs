@@ -15,7 +15,7 @@ use crate::config::SupervisorConfig;
 pub const HEALTHY_RESET: Duration = Duration::from_secs(10);
 
 /// The exit code that means "configuration error, do not restart".
-pub const EXIT_CONFIG: i32 = 78;
+pub use toolvisor_protocol::worker::EXIT_CONFIG;
 
 /// What to do after a worker died.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

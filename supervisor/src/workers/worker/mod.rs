@@ -8,7 +8,6 @@
 //! [`WorkerShared`], which registers the call on the current [`Link`] and writes its
 //! `run` frame; the link's reader hands the `done` straight back.
 
-use std::sync::Mutex;
 use std::time::Duration;
 
 mod actor;
@@ -61,9 +60,7 @@ pub fn kill_group(pid: u32) {
     );
 }
 
-/// A lock that survives a panicked holder: the data behind these locks (a map of
-/// calls, a link, a time) stays consistent at every await point, so a panic elsewhere
-/// must not take the worker down with it.
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|p| p.into_inner())
-}
+// A lock that survives a panicked holder: the data behind these locks (a map of
+// calls, a link, a time) stays consistent at every await point, so a panic elsewhere
+// must not take the worker down with it.
+use toolvisor_os::sync::lock;

@@ -159,9 +159,7 @@ impl Shared {
     }
 }
 
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|e| e.into_inner())
-}
+use toolvisor_os::sync::lock;
 
 /// One command's running egress proxy; it stops taking connections when dropped
 /// (connections under way go on until either end closes).
