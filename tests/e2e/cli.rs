@@ -48,7 +48,10 @@ fn call_prints_content_and_exits_by_status() {
     );
     let out = tv(&s, &["tools", "--format", "mcp"]);
     let tools: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
-    assert_eq!(tools.as_array().unwrap().len(), 19);
+    let names = tool_names(&tools);
+    let builtin = toolvisor_protocol::tools::builtin();
+    let want: Vec<&str> = builtin.iter().map(|t| t.name.as_str()).collect();
+    assert_eq!(names, want, "every built-in tool, sorted, once");
 }
 
 /// `toolvisor serve [extra…]` on a workspace whose toolvisor.toml is `config`; it must

@@ -5,7 +5,6 @@
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
-use toolvisor_protocol::client::Client;
 use toolvisor_protocol::{
     CallRequest, ClientMessage, ErrorType, Id, ServerMessage, Status, ToolResult,
 };
@@ -278,19 +277,6 @@ fn paths_outside_or_protected_are_refused() {
         assert!(!s.ws().join(".toolvisor/anything").exists());
         assert!(!s.ws().join(".toolvisor/x").exists());
     });
-}
-
-/// The `result` of call `id` on `c`.
-async fn result_of(c: &mut Client, id: &str) -> ToolResult {
-    let id: Id = id.into();
-    let (_, m) = c
-        .recv_matching(|m| matches!(m, ServerMessage::Result(r) if r.id == id).then_some(()))
-        .await
-        .expect("a result");
-    let ServerMessage::Result(r) = m else {
-        unreachable!()
-    };
-    r
 }
 
 /// Wait until a call is in flight on a worker of `group` (status says so: there is no

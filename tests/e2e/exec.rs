@@ -9,9 +9,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 use toolvisor_protocol::client::Client;
-use toolvisor_protocol::{
-    CallRequest, ClientMessage, ErrorType, Id, ServerMessage, Status, ToolResult,
-};
+use toolvisor_protocol::{CallRequest, ClientMessage, ErrorType, ServerMessage, Status};
 
 use crate::harness::*;
 
@@ -28,19 +26,6 @@ async fn send_call(c: &mut Client, id: &str, args: Value, timeout_ms: Option<u64
     let mut req = CallRequest::new(id, "run_command", args);
     req.timeout_ms = timeout_ms;
     c.send(&ClientMessage::Call(req)).await.expect("send call");
-}
-
-/// The `result` of call `id` on `c` (other messages wait in the backlog).
-async fn result_of(c: &mut Client, id: &str) -> ToolResult {
-    let id: Id = id.into();
-    let (_, m) = c
-        .recv_matching(|m| matches!(m, ServerMessage::Result(r) if r.id == id).then_some(()))
-        .await
-        .expect("a result");
-    let ServerMessage::Result(r) = m else {
-        unreachable!()
-    };
-    r
 }
 
 fn run(command: &str) -> Value {

@@ -692,3 +692,24 @@ pub fn eventually<T>(deadline: Duration, what: &str, mut check: impl FnMut() -> 
         std::thread::sleep(Duration::from_millis(20));
     }
 }
+
+/// The `result` of call `id` on `c` (other messages wait in the backlog).
+pub async fn result_of(c: &mut Client, id: &str) -> ToolResult {
+    let id: toolvisor_protocol::Id = id.into();
+    let (_, m) = c
+        .recv_matching(|m| matches!(m, ServerMessage::Result(r) if r.id == id).then_some(()))
+        .await
+        .expect("a result");
+    let ServerMessage::Result(r) = m else {
+        unreachable!()
+    };
+    r
+}
+
+/// The tool names of a `tools` listing (any format: each tool has a `name`).
+pub fn tool_names(listing: &Value) -> Vec<&str> {
+    listing
+        .as_array()
+        .map(|a| a.iter().filter_map(|t| t["name"].as_str()).collect())
+        .unwrap_or_default()
+}

@@ -10,9 +10,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 use toolvisor_protocol::client::Client;
-use toolvisor_protocol::{
-    CallRequest, ClientMessage, ErrorType, Id, ServerMessage, Status, ToolResult,
-};
+use toolvisor_protocol::{CallRequest, ClientMessage, ErrorType, Status, ToolResult};
 
 use crate::harness::*;
 
@@ -22,19 +20,6 @@ fn run(command: &str) -> Value {
 
 fn kind(r: &ToolResult) -> Option<ErrorType> {
     r.error.as_ref().map(|e| e.kind)
-}
-
-/// The `result` of call `id` on `c` (other messages wait in the backlog).
-async fn result_of(c: &mut Client, id: &str) -> ToolResult {
-    let id: Id = id.into();
-    let (_, m) = c
-        .recv_matching(|m| matches!(m, ServerMessage::Result(r) if r.id == id).then_some(()))
-        .await
-        .expect("a result");
-    let ServerMessage::Result(r) = m else {
-        unreachable!()
-    };
-    r
 }
 
 async fn send(c: &mut Client, id: &str, tool: &str, args: Value) {

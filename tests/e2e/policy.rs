@@ -105,19 +105,6 @@ async fn send_call(c: &mut Client, id: &str, tool: &str, args: Value, token: Opt
     c.send(&ClientMessage::Call(req)).await.expect("send call");
 }
 
-/// The `result` of call `id` (other messages wait in the backlog).
-async fn result_of(c: &mut Client, id: &str) -> ToolResult {
-    let id: Id = id.into();
-    let (_, m) = c
-        .recv_matching(|m| matches!(m, ServerMessage::Result(r) if r.id == id).then_some(()))
-        .await
-        .expect("a result");
-    let ServerMessage::Result(r) = m else {
-        unreachable!()
-    };
-    r
-}
-
 /// The `confirm_required` of call `id`; panics if the call's result comes first.
 async fn asked(c: &mut Client, id: &str) -> Asked {
     let id: Id = id.into();
@@ -234,17 +221,6 @@ fn exists(ws: &Path, rel: &str) -> bool {
     ws.join(rel).exists()
 }
 
-/// Every record of the audit log, parsed.
-fn audit_records(s: &Server) -> Vec<Value> {
-    let text =
-        std::fs::read_to_string(s.ws().join(".toolvisor/audit.jsonl")).expect("read audit.jsonl");
-    text.lines()
-        .map(|l| {
-            serde_json::from_str(l).unwrap_or_else(|e| panic!("audit line is not JSON ({e}): {l}"))
-        })
-        .collect()
-}
-
 fn records_of<'a>(all: &'a [Value], call_id: &str) -> Vec<&'a Value> {
     all.iter()
         .filter(|r| r["call_id"] == json!(call_id))
@@ -345,7 +321,7 @@ fn interactive_approve_runs_and_deny_does_not() {
         );
 
         // The audit log tells the story of both calls.
-        let all = audit_records(&s);
+        let all = audit_log(s.ws());
         let recs = records_of(&all, &format!("{}:c1", c.session));
         let kinds: Vec<&str> = recs.iter().filter_map(|r| r["kind"].as_str()).collect();
         assert_eq!(
@@ -486,7 +462,7 @@ fn audit_confirm_answered_uses_the_documented_words() {
             ErrorType::ConfirmationTimeout,
         );
 
-        let all = audit_records(&s);
+        let all = audit_log(s.ws());
         for (id, word) in [("no", "denied"), ("late", "timeout")] {
             let call_id = format!("{session}:{id}");
             let recs = records_of(&all, &call_id);
@@ -1017,7 +993,7 @@ fn meta_policy_and_audit_records_of_allowed_and_denied_calls() {
             "{no:?}"
         );
 
-        let all = audit_records(&s);
+        let all = audit_log(s.ws());
         let ok_id = format!("{session}:ok1");
         let recs = records_of(&all, &ok_id);
         let kinds: Vec<&str> = recs.iter().filter_map(|r| r["kind"].as_str()).collect();

@@ -325,7 +325,7 @@ fn list_tools_in_three_formats() {
                 .unwrap()
             {
                 ServerMessage::Tools { tools, .. } => {
-                    assert_eq!(tools.len(), 19);
+                    assert_eq!(tools.len(), toolvisor_protocol::tools::builtin().len());
                     assert!(tools.iter().all(|t| t.get(key).is_some()), "{format:?}");
                 }
                 other => panic!("{other:?}"),

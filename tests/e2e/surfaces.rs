@@ -28,15 +28,6 @@ fn signal(pid: u32, sig: Signal) {
     nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid as i32), sig).expect("signal");
 }
 
-fn audit_records(s: &Server) -> Vec<Value> {
-    // Read after the result the records belong to: they are on disk by then.
-    std::fs::read_to_string(s.ws().join(".toolvisor/audit.jsonl"))
-        .unwrap_or_default()
-        .lines()
-        .filter_map(|l| serde_json::from_str(l).ok())
-        .collect()
-}
-
 async fn status(s: &Server) -> ServerMessage {
     let mut c = s.client().await;
     let id = "st".into();
@@ -371,7 +362,7 @@ fn sighup_applies_confirm_timeout_and_audit_says_who_answered() {
             .unwrap();
         let r = next_result(&mut agent).await;
         assert_eq!(r.status, Status::Ok, "{r:?}");
-        let answers: Vec<Value> = audit_records(&s)
+        let answers: Vec<Value> = audit_log(s.ws())
             .into_iter()
             .filter(|r| r["kind"] == "confirm_answered")
             .collect();

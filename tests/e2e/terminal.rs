@@ -943,14 +943,7 @@ fn a_flooding_terminal_and_a_job_that_never_reads_keep_the_worker_bounded() {
         let r = call_on(&mut other, "o", "list_processes", json!({})).await;
         assert_eq!(r.status, Status::Ok, "{r:?}");
         assert!(t0.elapsed() < Duration::from_secs(5), "{:?}", t0.elapsed());
-        let want: toolvisor_protocol::Id = "big".into();
-        let (_, m) = c
-            .recv_matching(|m| matches!(m, ServerMessage::Result(r) if r.id == want).then_some(()))
-            .await
-            .expect("result");
-        let ServerMessage::Result(r) = m else {
-            unreachable!()
-        };
+        let r = result_of(&mut c, "big").await;
         assert_eq!(kind(&r), Some(ErrorType::Timeout), "{r:?}");
         assert!(message(&r).contains("took no input"), "{r:?}");
         for i in 0..3 {

@@ -455,12 +455,7 @@ fn policy_rules_and_the_cli_see_the_web_tools() {
     assert_eq!(err_type(&r), Some(ErrorType::PolicyDenied));
     let out = toolvisor(s.ws(), &["tools"]);
     let tools: Value = serde_json::from_slice(&out.stdout).unwrap();
-    let names: Vec<&str> = tools
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter_map(|t| t["name"].as_str())
-        .collect();
+    let names = tool_names(&tools);
     for t in ["web_fetch", "web_search", "memory", "write_todos"] {
         assert!(names.contains(&t), "{t} in {names:?}");
     }

@@ -123,7 +123,31 @@ mod tests {
         sorted.sort();
         sorted.dedup();
         assert_eq!(names, sorted);
-        assert_eq!(names.len(), 19);
+        // The golden list: a tool added or removed is a change to see here.
+        assert_eq!(
+            names,
+            [
+                "apply_file_change",
+                "edit_file",
+                "glob",
+                "grep",
+                "kill_process",
+                "list_processes",
+                "ls",
+                "memory",
+                "preview_edit_file",
+                "preview_write_file",
+                "read_file",
+                "read_many_files",
+                "read_output",
+                "run_command",
+                "web_fetch",
+                "web_search",
+                "write_file",
+                "write_input",
+                "write_todos",
+            ]
+        );
         for t in &tools {
             assert_eq!(
                 t.parameters["additionalProperties"],
