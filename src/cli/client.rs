@@ -12,10 +12,7 @@ use crate::workspace::Resolved;
 
 /// Run a client command; returns the exit code.
 pub fn run(cmd: &Command, r: &Resolved) -> i32 {
-    let rt = match tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-    {
+    let rt = match crate::commands::runtime() {
         Ok(rt) => rt,
         Err(e) => {
             eprintln!("toolvisor: {e}");

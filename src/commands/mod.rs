@@ -26,6 +26,13 @@ use crate::workspace::Resolved;
 /// The client name the CLI gives in `hello`.
 pub const CLIENT: &str = "toolvisor-cli";
 
+/// The runtime a client command runs on: one thread, timers and I/O.
+pub fn runtime() -> std::io::Result<tokio::runtime::Runtime> {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+}
+
 /// A non-interactive connection to the daemon.
 pub async fn connect(r: &Resolved) -> Result<Client, ClientError> {
     Client::connect(&r.socket, CLIENT, false).await

@@ -85,10 +85,7 @@ fn ask_daemon(
     tool: &str,
     args: serde_json::Value,
 ) -> Result<ServerMessage, (i32, String)> {
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .map_err(|e| (70, e.to_string()))?;
+    let rt = crate::commands::runtime().map_err(|e| (70, e.to_string()))?;
     rt.block_on(async {
         let mut c = Client::connect(&r.socket, crate::commands::CLIENT, false)
             .await

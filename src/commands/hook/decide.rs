@@ -55,10 +55,7 @@ where
     F: FnOnce(Client) -> Fut,
     Fut: std::future::Future<Output = Result<T, ClientError>>,
 {
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .map_err(|e| e.to_string())?;
+    let rt = crate::commands::runtime().map_err(|e| e.to_string())?;
     rt.block_on(async {
         let work = async {
             let c = Client::connect(&r.socket, client, false).await?;
