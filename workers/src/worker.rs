@@ -10,7 +10,7 @@ use std::os::fd::FromRawFd;
 use std::os::unix::net::UnixStream as StdUnixStream;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
-use toolvisor_protocol::tools;
+use toolvisor_protocol::tools::{self, Group};
 
 use serde_json::Value;
 use tokio::net::UnixStream;
@@ -57,9 +57,9 @@ pub fn main(group: &str) -> i32 {
     }
     let cgroups = ExecState::cgroups(&init);
     // What the group writes under the state directory, besides the roots.
-    let own = match group {
-        tools::EDIT => vec![crate::edit::temps::dir(&init.state_dir)],
-        tools::STATE => vec![crate::state::store::dir(&init.state_dir)],
+    let own = match Group::parse(group) {
+        Some(Group::Edit) => vec![crate::edit::temps::dir(&init.state_dir)],
+        Some(Group::State) => vec![crate::state::store::dir(&init.state_dir)],
         _ => Vec::new(),
     };
     let landlock = toolvisor_sandbox::confine(&init, &cgroups.bases(), &own);
@@ -345,11 +345,11 @@ impl Job {
     /// network); the others are blocking file work, run on a blocking thread that also
     /// sends the `done` itself, one thread hand-off less than awaiting it from a task.
     fn start(self) {
-        match self.ctx.init.group.as_str() {
-            tools::EXEC | tools::WEB => {
+        match Group::parse(&self.ctx.init.group) {
+            Some(Group::Exec | Group::Web) => {
                 tokio::spawn(self.run_async());
             }
-            tools::SEARCH => {
+            Some(Group::Search) => {
                 if let Some(job) = self.run_inline() {
                     tokio::task::spawn_blocking(move || job.run_blocking());
                 }
@@ -377,8 +377,8 @@ impl Job {
     }
 
     async fn run_async(self) {
-        let outcome = match self.ctx.init.group.as_str() {
-            tools::WEB => crate::web::run(&self.tool, &self.args, &self.ctx).await,
+        let outcome = match Group::parse(&self.ctx.init.group) {
+            Some(Group::Web) => crate::web::run(&self.tool, &self.args, &self.ctx).await,
             _ => crate::exec::run(&self.exec, &self.tool, &self.args, &self.ctx).await,
         };
         let tx = self.tx.clone();
@@ -386,12 +386,15 @@ impl Job {
     }
 
     fn run_blocking(self) {
-        let run = std::panic::AssertUnwindSafe(|| match self.ctx.init.group.as_str() {
-            tools::SEARCH => crate::search::run(&self.tool, &self.args, &self.ctx),
-            tools::EDIT => crate::edit::run(&self.tool, &self.args, &self.ctx),
-            tools::STATE => crate::state::run(&self.tool, &self.args, &self.ctx),
-            tools::META => crate::skills::run(&self.tool, &self.args, &self.ctx),
-            other => ToolError::internal(format!("unknown group {other}")).into(),
+        let group = &self.ctx.init.group;
+        let run = std::panic::AssertUnwindSafe(|| match Group::parse(group) {
+            Some(Group::Search) => crate::search::run(&self.tool, &self.args, &self.ctx),
+            Some(Group::Edit) => crate::edit::run(&self.tool, &self.args, &self.ctx),
+            Some(Group::State) => crate::state::run(&self.tool, &self.args, &self.ctx),
+            Some(Group::Meta) => crate::skills::run(&self.tool, &self.args, &self.ctx),
+            Some(Group::Exec | Group::Web) | None => {
+                ToolError::internal(format!("unknown group {group}")).into()
+            }
         });
         // A tool that panics still answers (the panic message went to stderr).
         let outcome = std::panic::catch_unwind(run).unwrap_or_else(|_| panicked());

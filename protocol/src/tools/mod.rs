@@ -44,6 +44,53 @@ pub const STATE: &str = "state";
 /// Tools about the agent's own context (skills); its worker announces them.
 pub const META: &str = "meta";
 
+/// A built-in group as code matches it. Its spelling on the wire and in the config is
+/// [`Group::as_str`], the constants above; an external or MCP group is none of these.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Group {
+    /// [`SEARCH`].
+    Search,
+    /// [`EDIT`].
+    Edit,
+    /// [`EXEC`].
+    Exec,
+    /// [`WEB`].
+    Web,
+    /// [`STATE`].
+    State,
+    /// [`META`].
+    Meta,
+}
+
+impl Group {
+    /// Every built-in group.
+    pub const ALL: [Group; 6] = [
+        Group::Search,
+        Group::Edit,
+        Group::Exec,
+        Group::Web,
+        Group::State,
+        Group::Meta,
+    ];
+
+    /// Its wire and config name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Group::Search => SEARCH,
+            Group::Edit => EDIT,
+            Group::Exec => EXEC,
+            Group::Web => WEB,
+            Group::State => STATE,
+            Group::Meta => META,
+        }
+    }
+
+    /// The built-in group named `name`, if it is one.
+    pub fn parse(name: &str) -> Option<Group> {
+        Group::ALL.into_iter().find(|g| g.as_str() == name)
+    }
+}
+
 /// Largest `stdin` of `run_command` and `data` of `write_input`, in bytes (the
 /// schema's `maxLength` counts characters; the supervisor and the worker count bytes).
 pub const MAX_INPUT_BYTES: usize = 1 << 20;
@@ -114,6 +161,14 @@ pub fn find<'a>(tools: &'a [ToolDef], name: &str) -> Option<&'a ToolDef> {
 mod tests {
     use super::*;
     use serde_json::json;
+
+    #[test]
+    fn groups_are_matched_as_they_are_spelled() {
+        for g in Group::ALL {
+            assert_eq!(Group::parse(g.as_str()), Some(g));
+        }
+        assert_eq!(Group::parse("mcp:docs"), None);
+    }
 
     #[test]
     fn builtin_tools_are_sorted_unique_closed_and_grouped() {
