@@ -155,12 +155,14 @@ pub enum Command {
         #[arg(long)]
         reusable: bool,
     },
-    /// Serve the tools as an MCP server on stdio, backed by the workspace's daemon
-    /// (started, and stopped on exit, when none runs).
+    /// Serve the tools as an MCP server on stdio (or Streamable HTTP with --http),
+    /// backed by the workspace's daemon (started, and stopped on exit, when none runs).
     Mcp {
         /// Never start a daemon: without one, calls say how to start it.
         #[arg(long)]
         no_spawn: bool,
+        #[command(flatten)]
+        http: crate::mcp::http::HttpArgs,
     },
     /// Read and check the audit log (works with the service up or down).
     Audit {
@@ -388,10 +390,11 @@ fn run(cli: &Cli) -> i32 {
         Command::Init { force } => crate::commands::init::run(&r, *force),
         Command::Audit { command } => audit(command, &r),
         Command::Policy { command } => crate::commands::policy::run(command, &r),
-        Command::Mcp { no_spawn } => {
+        Command::Mcp { no_spawn, http } => {
             let opts = crate::mcp::Options {
                 config: cli.config.clone(),
                 no_spawn: *no_spawn,
+                http: http.clone(),
             };
             crate::mcp::run(&r, opts)
         }

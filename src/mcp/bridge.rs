@@ -198,6 +198,16 @@ impl Bridge {
     }
 }
 
+/// The bridge going (its MCP session ended) ends its daemon connection, and with it
+/// the calls still running on it.
+impl Drop for Bridge {
+    fn drop(&mut self) {
+        if let Some(c) = self.conn.get_mut() {
+            c.closed.cancel();
+        }
+    }
+}
+
 fn lost() -> Unavailable {
     Unavailable("the connection to the toolvisor daemon was lost (did it stop?)".into())
 }

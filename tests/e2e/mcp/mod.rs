@@ -3,6 +3,7 @@
 //! ([`third_party`]); what results carry through the bridge, both ways ([`results`]).
 
 mod client;
+mod http;
 mod results;
 mod server;
 pub(crate) mod support;
