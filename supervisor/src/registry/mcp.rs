@@ -3,9 +3,9 @@
 //! ([`super::live`]).
 //!
 //! The server's worker (this binary, `toolvisor worker --group mcp:NAME`) names each
-//! tool `NAME__TOOL` and announces them in `ready` and `tools` frames. Here: a tool
-//! whose name does not carry its server's prefix is left out (rules like `NAME__*`
-//! rely on it), and every tool gets the server's configured `risk`, which
+//! tool `NAME__TOOL` (or with the configured `prefix`, which may be empty) and
+//! announces them in `ready` and `tools` frames. Here: a tool whose name does not
+//! carry its server's prefix is left out (rules like `NAME__*` rely on it), and every tool gets the server's configured `risk`, which
 //! [`super::announced::to_def`] raises to `high` for a destructive hint and never
 //! lowers. The server's `env` values are secrets: [`secrets`] hands them to the
 //! audit log's masking.
@@ -31,11 +31,11 @@ pub struct Admitted {
 /// left the configuration (until its worker stops) keeps the default risk, `medium`.
 pub fn admit(config: &Config, group: &str, announced: Vec<AnnouncedTool>) -> Admitted {
     let name = group.strip_prefix(GROUP_PREFIX).unwrap_or(group);
-    let risk = config
-        .mcp
-        .server(group)
-        .map_or(Risk::Medium, |(_, s)| s.risk);
-    let prefix = format!("{name}__");
+    let server = config.mcp.server(group).map(|(_, s)| s);
+    let risk = server.map_or(Risk::Medium, |s| s.risk);
+    let prefix = server
+        .and_then(|s| s.prefix.clone())
+        .unwrap_or_else(|| format!("{name}__"));
     let mut out = Admitted {
         risk,
         tools: Vec::new(),
