@@ -4,7 +4,8 @@
 //!   starts when none serves the workspace ([`daemon`]) and reaches through one
 //!   persistent connection ([`bridge`]); [`server`] answers the MCP requests, [`call`]
 //!   runs one tool call with its [`progress`] and [`confirm`]ations, [`result`] shapes
-//!   the answer, [`resources`] serves truncated outputs, [`listing`] the tool list,
+//!   the answer, [`resources`] serves truncated outputs, [`passthrough`] the MCP
+//!   servers' resources and prompts, [`listing`] the tool list,
 //!   [`logging`] the client's log level.
 //! - `toolvisor mcp --http [ADDR]` ([`http`]): the same server over Streamable HTTP,
 //!   one daemon connection per MCP session.
@@ -20,6 +21,7 @@ mod eof;
 pub mod http;
 pub mod listing;
 pub mod logging;
+pub mod passthrough;
 pub mod progress;
 pub mod resources;
 pub mod result;

@@ -414,11 +414,7 @@ pub fn tool_names(config: &Config, registry: &Registry) -> ToolNames {
             None => names = names.with_prefix(format!("{server}__")),
         }
     }
-    if !open {
-        names
-    } else {
-        names.open()
-    }
+    if !open { names } else { names.open() }
 }
 
 /// What a group's pool runs.

@@ -16,6 +16,10 @@ use toolvisor_protocol::worker::AnnouncedTool;
 use crate::config::Config;
 use crate::config::mcp::GROUP_PREFIX;
 
+/// What the name of the tool that reaches a server's resources and prompts ends with,
+/// after `NAME` (announced by its worker whatever the server's `prefix`).
+pub const REQUEST_SUFFIX: &str = "__mcp-request";
+
 /// An MCP server's announcement, as the registry takes it.
 #[derive(Debug, PartialEq)]
 pub struct Admitted {
@@ -41,16 +45,20 @@ pub fn admit(config: &Config, group: &str, announced: Vec<AnnouncedTool>) -> Adm
         tools: Vec::new(),
         warnings: Vec::new(),
     };
+    // The tool that reaches the server's resources and prompts (the bridge's).
+    let request_tool = format!("{name}{REQUEST_SUFFIX}");
     for mut t in announced {
-        if !t.name.starts_with(&prefix) || t.name.len() == prefix.len() {
+        let own = t.name == request_tool;
+        if !own && (!t.name.starts_with(&prefix) || t.name.len() == prefix.len()) {
             let shown: String = t.name.chars().take(80).collect();
             out.warnings.push(format!(
                 "group `{group}`: tool {shown:?} does not start with `{prefix}`; left out"
             ));
             continue;
         }
-        // MCP has no risk of its own: the configuration's word is the tool's risk.
-        t.risk = Some(risk);
+        // MCP has no risk of its own: the configuration's word is the tool's risk; reading
+        // resources and prompts is a low-risk call.
+        t.risk = Some(if own { Risk::Low } else { risk });
         t.paths.clear();
         out.tools.push(t);
     }
