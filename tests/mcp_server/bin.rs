@@ -1,7 +1,8 @@
 //! `toolvisor-test-mcp-server`: an MCP server on stdio for toolvisor's end-to-end tests
 //! (see tools.rs). `--noise` first writes lines that are not JSON to stdout (a client
-//! must skip them).
+//! must skip them). `--resources` serves resources and prompts instead (resources.rs).
 
+mod resources;
 mod tools;
 
 use rmcp::ServiceExt;
@@ -22,14 +23,25 @@ fn main() {
         }
     };
     rt.block_on(async {
-        match tools::TestServer::default()
-            .serve(rmcp::transport::stdio())
-            .await
-        {
-            Ok(running) => {
-                let _ = running.waiting().await;
+        let served = if std::env::args().any(|a| a == "--resources") {
+            match resources::ResourceServer
+                .serve(rmcp::transport::stdio())
+                .await
+            {
+                Ok(running) => running.waiting().await.map(drop),
+                Err(e) => Ok(eprintln!("test server: {e}")),
             }
-            Err(e) => eprintln!("test server: {e}"),
+        } else {
+            match tools::TestServer::default()
+                .serve(rmcp::transport::stdio())
+                .await
+            {
+                Ok(running) => running.waiting().await.map(drop),
+                Err(e) => Ok(eprintln!("test server: {e}")),
+            }
+        };
+        if let Err(e) = served {
+            eprintln!("test server: {e}");
         }
     });
 }

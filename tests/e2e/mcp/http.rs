@@ -16,14 +16,14 @@ use super::support::*;
 use crate::harness::*;
 
 /// `toolvisor mcp --http 127.0.0.1:0 …` and where it serves.
-struct HttpMcp {
+pub(super) struct HttpMcp {
     child: Child,
     url: String,
     addr: String,
 }
 
 impl HttpMcp {
-    fn start(ws: &Path, args: &[&str]) -> HttpMcp {
+    pub(super) fn start(ws: &Path, args: &[&str]) -> HttpMcp {
         let mut child = Command::new(BIN)
             .args(["mcp", "--no-spawn", "--workspace"])
             .arg(ws)
@@ -49,7 +49,7 @@ impl HttpMcp {
     }
 
     /// An rmcp client session over HTTP (`token`: its bearer token).
-    async fn client(&self, token: Option<&str>) -> Mcp0 {
+    pub(super) async fn client(&self, token: Option<&str>) -> Mcp0 {
         let _ = rustls::crypto::ring::default_provider().install_default();
         let mut cfg = StreamableHttpClientTransportConfig::with_uri(self.url.as_str());
         if let Some(t) = token {
@@ -97,7 +97,7 @@ impl Drop for HttpMcp {
     }
 }
 
-type Mcp0 = rmcp::service::RunningService<rmcp::RoleClient, TestClient>;
+pub(super) type Mcp0 = rmcp::service::RunningService<rmcp::RoleClient, TestClient>;
 
 fn stdout_lines(child: &mut Child) -> std::sync::mpsc::Receiver<String> {
     use std::io::BufRead;
@@ -151,7 +151,7 @@ fn daemon_connections(socket: &Path) -> usize {
 }
 
 /// Wait until `test` holds, polling, or panic past `deadline`.
-async fn until(what: &str, deadline: Duration, test: impl Fn() -> bool) {
+pub(super) async fn until(what: &str, deadline: Duration, test: impl Fn() -> bool) {
     let end = Instant::now() + deadline;
     while !test() {
         assert!(Instant::now() < end, "{what} within {deadline:?}");

@@ -4,6 +4,7 @@
 
 mod client;
 mod http;
+mod passthrough;
 mod results;
 mod server;
 pub(crate) mod support;
