@@ -74,7 +74,7 @@ start_bridge
 echo "conformance $SUITE_VERSION, revision $SPEC_VERSION, against $url" >&2
 rc=0
 PATH="$tools/node_modules/.bin:$PATH" conformance server --url "$url" \
-    --spec-version "$SPEC_VERSION" \
+    --spec-version "$SPEC_VERSION" --suite all \
     --expected-failures "$root/examples/mcp-conformance/expected-failures.yml" \
     -o "$out" > "$work/suite.log" 2>&1 || rc=$?
 # One line per scenario: its name and whether each of its checks passed.
@@ -85,7 +85,7 @@ for dir in "$out"/*/; do
         const [dir] = process.argv.slice(1);
         const checks = JSON.parse(fs.readFileSync(dir + "/checks.json", "utf8"));
         const failed = checks.filter(c => c.status === "FAILURE");
-        const name = dir.replace(/\/$/, "").split("/").pop().replace(/^server-/, "").replace(/-\d{4}-.*$/, "");
+        const name = dir.replace(/\/$/, "").split("/").pop().replace(/^server-/, "").replace(/-\d{4}-\d{2}-\d{2}T.*$/, "");
         console.log(`${failed.length ? "FAIL" : "pass"} ${name}` +
             (failed.length ? `: ${failed.map(c => c.errorMessage || c.id).join("; ")}` : ""));
     ' "$dir"
