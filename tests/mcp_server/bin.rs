@@ -23,25 +23,19 @@ fn main() {
         }
     };
     rt.block_on(async {
-        let served = if std::env::args().any(|a| a == "--resources") {
-            match resources::ResourceServer
-                .serve(rmcp::transport::stdio())
-                .await
-            {
-                Ok(running) => running.waiting().await.map(drop),
-                Err(e) => Ok(eprintln!("test server: {e}")),
-            }
+        if std::env::args().any(|a| a == "--resources") {
+            serve(resources::ResourceServer).await;
         } else {
-            match tools::TestServer::default()
-                .serve(rmcp::transport::stdio())
-                .await
-            {
-                Ok(running) => running.waiting().await.map(drop),
-                Err(e) => Ok(eprintln!("test server: {e}")),
-            }
-        };
-        if let Err(e) = served {
-            eprintln!("test server: {e}");
+            serve(tools::TestServer::default()).await;
         }
     });
+}
+
+async fn serve<S: rmcp::ServerHandler>(server: S) {
+    match server.serve(rmcp::transport::stdio()).await {
+        Ok(running) => {
+            let _ = running.waiting().await;
+        }
+        Err(e) => eprintln!("test server: {e}"),
+    }
 }
