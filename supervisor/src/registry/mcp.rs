@@ -156,6 +156,36 @@ mod tests {
     }
 
     #[test]
+    fn a_prefix_or_none_and_the_request_tool_at_low_risk() {
+        let cfg = Config::parse(
+            "[mcp.servers.gh]\ncommand = [\"x\"]\nrisk = \"high\"\nprefix = \"\"\n\
+             [mcp.servers.p]\ncommand = [\"x\"]\nprefix = \"p_\"\n",
+            "t",
+        )
+        .unwrap();
+        let a = admit(
+            &cfg,
+            "mcp:gh",
+            vec![tool("search"), tool("gh__mcp-request")],
+        );
+        assert_eq!(a.tools.len(), 2, "{:?}", a.warnings);
+        assert_eq!(a.tools[0].risk, Some(Risk::High));
+        assert_eq!(a.tools[1].risk, Some(Risk::Low));
+        let p = admit(
+            &cfg,
+            "mcp:p",
+            vec![tool("p_a"), tool("p__a"), tool("p__mcp-request")],
+        );
+        let names: Vec<&str> = p.tools.iter().map(|t| t.name.as_str()).collect();
+        assert_eq!(names, ["p_a", "p__a", "p__mcp-request"]);
+        let bad = Config::parse(
+            "[mcp.servers.x]\ncommand = [\"x\"]\nprefix = \"a b\"\n",
+            "t",
+        );
+        assert!(bad.is_err_and(|e| e.to_string().contains("mcp.servers.x.prefix")));
+    }
+
+    #[test]
     fn a_reload_says_which_servers_it_cannot_start_or_stop() {
         let cfg = Config::parse(
             "[mcp.servers.new]\ncommand = [\"x\"]\n[mcp.servers.kept]\ncommand = [\"y\"]\n",
