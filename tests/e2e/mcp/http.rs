@@ -317,3 +317,50 @@ fn abandoned_sessions_are_bounded_then_expire() {
     );
     assert_eq!(mcp.raw(&head, &ping).0, 404);
 }
+
+#[test]
+fn a_client_that_never_reads_stalls_only_itself() {
+    let s = Server::start(ALLOW_ALL);
+    s.write("big.txt", &"a line of text to read again\n".repeat(100_000));
+    s.write("small.txt", "small\n");
+    let mcp = HttpMcp::start(s.ws(), &[]);
+    let (status, id) = mcp.initialize("");
+    assert_eq!(status, 200);
+    let id = id.expect("a session id");
+    let head = format!(
+        "POST /mcp HTTP/1.1\r\nHost: {}\r\nContent-Type: application/json\r\n\
+         Accept: application/json, text/event-stream\r\nMcp-Session-Id: {id}\r\n\
+         MCP-Protocol-Version: 2025-11-25",
+        mcp.addr
+    );
+    let initialized = json!({"jsonrpc": "2.0", "method": "notifications/initialized"});
+    assert_eq!(mcp.raw(&head, &initialized.to_string()).0, 202);
+    let before = rss_bytes(mcp.child.id()).unwrap_or(0);
+    // Calls whose answers are never read, each on its own connection.
+    let stalled: Vec<TcpStream> = (0..40)
+        .map(|i| {
+            let call = json!({"jsonrpc": "2.0", "id": 100 + i, "method": "tools/call",
+                "params": {"name": "read_file", "arguments": {"path": "big.txt"}}})
+            .to_string();
+            let mut sock = TcpStream::connect(&mcp.addr).expect("connect");
+            let req = format!("{head}\r\nContent-Length: {}\r\n\r\n{call}", call.len());
+            sock.write_all(req.as_bytes()).expect("send");
+            sock
+        })
+        .collect();
+    // Another client is served meanwhile.
+    block(T, async {
+        let c = mcp.client(None).await;
+        let params = rmcp::model::CallToolRequestParams::new("read_file")
+            .with_arguments(json!({"path": "small.txt"}).as_object().cloned().unwrap());
+        let r = c.call_tool(params).await.expect("tools/call");
+        assert_eq!(text(&r), "small\n");
+        drop(c.cancel().await);
+    });
+    let after = rss_bytes(mcp.child.id()).unwrap_or(0);
+    assert!(
+        after < before + (64 << 20),
+        "toolvisor mcp grew from {before} to {after} bytes"
+    );
+    drop(stalled);
+}
