@@ -1,8 +1,9 @@
 //! `toolvisor-test-mcp-server --resources`: a server of resources and prompts for the
 //! tests of what passes through the bridge: 10,000 resources in one page, a resource
 //! larger than any message toolvisor takes (`test://huge`, `$TEST_MCP_HUGE_BYTES`
-//! bytes, 64 MiB by default), a template, a prompt with an argument, and a tool whose
-//! name is too long for `NAME__TOOL` to fit in 64 characters.
+//! bytes, 64 MiB by default), a template, a prompt with an argument, a tool whose
+//! name is too long for `NAME__TOOL` to fit in 64 characters, and `ping`, which logs
+//! `pinged` (info) before it answers.
 
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, GetPromptRequestParams, GetPromptResponse,
@@ -54,8 +55,17 @@ impl ServerHandler for ResourceServer {
     async fn call_tool(
         &self,
         request: CallToolRequestParams,
-        _c: RequestContext<RoleServer>,
+        context: RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, ErrorData> {
+        if request.name == "ping" {
+            #[allow(deprecated)] // Log messages: what older servers send.
+            let param = rmcp::model::LoggingMessageNotificationParam::new(
+                rmcp::model::LoggingLevel::Info,
+                json!("pinged"),
+            );
+            #[allow(deprecated)]
+            let _ = context.peer.notify_logging_message(param).await;
+        }
         let said = format!("called {}", request.name);
         let r: rmcp::model::CallToolResult =
             shaped(json!({"content": [{"type": "text", "text": said}]}))?;

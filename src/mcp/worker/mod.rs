@@ -13,6 +13,7 @@
 
 mod catalog;
 mod downstream;
+mod logs;
 mod outcome;
 mod oversize;
 mod requests;
@@ -50,6 +51,7 @@ const PROGRESS_DEPTH: usize = 64;
 
 /// The `stream` of the `output` frames that carry a server's progress notifications.
 pub const PROGRESS_STREAM: &str = "progress";
+pub use logs::LOG_STREAM;
 
 /// Longest progress message passed on, in characters.
 const MAX_PROGRESS_MESSAGE: usize = 1000;
@@ -175,6 +177,7 @@ async fn serve(control: StdUnixStream, init: WorkerInit) -> i32 {
     ));
     let streaming: Streaming = Arc::default();
     let progress = tokio::spawn(route_progress(heard.progress, streaming.clone()));
+    let logs = tokio::spawn(logs::route(heard.logs, running.clone(), tx.clone()));
     let code = loop {
         tokio::select! {
             body = frame::read_frame(&mut rd, max) => {
@@ -200,6 +203,7 @@ async fn serve(control: StdUnixStream, init: WorkerInit) -> i32 {
     };
     relister.abort();
     progress.abort();
+    logs.abort();
     // Asked to stop: the calls still running are cancelled on the server. When the
     // server went away, they end as crashed (their answers can never come), not as
     // cancelled: nobody cancelled them.

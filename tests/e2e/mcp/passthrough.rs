@@ -85,6 +85,16 @@ fn resources_and_prompts_pass_through_http_audited() {
         let tools = c.list_all_tools().await.expect("tools/list");
         assert!(tools.iter().all(|t| !t.name.ends_with("mcp-request")));
 
+        // The server's log message during a call reaches the client.
+        let ping = rmcp::model::CallToolRequestParams::new("res__ping");
+        let r = c.call_tool(ping).await.expect("tools/call");
+        assert_eq!(text(&r), "called ping");
+        let seen = c.service().seen.clone();
+        seen.wait("the server's log message", T, |s| {
+            s.logs.lock().unwrap().iter().any(|l| l == "pinged")
+        })
+        .await;
+
         let resources = c.list_all_resources().await.expect("resources/list");
         assert_eq!(resources.len(), MANY + 1);
         let meta = resources[0].meta.as_ref().map(|m| json!(m));
