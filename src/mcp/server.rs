@@ -64,6 +64,13 @@ impl ToolvisorMcp {
         }
     }
 
+    /// Share the calls parked for a second round with other instances (over HTTP, a
+    /// stateless client's second round reaches a new one).
+    pub fn with_rounds(mut self, rounds: Arc<Rounds>) -> Self {
+        self.rounds = rounds;
+        self
+    }
+
     fn ctx<'a>(&'a self, rc: &RequestContext<RoleServer>) -> CallCtx<'a> {
         CallCtx {
             bridge: &self.bridge,

@@ -30,6 +30,7 @@ use guard::Guard;
 use crate::mcp::bridge::Bridge;
 use crate::mcp::daemon::Daemon;
 use crate::mcp::resources::ArtifactDir;
+use crate::mcp::rounds::Rounds;
 use crate::mcp::server::ToolvisorMcp;
 use crate::workspace::Resolved;
 
@@ -91,7 +92,8 @@ fn tokens(args: &HttpArgs, addr: SocketAddr) -> Result<Option<Tokens>, String> {
     }
 }
 
-/// Each MCP session: its own bridge, so its own daemon connection.
+/// Each MCP session (or stateless request): its own bridge, so its own daemon
+/// connection.
 fn factory(
     r: &Resolved,
     daemon: Option<Daemon>,
@@ -99,14 +101,18 @@ fn factory(
     let socket = r.socket.clone();
     let workspace = r.workspace.clone();
     let artifacts = ArtifactDir::new(&r.workspace, &r.state_dir);
+    // A 2026-07-28 client is served statelessly, each request by a new instance: its
+    // second round must find the call its first one parked.
+    let rounds = Arc::new(Rounds::default());
     move || {
         let bridge = Bridge::new(socket.clone(), workspace.clone(), daemon.clone());
-        Ok(ToolvisorMcp::new(
+        let server = ToolvisorMcp::new(
             Arc::new(bridge),
             workspace.clone(),
             artifacts.clone(),
             CancellationToken::new(),
-        ))
+        );
+        Ok(server.with_rounds(rounds.clone()))
     }
 }
 

@@ -364,3 +364,42 @@ fn a_client_that_never_reads_stalls_only_itself() {
     );
     drop(stalled);
 }
+
+#[test]
+fn a_stateless_client_over_http_answers_an_ask_in_a_second_round() {
+    let s = Server::start(ASKING);
+    let mcp = HttpMcp::start(s.ws(), &[]);
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    block(T, async {
+        let transport = StreamableHttpClientTransport::from_uri(mcp.url.as_str());
+        let yes = TestClient::new(Some(Answer::Approve { session: false }));
+        let seen = yes.seen.clone();
+        let mode = rmcp::service::ClientLifecycleMode::Discover {
+            preferred_versions: vec![rmcp::model::ProtocolVersion::V_2026_07_28],
+        };
+        let c = rmcp::service::serve_client_with_lifecycle(yes, transport, mode)
+            .await
+            .expect("a stateless session over HTTP");
+        let params = rmcp::model::CallToolRequestParams::new("write_file").with_arguments(
+            json!({"path": "r.txt", "content": "two rounds\n"})
+                .as_object()
+                .cloned()
+                .unwrap(),
+        );
+        let r = c.call_tool(params).await.expect("tools/call");
+        assert_eq!(r.is_error, Some(false), "{}", text(&r));
+        assert_eq!(seen.elicitations().len(), 1);
+        drop(c.cancel().await);
+    });
+    assert_eq!(
+        std::fs::read_to_string(s.ws().join("r.txt")).unwrap(),
+        "two rounds\n"
+    );
+    // Each stateless request's daemon connection ended with it.
+    block(
+        T,
+        until("no connection left", T, || {
+            daemon_connections(&s.socket()) == 0
+        }),
+    );
+}
