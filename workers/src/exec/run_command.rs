@@ -280,21 +280,31 @@ pub(crate) async fn run(
 /// `meta.network_denied`: the hosts the command's egress proxy refused, said after
 /// the output too (the command's own error is whatever its program made of a `403`).
 fn add_network_denied(out: &mut Outcome, proxy: Option<&Proxy>) {
-    let denied = proxy.map(Proxy::denied).unwrap_or_default();
-    if denied.is_empty() {
-        return;
-    }
-    let note = format!(
-        "[NetworkDenied: the connection to {} was refused: not on the command's network list]",
-        denied.join(", ")
-    );
+    let Some(proxy) = proxy else { return };
+    let denied = proxy.denied();
+    let failed = out.status != Status::Ok;
+    let note = match (denied.is_empty(), failed && proxy.unused()) {
+        (false, _) => format!(
+            "[NetworkDenied: the connection to {} was refused: not on the command's network list]",
+            denied.join(", ")
+        ),
+        // It failed and never asked the proxy: a program that connects directly has no
+        // route out of the command's namespace.
+        (true, true) => "[network: this command's only way out is its egress proxy \
+             (HTTP_PROXY, HTTPS_PROXY); a program that connects directly, or to an \
+             address, has no route]"
+            .to_owned(),
+        (true, false) => return,
+    };
     for text in [&mut out.content, &mut out.display] {
         if !text.is_empty() && !text.ends_with('\n') {
             text.push('\n');
         }
         text.push_str(&note);
     }
-    out.meta.insert("network_denied".into(), json!(denied));
+    if !denied.is_empty() {
+        out.meta.insert("network_denied".into(), json!(denied));
+    }
 }
 
 /// A staging directory for a command of this worker, or why none can be staged: the

@@ -108,6 +108,9 @@ struct Shared {
     /// One question at a time per command (a burst of connections to one new host
     /// asks once).
     asking: tokio::sync::Mutex<()>,
+    /// Connections the proxy took (a command that failed without any probably
+    /// ignores the proxy variables: its result says so).
+    taken: AtomicU64,
 }
 
 impl Shared {
@@ -199,6 +202,7 @@ impl Proxy {
             approved: Mutex::default(),
             refused: Mutex::default(),
             asking: tokio::sync::Mutex::new(()),
+            taken: AtomicU64::new(0),
         });
         let (stop, stopped) = watch::channel(false);
         tokio::spawn(proxy::serve(listener, Arc::clone(&shared), stopped));
@@ -221,6 +225,11 @@ impl Proxy {
             out.push((name.to_owned(), "localhost,127.0.0.1,::1".to_owned()));
         }
         out
+    }
+
+    /// Whether no connection reached the proxy.
+    pub(crate) fn unused(&self) -> bool {
+        self.shared.taken.load(Ordering::Relaxed) == 0
     }
 
     /// The `host:port`s refused so far (`meta.network_denied`).
