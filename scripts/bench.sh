@@ -81,6 +81,7 @@ BUILD_CRATE="$TMP/build-crate"
 mkdir -p "$BUILD_CRATE/src"
 printf '[package]\nname = "bench-build"\nversion = "0.1.0"\nedition = "2021"\n\n[dependencies]\nregex-syntax = "=0.8.12"\n' >"$BUILD_CRATE/Cargo.toml"
 echo 'pub use regex_syntax;' >"$BUILD_CRATE/src/lib.rs"
+echo '/target' >"$BUILD_CRATE/.gitignore"   # as `cargo new` writes it
 
 # The grep/glob corpus: a fixed set of crates at pinned versions from the cargo registry,
 # so every run searches the same files and `unsafe fn` matches fewer lines than any cap
