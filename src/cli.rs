@@ -48,6 +48,10 @@ pub enum Command {
         /// Replace an existing toolvisor.toml.
         #[arg(long)]
         force: bool,
+        /// Instead: set this agent host up to use toolvisor (its MCP server entry and
+        /// hooks, merged into its project config).
+        #[arg(long, value_enum)]
+        host: Option<crate::commands::init_host::HostKind>,
     },
     /// List the tools: a table on a terminal, JSON with --json, --format or in a pipe.
     Tools {
@@ -174,6 +178,15 @@ pub enum Command {
         #[command(subcommand)]
         command: PolicyCommand,
     },
+    /// Answer one hook event of an agent host (on stdin) in its JSON, by this
+    /// workspace's policy (docs/HOSTS.md).
+    Hook {
+        #[arg(value_enum)]
+        host: crate::commands::hook::Host,
+    },
+    /// Run one command in the workspace's sandbox through the daemon, with this
+    /// terminal's streams: `toolvisor exec -- cargo test`.
+    Exec(crate::commands::exec::ExecArgs),
     /// Internal: a worker process.
     #[command(hide = true)]
     Worker {
@@ -378,6 +391,9 @@ fn run(cli: &Cli) -> i32 {
             return 78;
         }
         Err(e) => {
+            if let Command::Hook { host } = cli.command {
+                return crate::commands::hook::unresolved(host, &e);
+            }
             eprintln!("toolvisor: {e}");
             return 2;
         }
@@ -387,7 +403,9 @@ fn run(cli: &Cli) -> i32 {
     }
     match &cli.command {
         Command::Serve { .. } => serve_cmd(r),
-        Command::Init { force } => crate::commands::init::run(&r, *force),
+        Command::Init { force, host: None } => crate::commands::init::run(&r, *force),
+        Command::Init { host: Some(h), .. } => crate::commands::init_host::run(&r, *h),
+        Command::Hook { host } => crate::commands::hook::run(*host, &r),
         Command::Audit { command } => audit(command, &r),
         Command::Policy { command } => crate::commands::policy::run(command, &r),
         Command::Mcp { no_spawn, http } => {

@@ -5,6 +5,7 @@
 //! implementation, shared by the supervisor, the workers, the CLI and the tests.
 
 pub mod client;
+pub mod egress;
 pub mod error;
 pub mod frame;
 pub mod id;

@@ -68,9 +68,10 @@ pub const PROTECTED_NAMES: [&str; 13] = [
 ];
 
 /// The message types a worker decodes; another `type` is refused, not guessed at.
-pub const KNOWN_TO_WORKER: &[&str] = &["init", "run", "cancel", "shutdown"];
+pub const KNOWN_TO_WORKER: &[&str] = &["init", "run", "cancel", "shutdown", "connect_answer"];
 /// The message types the supervisor decodes from a worker.
-pub const KNOWN_FROM_WORKER: &[&str] = &["ready", "tools", "output", "done"];
+pub const KNOWN_FROM_WORKER: &[&str] =
+    &["ready", "tools", "output", "done", "connect", "connection"];
 
 /// Truncation thresholds and size caps (`[limits]`).
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -181,6 +182,9 @@ pub struct SandboxSettings {
     pub config_file: Option<PathBuf>,
     /// Absolute paths commands never see: the state directory and the socket.
     pub hidden: Vec<PathBuf>,
+    /// The hidden paths no call's `reveal` (or `writable`) may reach: the state
+    /// directory and the socket.
+    pub unrevealable: Vec<PathBuf>,
     /// Per-command resource limits (`[workers.exec.limits]`).
     pub limits: ExecLimits,
     /// Why this host cannot build the sandbox (no user namespaces), whatever
@@ -364,6 +368,10 @@ pub enum ToWorker {
         /// The rule that allowed the call gives its commands the host's network.
         #[serde(default)]
         network: bool,
+        /// The command's network goes through the egress proxy: these hosts connect,
+        /// others are asked about (`connect`) or refused. None: no egress.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        egress: Option<crate::egress::Egress>,
         /// The session the call comes from: a background process belongs to the
         /// session that started it.
         #[serde(default, skip_serializing_if = "String::is_empty")]
@@ -380,6 +388,13 @@ pub enum ToWorker {
     },
     /// Finish up and exit (the exec worker kills and logs its background jobs first).
     Shutdown,
+    /// The answer to a `connect` question.
+    ConnectAnswer {
+        /// The question's number, from its `connect`.
+        ask: u64,
+        /// Whether the connection may be made.
+        allow: bool,
+    },
 }
 
 /// How a call ended inside a worker.
@@ -472,6 +487,21 @@ pub enum FromWorker {
         /// The text, as produced.
         data: String,
     },
+    /// A command of `call` wants to connect to a host its egress does not list, and
+    /// someone can be asked: one `connect_answer` with the same `ask` comes back.
+    Connect {
+        /// The call whose command connects (a background process's starting call).
+        call: u64,
+        /// The question's number, unique in this worker.
+        ask: u64,
+        /// The host name the command asked the proxy for.
+        host: String,
+        /// Its port.
+        port: u16,
+    },
+    /// A connection through the egress proxy was refused or has closed: one audit
+    /// record each.
+    Connection(Connection),
     /// A call ended; nothing more comes for it.
     Done {
         /// The call that ended.
@@ -479,6 +509,28 @@ pub enum FromWorker {
         /// How it ended.
         outcome: Outcome,
     },
+}
+
+/// One connection through a command's egress proxy, refused or ended.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Connection {
+    /// The call whose command made it.
+    pub call: u64,
+    /// The host name asked for.
+    pub host: String,
+    /// Its port.
+    pub port: u16,
+    /// `allowed` (on the list), `approved` (a person said yes), `denied`.
+    pub decision: String,
+    /// Bytes from the command to the host.
+    #[serde(default)]
+    pub sent: u64,
+    /// Bytes from the host to the command.
+    #[serde(default)]
+    pub received: u64,
+    /// Why it was refused or failed, when it was.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
 }
 
 /// A tool as a worker announces it (docs/PROTOCOL.md, "Worker protocol"). The

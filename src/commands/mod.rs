@@ -6,9 +6,13 @@ pub mod approve;
 pub mod attach;
 pub mod call;
 pub mod doctor;
+pub mod exec;
+pub mod hook;
 pub mod init;
+pub mod init_host;
 mod plain_call;
 pub mod policy;
+mod quote;
 pub mod status;
 pub mod tools;
 pub mod undo;
@@ -133,8 +137,10 @@ async fn dispatch(cmd: &Command, r: &Resolved) -> Result<i32, ClientError> {
             };
             grant(&mut c, &msg).await
         }
+        Command::Exec(a) => Ok(exec::run(r, a).await),
         Command::Serve { .. }
         | Command::Init { .. }
+        | Command::Hook { .. }
         | Command::Worker { .. }
         | Command::Reap { .. }
         | Command::Audit { .. }

@@ -51,7 +51,7 @@ fn print(m: &ServerMessage, json: bool) {
     }
 }
 
-fn explain_locally(
+pub(crate) fn explain_locally(
     r: &Resolved,
     tool: &str,
     args: &serde_json::Value,
@@ -61,7 +61,7 @@ fn explain_locally(
         .map_err(|e| (2, e.to_string()))?;
     let registry = Registry::new(builtin()).map_err(|e| (70, e.to_string()))?;
     let names = toolvisor_supervisor::service::tool_names(&config, &registry);
-    let policy = Policy::new(&config.policy, &roots, &names)
+    let policy = Policy::for_config(&config, &roots, &names)
         .map_err(|e| (2, format!("bad [policy]: {e}")))?;
     Ok(explain("cli".into(), &policy, &registry, tool, args))
 }

@@ -109,6 +109,8 @@ pub struct Service {
     verified: std::sync::Mutex<std::collections::BTreeMap<String, serde_json::Value>>,
     /// The undo journal of what calls changed in the workspace.
     undo: crate::call::journaling::Undo,
+    /// The calls whose commands go through an egress proxy.
+    egress: crate::call::egress::EgressBook,
 }
 
 impl Service {
@@ -132,7 +134,7 @@ impl Service {
             tracing::warn!("{w}");
         }
         let registry = Registry::new(tools::builtin())?;
-        let policy = Policy::new(&config.policy, &init.roots, &tool_names(&config, &registry))
+        let policy = Policy::for_config(&config, &init.roots, &tool_names(&config, &registry))
             .map_err(StartError::Policy)?;
         let mut pools = HashMap::new();
         let mut order = Vec::new();
@@ -189,7 +191,11 @@ impl Service {
             drain: Drain::new(),
             running: Default::default(),
             verified: Default::default(),
+            egress: Default::default(),
         });
+        service
+            .events
+            .set_egress(crate::call::egress::hook(Arc::downgrade(&service)));
         for (group, source, mut rx) in announced {
             if source == Source::Builtin {
                 // A built-in group's tools are part of what a client sees at once: wait
@@ -286,6 +292,11 @@ impl Service {
     /// Where events go (subscribers, and the audit log for worker events).
     pub fn events(&self) -> &Events {
         &self.events
+    }
+
+    /// The calls whose commands go through an egress proxy.
+    pub(crate) fn egress_book(&self) -> &crate::call::egress::EgressBook {
+        &self.egress
     }
 
     /// What the last guard canary found, guard by guard.

@@ -666,3 +666,29 @@ pub fn python_client_in(ws: &Path) -> PathBuf {
 /// The defaults, with the confined tier off: every `run_command` asks unless a rule
 /// allows it (for tests of asking, answering and grants, not of the tier).
 pub const ASKING: &str = "[policy]\nconfined = \"ask\"\n";
+
+/// Every record of the workspace's audit log, parsed (lines still being written are
+/// left out).
+pub fn audit_log(ws: &Path) -> Vec<Value> {
+    let text = std::fs::read_to_string(ws.join(".toolvisor/audit.jsonl")).unwrap_or_default();
+    text.lines()
+        .filter_map(|l| serde_json::from_str(l).ok())
+        .collect()
+}
+
+/// Poll `check` until it gives a value or `deadline` passes (then panic with `what`):
+/// for what the service does after a call's result (detached audit records, a
+/// process's end). Every wait is bounded.
+pub fn eventually<T>(deadline: Duration, what: &str, mut check: impl FnMut() -> Option<T>) -> T {
+    let end = std::time::Instant::now() + deadline;
+    loop {
+        if let Some(v) = check() {
+            return v;
+        }
+        assert!(
+            std::time::Instant::now() < end,
+            "not within {deadline:?}: {what}"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}

@@ -12,8 +12,13 @@ use toolvisor_protocol::{ErrorType, Status, ToolResult};
 use crate::harness::*;
 use crate::httpd::{Httpd, Reply};
 
-/// Web tools may reach loopback (the test server), nothing asks.
-const OPEN: &str = "[web]\nallow_private = true\n";
+/// Web tools may reach loopback (the test server), nothing asks (a `*` rule: the
+/// test server is no host `[network] allow` could list; tool rules still come first).
+const OPEN: &str =
+    "[[policy.rules]]\ntool = \"*\"\naction = \"allow\"\n\n[web]\nallow_private = true\n";
+
+/// `web_fetch` of any host without a question, private addresses still refused.
+const FETCH_ANY: &str = "[[policy.rules]]\ntool = \"web_fetch\"\naction = \"allow\"\n";
 
 fn err_type(r: &ToolResult) -> Option<ErrorType> {
     r.error.as_ref().map(|e| e.kind)
@@ -204,7 +209,8 @@ fn web_search_defaults_limits_and_failures() {
 fn private_addresses_are_refused_by_default_in_every_spelling() {
     let http = Httpd::start();
     http.page("/x", Reply::text("must not be read"));
-    let s = Server::start(ASKING);
+    // A rule lets the fetches reach the worker (a host off `[network] allow` asks first).
+    let s = Server::start(FETCH_ANY);
     let port = http.addr.port();
     for url in [
         format!("http://127.0.0.1:{port}/x"),
@@ -250,7 +256,7 @@ fn redirects_are_checked_hop_by_hop() {
     other.page("/secret", Reply::text("internal"));
     // The test server stands for a public site; everything else private stays refused.
     let allow = http.addr.to_string();
-    let s = Server::start_with_env("", &[("TOOLVISOR_WEB_TEST_ALLOW", &allow)]);
+    let s = Server::start_with_env(FETCH_ANY, &[("TOOLVISOR_WEB_TEST_ALLOW", &allow)]);
     http.page("/ok", Reply::text("public page"));
     http.page("/hop", Reply::Redirect("/ok".into()));
     http.page("/to-loopback", Reply::Redirect(other.url("/secret")));

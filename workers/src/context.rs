@@ -142,6 +142,16 @@ impl OutputSink {
     }
 }
 
+/// A call's network through an egress proxy: its list, and where the proxy's
+/// questions and connection records go.
+#[derive(Clone, Debug)]
+pub struct EgressCtx {
+    /// The hosts that connect, and whether others are asked about.
+    pub egress: toolvisor_protocol::egress::Egress,
+    /// The worker's frames to the supervisor.
+    pub out: Outgoing,
+}
+
 /// One call's context.
 #[derive(Clone, Debug)]
 pub struct ToolContext {
@@ -161,6 +171,8 @@ pub struct ToolContext {
     pub deadline: Option<Instant>,
     /// The rule that allowed the call gives its command the host's network.
     pub network: bool,
+    /// The command's network goes through an egress proxy.
+    pub egress: Option<EgressCtx>,
     /// The session the call comes from (background processes belong to one).
     pub session: String,
     /// The call carries a person's grant: it may act on another session's process.

@@ -228,6 +228,7 @@ async fn serve(
                 stream,
                 timeout_ms,
                 network,
+                egress,
                 session,
                 takeover,
             } => {
@@ -245,6 +246,10 @@ async fn serve(
                     }),
                     deadline: timeout_ms.map(|ms| Instant::now() + Duration::from_millis(ms)),
                     network,
+                    egress: egress.map(|egress| crate::context::EgressCtx {
+                        egress,
+                        out: tx.clone(),
+                    }),
                     session,
                     takeover,
                 };
@@ -263,6 +268,7 @@ async fn serve(
                     flag.cancel();
                 }
             }
+            ToWorker::ConnectAnswer { ask, allow } => exec.egress_asks().answer(ask, allow),
             ToWorker::Shutdown => break,
             ToWorker::Init(_) => {
                 tracing::warn!(group = %init.group, "worker: ignoring a second init")

@@ -190,6 +190,28 @@ pub enum ClientMessage {
         #[serde(default = "empty_args")]
         args: Value,
     },
+    /// A call an agent host runs with its own tool, reported by the host's hook: `before`
+    /// decides it like `explain` and records it (`requested`, or `rejected` when denied),
+    /// `after` records how it ended (`completed`). Answered `explanation` / `ack`.
+    Hook {
+        /// Echoed in the answer.
+        id: Id,
+        /// `before` or `after`.
+        phase: HookPhase,
+        /// The host's id for the call; the audit's `call_id` is `<client>:<call>`.
+        call: String,
+        /// The tool's name or alias, as toolvisor would call it.
+        tool: String,
+        /// The arguments, as a call would give them.
+        #[serde(default = "empty_args")]
+        args: Value,
+        /// `after`: `ok` or `error` (default `ok`).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        status: Option<String>,
+        /// `after`: the first line of the output or error.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        summary: Option<String>,
+    },
     /// Put back what earlier calls changed in the workspace, newest first (exactly one
     /// of `calls`, `trace`, `last`).
     Undo {
@@ -216,4 +238,14 @@ pub enum ClientMessage {
         /// The model's whole reply.
         text: String,
     },
+}
+
+/// When a host's hook reports its call.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum HookPhase {
+    /// Before the host runs it: decide and record `requested` (or `rejected`).
+    Before,
+    /// After it ran: record `completed`.
+    After,
 }

@@ -19,6 +19,7 @@ pub const KNOWN_CLIENT_TYPES: &[&str] = &[
     "explain",
     "envelope",
     "undo",
+    "hook",
 ];
 
 /// The `type` values the server sends.
@@ -360,5 +361,27 @@ mod tests {
         rmpv::encode::write_value(&mut b, &v).unwrap();
         let m: ClientMessage = frame::decode(&b, KNOWN_CLIENT_TYPES).unwrap();
         assert!(matches!(m, ClientMessage::Explain { ref args, .. } if args == &json!({})));
+    }
+
+    #[test]
+    fn hook_messages_round_trip() {
+        round_trip_client(&ClientMessage::Hook {
+            id: "h".into(),
+            phase: HookPhase::Before,
+            call: "toolu_01".into(),
+            tool: "run_command".into(),
+            args: json!({"command": "ls"}),
+            status: None,
+            summary: None,
+        });
+        round_trip_client(&ClientMessage::Hook {
+            id: "h2".into(),
+            phase: HookPhase::After,
+            call: "toolu_01".into(),
+            tool: "read_file".into(),
+            args: json!({"path": "a"}),
+            status: Some("error".into()),
+            summary: Some("no such file".into()),
+        });
     }
 }

@@ -63,6 +63,27 @@ pub fn def() -> ToolDef {
                         "additionalProperties": false
                     },
                     "stage": {"type": "boolean", "description": "Hold the command's workspace changes instead of writing them: it sees its own writes, the workspace stays as it was. The result lists them (meta.changes, a diff after the output) with meta.token: apply_file_change applies all of them or none. Foreground only (not with background or tty)."},
+                    "network": {
+                        "description": "Network for this command (asks unless a rule grants it): true for the host's network, or a list of domain names (`*.example.com` for any name below it) reached through toolvisor's egress proxy (HTTP_PROXY and HTTPS_PROXY are set; other hosts are asked about at connect time or refused, meta.network_denied). Without it the command has no network beyond [network] allow.",
+                        "anyOf": [
+                            {"type": "boolean"},
+                            {"type": "array", "items": {"type": "string", "minLength": 1}, "minItems": 1, "uniqueItems": true}
+                        ]
+                    },
+                    "writable": {
+                        "type": "array",
+                        "items": {"type": "string", "minLength": 1},
+                        "minItems": 1,
+                        "uniqueItems": true,
+                        "description": "Absolute (or ~/) paths outside the workspace this command may write (asks unless a rule grants writable); each must exist."
+                    },
+                    "reveal": {
+                        "type": "array",
+                        "items": {"type": "string", "minLength": 1},
+                        "minItems": 1,
+                        "uniqueItems": true,
+                        "description": "Hidden paths (workers.exec.hidden: credential stores) this command may see (asks unless a rule grants reveal): each must be a hidden path or a folder holding some."
+                    },
                     "expose": {
                         "type": "array",
                         "items": {"type": "integer", "minimum": 1, "maximum": 65535},
@@ -113,11 +134,37 @@ fn check(args: &Value) -> Result<(), String> {
     if args.get("expose").is_some() && !background {
         return Err("expose publishes a background process's ports: add background: true".into());
     }
+    check_widening(args)?;
     let sized = args.get("rows").is_some() || args.get("cols").is_some();
     if sized && args.get("tty").and_then(Value::as_bool) != Some(true) {
         return Err("rows and cols are the size of a terminal: add tty: true".into());
     }
     args::input_size(args, "stdin")
+}
+
+/// `network` names domains, `writable` and `reveal` absolute or `~/` paths.
+fn check_widening(args: &Value) -> Result<(), String> {
+    if let Some(Value::Array(domains)) = args.get("network") {
+        for d in domains.iter().filter_map(Value::as_str) {
+            if !crate::egress::valid_domain(d) {
+                return Err(format!(
+                    "network: {d:?} is not a domain name (names like api.example.com or *.example.com; addresses are not listed)"
+                ));
+            }
+        }
+    }
+    for key in ["writable", "reveal"] {
+        let paths = args.get(key).and_then(Value::as_array);
+        for p in paths.into_iter().flatten().filter_map(Value::as_str) {
+            let absolute = p.starts_with('/') || p == "~" || p.starts_with("~/");
+            if !absolute || p.contains('\0') || p.split('/').any(|c| c == "..") {
+                return Err(format!(
+                    "{key}: {p:?} must be an absolute or ~/ path without `..`"
+                ));
+            }
+        }
+    }
+    Ok(())
 }
 
 /// `meta` of a result: a process's fields, and a staged command's changes and token.
@@ -137,6 +184,10 @@ fn output_fields() -> Vec<(&'static str, Value)> {
                 "required": ["path", "kind"]
             }
         }),
+    ));
+    fields.push((
+        "network_denied",
+        json!({"type": "array", "items": {"type": "string"}, "description": "hosts (host:port) the command's connections to were refused"}),
     ));
     fields.push((
         "token",

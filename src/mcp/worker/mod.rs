@@ -328,7 +328,8 @@ fn on_message(
             }
         }
         ToWorker::Init(_) => tracing::warn!("worker: ignoring a second init"),
-        ToWorker::Shutdown => {}
+        // An MCP server's worker runs no command with an egress: no question to answer.
+        ToWorker::Shutdown | ToWorker::ConnectAnswer { .. } => {}
     }
 }
 

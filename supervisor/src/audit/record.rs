@@ -356,6 +356,40 @@ impl Record for SupervisorStopped<'_> {
     }
 }
 
+/// `connection`: one connection a command made (or was refused) through its egress
+/// proxy.
+#[derive(Clone, Debug)]
+pub struct Connection<'a> {
+    /// The call that started the command (`s3:c7`).
+    pub call_id: &'a str,
+    /// The host asked for.
+    pub host: &'a str,
+    /// Its port.
+    pub port: u16,
+    /// `allowed` (listed), `approved` (a person said yes) or `denied`.
+    pub decision: &'a str,
+    /// Bytes from the command to the host.
+    pub sent: u64,
+    /// Bytes from the host to the command.
+    pub received: u64,
+    /// Why it was refused or failed, when it was.
+    pub reason: Option<&'a str>,
+}
+
+impl Record for Connection<'_> {
+    const KIND: &'static str = "connection";
+    fn fields(&self) -> Map<String, Value> {
+        let mut m = obj(json!({
+            "call_id": self.call_id, "host": self.host, "port": self.port,
+            "decision": self.decision, "sent": self.sent, "received": self.received,
+        }));
+        if let Some(r) = self.reason {
+            m.insert("reason".into(), Value::String(r.to_owned()));
+        }
+        m
+    }
+}
+
 /// `guards_verified`: what the canary command found, guard by guard (`true` or the
 /// reason it failed), at start, after a reload and for `doctor`.
 #[derive(Clone, Debug)]

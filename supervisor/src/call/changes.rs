@@ -11,6 +11,7 @@ use toolvisor_protocol::worker::Outcome;
 
 use crate::call::previews::{PendingChange, PreviewStore};
 use crate::call::router::{Call, Ran, fail};
+use crate::policy::widen::NetworkGrant;
 use crate::service::Service;
 
 /// The preview token an apply call names (empty when it names none).
@@ -28,7 +29,12 @@ impl Service {
     /// Run a preview and keep its change behind a token.
     pub(crate) async fn preview(&self, call: &Call<'_>) -> (Outcome, Ran) {
         let mut end = self
-            .dispatch(call, call.req.args.clone(), &call.tool.name, false)
+            .dispatch(
+                call,
+                call.req.args.clone(),
+                &call.tool.name,
+                &NetworkGrant::None,
+            )
             .await;
         self.issue_preview_token(&call.tool.name, &mut end.0);
         end
@@ -58,7 +64,9 @@ impl Service {
             Ok(c) => c,
             Err(e) => return (fail(e.error_type(), e.to_string()), None),
         };
-        let mut end = self.dispatch(call, change.apply_args(), op, false).await;
+        let mut end = self
+            .dispatch(call, change.apply_args(), op, &NetworkGrant::None)
+            .await;
         end.0.meta.insert("path".into(), Value::String(change.path));
         end
     }

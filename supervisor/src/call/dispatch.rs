@@ -12,8 +12,10 @@ use toolvisor_protocol::tools::ToolDef;
 use toolvisor_protocol::worker::Outcome;
 use toolvisor_protocol::{ErrorType, Id};
 
+use crate::call::egress::run_network;
 use crate::call::grants::TokenUse;
 use crate::call::router::{Call, Ran, fail};
+use crate::policy::widen::NetworkGrant;
 use crate::service::Service;
 use crate::session::outbox::Outbox;
 use crate::workers::pool::{Job, JobEnd};
@@ -23,13 +25,13 @@ const OUTPUT_CHUNKS: usize = 16;
 
 impl Service {
     /// Send the call to its group's pool as worker operation `op` with `args`, and
-    /// wait for its end. `network`: the command gets the host's network.
+    /// wait for its end. `network`: what the command may reach.
     pub(crate) async fn dispatch(
         &self,
         call: &Call<'_>,
         args: Value,
         op: &str,
-        network: bool,
+        network: &NetworkGrant,
     ) -> (Outcome, Ran) {
         let Some(pool) = self.pools().get(&call.tool.group) else {
             let why = format!("no pool for group {}", call.tool.group);
@@ -44,8 +46,13 @@ impl Service {
         } else {
             (None, None)
         };
+        let number = self.next_call();
+        let (network, egress) = run_network(network, call.session.interactive);
+        if egress.is_some() {
+            self.register_egress(number, call);
+        }
         let job = Job {
-            call: self.next_call(),
+            call: number,
             name: call.req.id.to_string(),
             tool: op.to_owned(),
             args,
@@ -56,6 +63,7 @@ impl Service {
             worker: worker_of_handle(call.tool, &call.req.args).or_else(|| home_of(call)),
             session: call.session.id.clone(),
             network,
+            egress,
             takeover: call.takeover,
         };
         let end = pool.run(job, call.cancel).await;
@@ -74,7 +82,9 @@ impl Service {
     pub(crate) async fn ask_every_worker(&self, call: &Call<'_>) -> (Outcome, Ran) {
         let args = call.req.args.clone();
         let Some(pool) = self.pools().get(&call.tool.group) else {
-            return self.dispatch(call, args, &call.tool.name, false).await;
+            return self
+                .dispatch(call, args, &call.tool.name, &NetworkGrant::None)
+                .await;
         };
         let timeout = self.deadline(call);
         let ask = |index| Job {
@@ -89,11 +99,14 @@ impl Service {
             worker: Some(index),
             session: call.session.id.clone(),
             network: false,
+            egress: None,
             takeover: false,
         };
         let ends = pool.run_on_ready(ask, call.cancel).await;
         if ends.is_empty() {
-            return self.dispatch(call, args, &call.tool.name, false).await;
+            return self
+                .dispatch(call, args, &call.tool.name, &NetworkGrant::None)
+                .await;
         }
         let worker = first_answer(&ends);
         let outcomes = ends.into_iter().map(|(_, e)| e.outcome).collect();

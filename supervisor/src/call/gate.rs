@@ -18,6 +18,7 @@ use crate::call::confirm::{Answer, ConfirmDetails};
 use crate::call::grants::TokenUse;
 use crate::call::router::{Call, SessionInfo};
 use crate::config::Action;
+use crate::policy::widen::NetworkGrant;
 use crate::policy::{Decision, Policy, how_to_allow};
 use crate::service::Service;
 use crate::session::events::obj;
@@ -192,7 +193,7 @@ impl Service {
             .confirmations()
             .register(details.clone(), Instant::now());
         let expires_in = self.confirmations().timeout();
-        let msg = confirm_required(req, &interaction, &details, expires_in);
+        let msg = confirm_required(&req.id, &interaction, &details, expires_in);
         session.out.send(&msg);
         self.publish_confirmation(&msg, &details);
         self.audit().record_detached(&ConfirmRequested {
@@ -280,7 +281,7 @@ impl Service {
             }
             ConfirmPreview::DiffOf(preview) => {
                 let (o, _) = self
-                    .dispatch(call, call.req.args.clone(), preview, false)
+                    .dispatch(call, call.req.args.clone(), preview, &NetworkGrant::None)
                     .await;
                 o.meta
                     .get("diff")
@@ -321,7 +322,7 @@ impl Service {
     }
 
     /// Tell `confirmations` subscribers.
-    fn publish_confirmation(&self, msg: &ServerMessage, d: &ConfirmDetails) {
+    pub(crate) fn publish_confirmation(&self, msg: &ServerMessage, d: &ConfirmDetails) {
         let fields = confirm_event_fields(msg, d);
         self.events()
             .publish(Topic::Confirmations, "confirm_required", fields);
@@ -340,7 +341,7 @@ impl Service {
                     .rsplit_once(':')
                     .map_or(p.details.call_id.clone(), |(_, id)| id.to_owned());
                 let req = CallRequest::new(id, p.details.tool.clone(), Value::Null);
-                let msg = confirm_required(&req, &p.interaction, &p.details, p.expires_in);
+                let msg = confirm_required(&req.id, &p.interaction, &p.details, p.expires_in);
                 confirm_event_fields(&msg, &p.details)
             })
             .collect()
@@ -360,14 +361,15 @@ fn confirm_event_fields(msg: &ServerMessage, d: &ConfirmDetails) -> Map<String, 
     fields
 }
 
-fn confirm_required(
-    req: &CallRequest,
+/// The `confirm_required` message for call `id` of the asking session.
+pub(crate) fn confirm_required(
+    id: &toolvisor_protocol::Id,
     interaction: &str,
     d: &ConfirmDetails,
     expires_in: Duration,
 ) -> ServerMessage {
     ServerMessage::ConfirmRequired {
-        id: req.id.clone(),
+        id: id.clone(),
         interaction: interaction.to_owned(),
         tool: d.tool.clone(),
         description: d.description.clone(),

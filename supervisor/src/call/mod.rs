@@ -6,6 +6,7 @@ pub mod batch;
 pub mod changes;
 pub mod confirm;
 pub mod dispatch;
+pub mod egress;
 pub mod envelope;
 pub mod familiar;
 pub mod gate;

@@ -170,7 +170,7 @@ impl Service {
             return to_result(req.id.clone(), o, extra, started, 0);
         }
         let capture = self.capture_begin(&call, &rec.call_id).await;
-        let (mut outcome, worker) = self.route_watched(&call, decision.network).await;
+        let (mut outcome, worker) = self.route_watched(&call, &decision.network).await;
         self.capture_end(capture, &mut outcome).await;
         session.familiar.learn(&tool, &req.args, outcome.status);
         if let Some(g) = self.config().workers.group(&tool.group) {
@@ -190,7 +190,11 @@ impl Service {
     /// Run an admitted, allowed call with `call_started` before it and a
     /// `call_heartbeat` every [`HEARTBEAT`] while it runs. The ticks live inside this
     /// future, so they stop exactly when the call ends (no task to leak).
-    async fn route_watched(&self, call: &Call<'_>, network: bool) -> (Outcome, Ran) {
+    async fn route_watched(
+        &self,
+        call: &Call<'_>,
+        network: &crate::policy::widen::NetworkGrant,
+    ) -> (Outcome, Ran) {
         let (session, id, name) = (call.session, &call.req.id, call.tool.name.as_str());
         self.events().publish(
             Topic::Calls,
@@ -234,7 +238,11 @@ impl Service {
 
     /// Run an admitted call the way its definition says; returns its outcome and the
     /// worker that ran it.
-    async fn route(&self, call: &Call<'_>, network: bool) -> (Outcome, Ran) {
+    async fn route(
+        &self,
+        call: &Call<'_>,
+        network: &crate::policy::widen::NetworkGrant,
+    ) -> (Outcome, Ran) {
         match call.tool.route {
             Route::Worker => {
                 let mut end = self

@@ -14,8 +14,11 @@ fn everything() -> Config {
     let mut rule = Rule::new("run_command", Action::Allow);
     rule.risk = Some(toolvisor_protocol::tools::Risk::Low);
     rule.message = Some("m".into());
-    rule.network = Some(true);
+    rule.network = Some(Network::All(true));
     rule.expose = Some(Expose::Ports(vec![8000]));
+    rule.writable = Some(vec!["~/.cache/pip".into()]);
+    rule.reveal = Some(vec!["~/.npmrc".into()]);
+    c.network.allow = vec!["crates.io".into()];
     rule.conditions.push(Condition {
         param: "command".into(),
         operator: Operator::StartsWith,
@@ -74,6 +77,7 @@ fn every_key_is_documented() {
         "web",
         "skills",
         "undo",
+        "hooks",
         "words",
         "mcp",
         "servers",

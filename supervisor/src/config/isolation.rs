@@ -105,17 +105,7 @@ impl<'de> Visitor<'de> for NetworkVisitor {
     }
 }
 
-/// A host name: labels of letters, digits, `-` (and a leading `*.` wildcard).
-fn valid_domain(d: &str) -> bool {
-    let d = d.strip_prefix("*.").unwrap_or(d);
-    !d.is_empty()
-        && d.len() <= 253
-        && d.split('.').all(|l| {
-            !l.is_empty()
-                && l.len() <= 63
-                && l.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-')
-        })
-}
+use toolvisor_protocol::egress::valid_domain;
 
 /// The log line a domain list gets at load (`key`: where it was set), or None.
 pub fn domains_warning(key: &str, network: &Network) -> Option<String> {

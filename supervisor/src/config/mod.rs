@@ -78,6 +78,43 @@ pub struct Config {
     pub mcp: mcp::McpConfig,
     /// `[undo]`: the journal of what calls changed.
     pub undo: UndoConfig,
+    /// `[network]`: the domains every command and `web_fetch` reach without asking.
+    pub network: NetworkConfig,
+    /// `[hooks]`: how `toolvisor hook` answers an agent host's own tool calls.
+    pub hooks: HooksConfig,
+}
+
+/// `[hooks]`.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct HooksConfig {
+    /// An allowed shell command of the host comes back rewritten to run inside the
+    /// sandbox (`toolvisor exec -- bash -c '…'`).
+    pub wrap: bool,
+}
+
+/// `[network]`.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct NetworkConfig {
+    /// Domain names (`*.example.com` for any name below it) every command reaches
+    /// through the egress proxy, and `web_fetch` fetches from, without a question.
+    #[serde(deserialize_with = "domain_list")]
+    pub allow: Vec<String>,
+}
+
+/// A list of domain names, each checked.
+fn domain_list<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Vec<String>, D::Error> {
+    let list = Vec::<String>::deserialize(d)?;
+    if let Some(bad) = list
+        .iter()
+        .find(|n| !toolvisor_protocol::egress::valid_domain(n))
+    {
+        return Err(serde::de::Error::custom(format!(
+            "{bad:?} is not a domain name (names like api.example.com or *.example.com)"
+        )));
+    }
+    Ok(list)
 }
 
 /// `[undo]`.

@@ -89,9 +89,19 @@ pub struct Rule {
     /// `hazards = "allow"`: argument hazards (docs/POLICY.md) do not make this rule ask.
     #[serde(default)]
     pub hazards: Hazards,
-    /// An `allow` of `run_command` by this rule gives the command the host's network.
+    /// An `allow` of `run_command` by this rule gives the command network: the host's
+    /// (`true`), or these domains through the egress proxy (a list). It also grants a
+    /// call's own `network` argument that asks for no more.
     #[serde(default)]
-    pub network: Option<bool>,
+    pub network: Option<super::Network>,
+    /// An `allow` of `run_command` by this rule grants a call's `writable` paths that
+    /// lie under these (absolute or `~/`).
+    #[serde(default)]
+    pub writable: Option<Vec<String>>,
+    /// An `allow` of `run_command` by this rule grants a call's `reveal` paths that lie
+    /// under these.
+    #[serde(default)]
+    pub reveal: Option<Vec<String>>,
     /// An `allow` of `run_command` by this rule may publish the background process's
     /// ports (`expose`) on the host's loopback: all (`true`) or these.
     #[serde(default)]
@@ -130,6 +140,8 @@ impl Rule {
             conditions: Vec::new(),
             hazards: Hazards::default(),
             network: None,
+            writable: None,
+            reveal: None,
             expose: None,
         }
     }

@@ -110,7 +110,7 @@ fn sandbox_keys_parse_and_belong_to_exec() {
         (e.limits.memory_mb, e.limits.pids, e.limits.cpu_s),
         (512, 1024, 10)
     );
-    assert_eq!(cfg.policy.rules[0].network, Some(true));
+    assert_eq!(cfg.policy.rules[0].network, Some(Network::All(true)));
     assert_eq!((cfg.limits.many_max, cfg.limits.line_max), (4096, 2048));
     assert_eq!(
         Config::default().workers.exec.exec_mode(),

@@ -126,7 +126,7 @@ impl Config {
         }
         if exec.network.domains().is_some() {
             return Err(
-                "workers.exec.network must be true or false (a list of domains is for MCP servers and external workers)"
+                "workers.exec.network must be true or false (the domains every command reaches go in [network] allow)"
                     .into(),
             );
         }

@@ -4,15 +4,15 @@
 //! calls that would widen the boundary.
 //!
 //! Confined are: `run_command` and `write_input` when the command sandbox's guards are
-//! verified (namespaces, hidden paths, no network, writes only to the workspace roots
-//! and `workers.exec.writable`) and the call asks for no widening (`network`,
-//! `writable`, `reveal`, `expose`); the edit tools on paths outside `public:/` (the
+//! verified (namespaces, hidden paths, no network but the domains of `[network]
+//! allow`, writes only to the workspace roots and `workers.exec.writable`) and the
+//! call asks for no widening beyond them (`network`, `writable`, `reveal`, `expose`);
+//! the edit tools on paths outside `public:/` (the
 //! protected ones are refused by the edit worker itself). A rule that says `ask` or
 //! `deny` still decides: a person's explicit rule outranks the tier.
 
 use std::sync::{Arc, RwLock};
 
-use serde_json::{Map, Value};
 use toolvisor_protocol::tools::{EDIT, EXEC};
 
 use super::decide::Verdict;
@@ -43,21 +43,6 @@ impl Boundary {
     pub fn get(&self) -> Result<(), String> {
         self.0.read().unwrap_or_else(|p| p.into_inner()).clone()
     }
-}
-
-/// The widening parameters a command may ask for.
-const WIDENING: [&str; 4] = ["network", "writable", "reveal", "expose"];
-
-/// The widening `args` asks for (`network: false` and empty lists ask for none).
-pub fn widening(args: &Map<String, Value>) -> Vec<&'static str> {
-    WIDENING
-        .into_iter()
-        .filter(|k| match args.get(*k) {
-            None | Some(Value::Null) | Some(Value::Bool(false)) => false,
-            Some(Value::Array(a)) => !a.is_empty(),
-            Some(_) => true,
-        })
-        .collect()
 }
 
 impl Policy {
@@ -102,11 +87,15 @@ impl Policy {
         let def = facts.def;
         match def.group.as_str() {
             EXEC if matches!(def.name.as_str(), "run_command" | "write_input") => {
-                let wide = widening(facts.args);
+                let wants = super::widen::Wants::of(facts.args);
+                let wide = super::widen::ungranted(&wants, &[], &self.network_allow);
                 if !wide.is_empty() {
+                    let what: Vec<&str> = wide.iter().map(|w| w.0.as_str()).collect();
+                    let how: Vec<&str> = wide.iter().map(|w| w.1.as_str()).collect();
                     return Some(Err(format!(
-                        "it asks to widen the sandbox ({})",
-                        wide.join(", ")
+                        "it asks to widen the sandbox ({}; to grant it: {})",
+                        what.join("; "),
+                        how.join("; ")
                     )));
                 }
                 Some(match self.boundary.get() {
@@ -126,19 +115,15 @@ impl Policy {
 
 #[cfg(test)]
 mod tests {
-    use super::*;
-    use serde_json::json;
+    use super::super::widen::Wants;
+    use serde_json::{Value, json};
 
     #[test]
     fn widening_is_what_asks_for_more_than_the_sandbox() {
-        let args = |v: Value| v.as_object().cloned().unwrap_or_default();
-        assert!(widening(&args(json!({"command": "ls"}))).is_empty());
-        assert!(widening(&args(json!({"network": false, "writable": []}))).is_empty());
-        assert_eq!(
-            widening(&args(
-                json!({"network": ["a.com"], "reveal": ["~/.ssh"], "expose": [80]})
-            )),
-            ["network", "reveal", "expose"]
-        );
+        let wants = |v: Value| Wants::of(v.as_object().expect("object"));
+        assert!(!wants(json!({"command": "ls"})).any());
+        assert!(!wants(json!({"network": false, "writable": []})).any());
+        let w = wants(json!({"network": ["a.com"], "reveal": ["~/.ssh"], "expose": [80]}));
+        assert_eq!(w.describe().len(), 3, "{:?}", w.describe());
     }
 }

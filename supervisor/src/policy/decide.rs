@@ -108,9 +108,24 @@ impl Policy {
             locations: facts.locations.clone(),
             suggestion: None,
             parts: part_decisions(facts, verdicts),
-            network: action == Action::Allow && network_granted(verdicts),
+            network: self.network_for(facts, verdicts, action),
             confined: false,
         }
+    }
+
+    /// The network the call's command gets if it runs (after a person's yes, too).
+    fn network_for(
+        &self,
+        facts: &Facts<'_>,
+        verdicts: &[Verdict<'_>],
+        action: Action,
+    ) -> super::widen::NetworkGrant {
+        if !facts.def.policy.shell {
+            return super::widen::NetworkGrant::None;
+        }
+        let rules: Vec<&CompiledRule> = verdicts.iter().filter_map(|v| v.rule).collect();
+        let wants = super::widen::Wants::of(facts.args);
+        super::widen::network(&wants, &rules, action == Action::Allow, &self.network_allow)
     }
 
     /// Why an all-allow verdict still needs a person, if it does.
@@ -134,26 +149,21 @@ impl Policy {
                 ));
             }
         }
-        let exposed = exposed_ports(facts.args);
-        if !exposed.is_empty() {
-            let granted = |r: &&CompiledRule| {
-                r.action == Action::Allow
-                    && r.expose
-                        .as_ref()
-                        .is_some_and(|e| exposed.iter().all(|&p| e.grants(p)))
-            };
-            if rules.is_empty() || !rules.iter().all(granted) {
-                let ports: Vec<String> = exposed.iter().map(u16::to_string).collect();
-                let by = rules
-                    .iter()
-                    .find(|r| !granted(r))
-                    .map_or("no rule".to_owned(), |r| r.id());
-                return Some(format!(
-                    "the call publishes port {} on the host's loopback (expose), which {by} \
-                     does not grant (a rule's `expose`); that needs confirmation",
-                    ports.join(", ")
-                ));
-            }
+        let wants = super::widen::Wants::of(facts.args);
+        let missing = super::widen::ungranted(&wants, &rules, &self.network_allow);
+        if wants.any() && !missing.is_empty() {
+            let by = rules
+                .iter()
+                .find(|r| r.tests_command() || rules.len() == 1)
+                .map_or("no rule".to_owned(), |r| r.id());
+            let what: Vec<&str> = missing.iter().map(|m| m.0.as_str()).collect();
+            let how: Vec<&str> = missing.iter().map(|m| m.1.as_str()).collect();
+            return Some(format!(
+                "the call widens the sandbox ({}), which {by} does not grant; that needs \
+                 confirmation (to grant it: {})",
+                what.join("; "),
+                how.join("; ")
+            ));
         }
         if !facts.dangerous_env.is_empty()
             && let Some(r) = rules.iter().find(|r| !r.tests_env())
@@ -270,26 +280,6 @@ impl Verdict<'_> {
             self.action = Action::Ask;
         }
     }
-}
-
-/// The ports a `run_command` call asks to publish on the host (`expose`).
-fn exposed_ports(args: &serde_json::Map<String, serde_json::Value>) -> Vec<u16> {
-    args.get("expose")
-        .and_then(serde_json::Value::as_array)
-        .map(|a| {
-            a.iter()
-                .filter_map(serde_json::Value::as_u64)
-                .map(|p| u16::try_from(p).unwrap_or(0))
-                .collect()
-        })
-        .unwrap_or_default()
-}
-
-/// Every rule that allowed a part grants the network (a part allowed without a rule
-/// runs nothing and needs none), and at least one rule did.
-fn network_granted(verdicts: &[Verdict<'_>]) -> bool {
-    let mut rules = verdicts.iter().filter_map(|v| v.rule).peekable();
-    rules.peek().is_some() && rules.all(|r| r.action == Action::Allow && r.network)
 }
 
 /// deny > ask > allow; the first of equals, so messages name the earliest part.

@@ -22,6 +22,7 @@ pub mod confine;
 pub mod decide;
 pub mod facts;
 pub mod suggest;
+pub mod widen;
 
 use std::time::Duration;
 
@@ -63,10 +64,10 @@ pub struct Decision {
     /// For `run_command`: how each simple command was decided.
     #[serde(skip)]
     pub parts: Vec<PartDecision>,
-    /// Every rule that allowed the call says `network = true`: its command gets the
-    /// host's network.
+    /// The network the call's command gets when it runs: the host's, domains through
+    /// the egress proxy, or none.
     #[serde(skip)]
-    pub network: bool,
+    pub network: widen::NetworkGrant,
     /// It runs because it stays inside the verified boundary (`[policy] confined`).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub confined: bool,
@@ -98,6 +99,8 @@ pub struct Policy {
     confirm_timeout: Duration,
     rules: RuleSet,
     scopes: Scopes,
+    /// `[network] allow`: domains every command and `web_fetch` reach without asking.
+    network_allow: Vec<String>,
 }
 
 impl Policy {
@@ -111,7 +114,30 @@ impl Policy {
             confirm_timeout: Duration::from_millis(cfg.confirm_timeout_ms),
             rules: RuleSet::new(&cfg.rules, tools)?,
             scopes: Scopes::new(roots).map_err(|e| e.to_string())?,
+            network_allow: Vec::new(),
         })
+    }
+
+    /// The policy of a whole configuration: `[policy]`, with `[network] allow` as the
+    /// domains commands and `web_fetch` reach.
+    pub fn for_config(
+        cfg: &crate::config::Config,
+        roots: &Roots,
+        tools: &ToolNames,
+    ) -> Result<Policy, String> {
+        Ok(Policy::new(&cfg.policy, roots, tools)?.with_network_allow(&cfg.network.allow))
+    }
+
+    /// The domains every command and `web_fetch` reach without asking (`[network]
+    /// allow`).
+    pub fn with_network_allow(mut self, allow: &[String]) -> Policy {
+        self.network_allow = allow.to_vec();
+        self
+    }
+
+    /// `[network] allow`.
+    pub fn network_allow(&self) -> &[String] {
+        &self.network_allow
     }
 
     /// What decides calls no rule matches.
@@ -143,6 +169,8 @@ impl Policy {
         let verdicts = self.verdicts(&facts);
         let mut decision = self.combine(&facts, &verdicts);
         self.confine(&facts, &verdicts, &mut decision);
+        let by_rule = verdicts.iter().any(|v| v.rule.is_some());
+        self.fetch_off_list(&facts, by_rule, &mut decision);
         if decision.action == Action::Ask {
             decision.suggestion = suggest::suggestion(&facts, &verdicts);
         }

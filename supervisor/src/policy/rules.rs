@@ -143,8 +143,13 @@ pub struct CompiledRule {
     pub tests: Vec<Test>,
     /// `hazards = "allow"`: argument hazards do not turn this rule's allow into an ask.
     pub hazards_allow: bool,
-    /// `network = true`: a command this rule allows gets the host's network.
-    pub network: bool,
+    /// `network`: a command this rule allows gets the host's network (`true`) or these
+    /// domains; it grants a call's own `network` that asks for no more.
+    pub network: Option<crate::config::Network>,
+    /// `writable`: the paths a call this rule allows may add to its writable ones.
+    pub writable: Vec<String>,
+    /// `reveal`: the hidden paths a call this rule allows may see.
+    pub reveal: Vec<String>,
     /// `expose`: the ports a call this rule allows may publish on the host's loopback.
     pub expose: Option<crate::config::Expose>,
 }
@@ -325,7 +330,9 @@ impl RuleSet {
                 message: rule.message.clone(),
                 tests,
                 hazards_allow: rule.hazards == Hazards::Allow,
-                network: rule.network == Some(true),
+                network: rule.network.clone(),
+                writable: rule.writable.clone().unwrap_or_default(),
+                reveal: rule.reveal.clone().unwrap_or_default(),
                 expose: rule.expose.clone(),
             });
             if rule.tool == "*" {

@@ -76,7 +76,7 @@ fn a_confined_command_runs_without_asking_once_the_boundary_is_verified() {
             d.reason
         );
         assert!(d.reason.starts_with("confined: "), "{}", d.reason);
-        assert!(!d.network);
+        assert_eq!(d.network, super::widen::NetworkGrant::None);
         let d = decide(
             &p,
             "write_file",
@@ -1264,7 +1264,7 @@ fn expose_asks_unless_every_allowing_rule_grants_the_ports() {
     let d = decide(&p, "run_command", call(json!([8000, 9000])));
     assert_eq!(d.action, Action::Ask, "{d:?}");
     assert!(
-        d.reason.contains("8000, 9000") && d.reason.contains("expose"),
+        d.reason.contains("port 9000") && d.reason.contains("expose = [9000]"),
         "{}",
         d.reason
     );
@@ -1286,4 +1286,60 @@ fn expose_asks_unless_every_allowing_rule_grants_the_ports() {
         json!({ "command": "npm run dev", "background": true }),
     );
     assert_eq!(d.action, Action::Allow, "{d:?}");
+}
+
+#[test]
+fn web_fetch_of_a_host_off_the_network_list_asks() {
+    let p =
+        policy(Mode::Auto, vec![]).with_network_allow(&["docs.rs".into(), "*.crates.io".into()]);
+    for url in ["https://docs.rs/x", "http://static.crates.io:80/a"] {
+        assert_eq!(
+            decide(&p, "web_fetch", json!({ "url": url })).action,
+            Action::Allow,
+            "{url}"
+        );
+    }
+    let d = decide(
+        &p,
+        "web_fetch",
+        json!({"url": "https://evil.example/?q=secret"}),
+    );
+    assert_eq!(d.action, Action::Ask, "{d:?}");
+    assert!(
+        d.reason.contains("[network] allow = [\"evil.example\"]"),
+        "{}",
+        d.reason
+    );
+    // A rule that allows the call is a person's word for it.
+    let p = policy(Mode::Auto, vec![rule("web_fetch", Action::Allow, vec![])]);
+    let d = decide(&p, "web_fetch", json!({"url": "https://evil.example/"}));
+    assert_eq!(d.action, Action::Allow, "{d:?}");
+}
+
+#[test]
+fn a_domain_list_asks_for_what_no_rule_or_list_grants() {
+    let mut cargo = rule("run_command", Action::Allow, vec![]);
+    cargo.network = Some(crate::config::Network::Domains(vec!["*.crates.io".into()]));
+    let p = policy(Mode::Auto, vec![cargo]).with_network_allow(&["github.com".into()]);
+    let call = |net: Value| json!({"command": "cargo fetch", "network": net});
+    let d = decide(
+        &p,
+        "run_command",
+        call(json!(["static.crates.io", "github.com"])),
+    );
+    assert_eq!(d.action, Action::Allow, "{d:?}");
+    assert_eq!(
+        d.network,
+        super::widen::NetworkGrant::Egress(vec![
+            "*.crates.io".into(),
+            "github.com".into(),
+            "static.crates.io".into()
+        ])
+    );
+    let d = decide(&p, "run_command", call(json!(["pypi.org"])));
+    assert_eq!(d.action, Action::Ask, "{d:?}");
+    assert!(d.reason.contains("network to pypi.org"), "{}", d.reason);
+    let d = decide(&p, "run_command", call(json!(true)));
+    assert_eq!(d.action, Action::Ask, "{d:?}");
+    assert!(d.reason.contains("network = true"), "{}", d.reason);
 }

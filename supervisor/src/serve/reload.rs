@@ -25,7 +25,7 @@ fn load(service: &Service) -> Result<(Config, Policy, WorkerInit), String> {
         .map_err(|e| e.to_string())?;
     let names = service.tool_names(&cfg);
     let policy =
-        Policy::new(&cfg.policy, &init.roots, &names).map_err(|e| format!("bad [policy]: {e}"))?;
+        Policy::for_config(&cfg, &init.roots, &names).map_err(|e| format!("bad [policy]: {e}"))?;
     Ok((cfg, policy, init))
 }
 

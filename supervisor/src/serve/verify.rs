@@ -174,6 +174,7 @@ if [ -n "$mine" ] && [ -n "{host_inotify}" ] && [ "$mine" -lt "{host_inotify}" ]
             worker: None,
             session: SESSION.into(),
             network: false,
+            egress: None,
             takeover: false,
         };
         let end = pool.run(job, &CancellationToken::new()).await;

@@ -218,6 +218,29 @@ impl SessionState {
                     &args,
                 ))
             }
+            ClientMessage::Hook {
+                id,
+                phase,
+                call,
+                tool,
+                args,
+                status,
+                summary,
+            } => {
+                let report = crate::session::hook::HookReport {
+                    id,
+                    phase,
+                    call,
+                    tool,
+                    args,
+                    status,
+                    summary,
+                };
+                let (svc, out) = (self.service.clone(), self.out.clone());
+                tokio::spawn(async move {
+                    out.send(&crate::session::hook::answer(&svc, &info, report).await)
+                });
+            }
             ClientMessage::ListTools { id, format, groups } => {
                 self.list_tools(id, format.unwrap_or_default(), groups)
             }
@@ -392,6 +415,7 @@ fn request_id(m: &ClientMessage) -> Option<Id> {
         | ClientMessage::Restart { id, .. }
         | ClientMessage::Ping { id }
         | ClientMessage::Explain { id, .. }
+        | ClientMessage::Hook { id, .. }
         | ClientMessage::Undo { id, .. }
         | ClientMessage::Envelope { id, .. } => Some(id.clone()),
         ClientMessage::Call(c) => Some(c.id.clone()),

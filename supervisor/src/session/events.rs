@@ -35,12 +35,37 @@ pub enum WorkerEvent {
 /// Also the hook by which worker life events reach the audit log.
 pub type AuditHook = std::sync::Arc<dyn Fn(&'static str, Map<String, Value>) + Send + Sync>;
 
+/// A worker's egress proxy reports a connection a command made, or asks whether one
+/// may be made (the supervisor's [`crate::call::egress`] answers).
+pub enum EgressEvent {
+    /// May `call`'s command connect to `host:port`, which its list does not name?
+    Ask {
+        /// The supervisor's number of the call that started the command.
+        call: u64,
+        /// The host asked for.
+        host: String,
+        /// Its port.
+        port: u16,
+        /// The answer (dropped: no).
+        reply: tokio::sync::oneshot::Sender<bool>,
+    },
+    /// A connection was refused or has ended.
+    Closed(ConnectionRecord),
+}
+
+/// One connection through a command's egress proxy, as the worker reports it.
+pub use toolvisor_protocol::worker::Connection as ConnectionRecord;
+
+/// Receives [`EgressEvent`]s.
+pub type EgressHook = std::sync::Arc<dyn Fn(EgressEvent) + Send + Sync>;
+
 /// The service's event bus: a broadcast channel, so a slow subscriber loses events (and is
 /// told how many) instead of growing the server's memory.
 #[derive(Clone)]
 pub struct Events {
     tx: broadcast::Sender<Event>,
     audit: std::sync::Arc<std::sync::OnceLock<AuditHook>>,
+    egress: std::sync::Arc<std::sync::OnceLock<EgressHook>>,
 }
 
 impl Default for Events {
@@ -56,6 +81,24 @@ impl Events {
         Events {
             tx,
             audit: Default::default(),
+            egress: Default::default(),
+        }
+    }
+
+    /// Where egress questions and connection records go.
+    pub fn set_egress(&self, hook: EgressHook) {
+        let _ = self.egress.set(hook);
+    }
+
+    /// Hand a worker's egress event on; with nobody to take it, a question is "no".
+    pub fn egress(&self, event: EgressEvent) {
+        match self.egress.get() {
+            Some(hook) => hook(event),
+            None => {
+                if let EgressEvent::Ask { reply, .. } = event {
+                    let _ = reply.send(false);
+                }
+            }
         }
     }
 

@@ -1,6 +1,6 @@
 //! Who is on the other end of a connection: a person's program, or a command this
 //! daemon runs (or something such a command started). Commands may call tools like any
-//! client, but `grant`, `confirm` and `restart` come from people only (docs/SANDBOX.md).
+//! client, but `grant`, `confirm`, `restart` and `hook` (which writes audit records for an agent host) come from people only (docs/SANDBOX.md).
 //!
 //! Decided once, when the connection is accepted, from the peer's process as the kernel
 //! names it (`SO_PEERPIDFD`, so a reused pid cannot stand in for it; `SO_PEERCRED` on
@@ -51,6 +51,7 @@ pub fn refusal(peer: &Peer, m: &ClientMessage, session: &str) -> Option<ServerMe
         ClientMessage::Grant { id, .. } => ("grant", Some(id.clone())),
         ClientMessage::Restart { id, .. } => ("restart", Some(id.clone())),
         ClientMessage::Confirm { .. } => ("confirm", None),
+        ClientMessage::Hook { id, .. } => ("hook", Some(id.clone())),
         _ => return None,
     };
     tracing::warn!(session, why = %why, "refused `{what}` from a command");

@@ -194,6 +194,7 @@ fn sandbox_settings(
     if !socket.starts_with(&state) {
         hidden.push(socket);
     }
+    let unrevealable = hidden.clone();
     let roots = workspace_roots(&paths.workspace, config)?;
     hidden.extend(hidden_paths(&exec.hidden, &roots, home().as_deref()));
     Ok(SandboxSettings {
@@ -202,6 +203,7 @@ fn sandbox_settings(
         protected: protected_names(config, &roots),
         config_file,
         hidden,
+        unrevealable,
         limits: exec.limits.clone(),
         refused: paths.namespaces.as_ref().err().map(|why| why.to_string()),
     })

@@ -64,6 +64,7 @@ impl Ws {
             output: None,
             deadline: None,
             network: false,
+            egress: None,
             session: "s1".into(),
             takeover: false,
         };

@@ -16,6 +16,7 @@
 mod ansi;
 pub mod cgroup;
 mod control;
+mod egress;
 mod env;
 mod expose;
 mod input;
@@ -26,6 +27,7 @@ mod output;
 mod ports;
 mod run_command;
 mod stage;
+mod widen;
 
 use std::os::fd::OwnedFd;
 use std::path::{Path, PathBuf};
@@ -54,6 +56,8 @@ pub struct ExecState {
     loopbacks: launch::Loopbacks,
     artifacts: Arc<Artifacts>,
     jobs: jobs::Jobs,
+    /// The egress proxies' questions waiting for the supervisor's answer.
+    asks: Arc<egress::Asks>,
 }
 
 impl ExecState {
@@ -124,6 +128,7 @@ impl ExecState {
             loopbacks,
             artifacts: Artifacts::new(&init.state_dir, &init.limits),
             jobs: jobs::Jobs::new(init),
+            asks: Arc::default(),
         }
     }
 
@@ -153,8 +158,14 @@ impl ExecState {
         self.cgroups.mechanism().unwrap_or("rlimit")
     }
 
+    /// Where the supervisor's answers to egress questions go.
+    pub fn egress_asks(&self) -> &egress::Asks {
+        &self.asks
+    }
+
     /// Kill and record every background job (worker shutdown).
     pub async fn shutdown(&self) {
+        self.asks.refuse_all();
         self.spares.close();
         self.jobs.shutdown().await;
         self.loopbacks.close();

@@ -12,9 +12,10 @@ use toolvisor_protocol::{ErrorBody, ErrorType, Status};
 
 use super::ExecState;
 use super::cgroup::CommandCgroup;
+use super::egress::Proxy;
 use super::input::Prepared;
 use super::jobs::{NewJob, ReadySpec, Yielded};
-use super::launch::{Bounds, CpuWatch, Ended, Running, Spec, Stop, supervise};
+use super::launch::{Bounds, CpuWatch, Ended, Holder, Running, Spec, Stop, supervise};
 use super::output::{Capture, Coalescer, sanitize_name};
 use super::stage::{Collected, Staging};
 use crate::reap::report::Report;
@@ -43,6 +44,8 @@ pub(crate) struct RunArgs<'a> {
     pub expose: Vec<u16>,
     /// Hold the command's workspace changes instead of writing them.
     pub stage: bool,
+    /// What the call's sandbox gains (`writable`, `reveal`).
+    pub widen: super::launch::Widen,
 }
 
 /// A terminal's size when the call gives none.
@@ -118,6 +121,7 @@ impl<'a> RunArgs<'a> {
             ready,
             expose,
             stage,
+            widen: super::widen::parse(args)?,
         })
     }
 }
@@ -264,12 +268,43 @@ pub(crate) async fn run(
         resources(report.as_ref(), cgroup.as_ref()),
     );
     out.truncated = truncated;
+    add_network_denied(&mut out, running.egress.as_ref());
     running.retire(cgroup).await;
     if let Some(s) = staging {
         let roots = state.launcher.stage_roots().unwrap_or_default();
         add_staged(&mut out, s.collect(roots)?, &ctx.init.limits);
     }
     Ok(out)
+}
+
+/// `meta.network_denied`: the hosts the command's egress proxy refused, said after
+/// the output too (the command's own error is whatever its program made of a `403`).
+fn add_network_denied(out: &mut Outcome, proxy: Option<&Proxy>) {
+    let Some(proxy) = proxy else { return };
+    let denied = proxy.denied();
+    let failed = out.status != Status::Ok;
+    let note = match (denied.is_empty(), failed && proxy.unused()) {
+        (false, _) => format!(
+            "[NetworkDenied: the connection to {} was refused: not on the command's network list]",
+            denied.join(", ")
+        ),
+        // It failed and never asked the proxy: a program that connects directly has no
+        // route out of the command's namespace.
+        (true, true) => "[network: this command's only way out is its egress proxy \
+             (HTTP_PROXY, HTTPS_PROXY); a program that connects directly, or to an \
+             address, has no route]"
+            .to_owned(),
+        (true, false) => return,
+    };
+    for text in [&mut out.content, &mut out.display] {
+        if !text.is_empty() && !text.ends_with('\n') {
+            text.push('\n');
+        }
+        text.push_str(&note);
+    }
+    if !denied.is_empty() {
+        out.meta.insert("network_denied".into(), json!(denied));
+    }
 }
 
 /// A staging directory for a command of this worker, or why none can be staged: the
@@ -356,17 +391,12 @@ pub(crate) async fn launch(
     stage: Option<&Path>,
 ) -> Result<(Running, Option<CommandCgroup>), ToolError> {
     let (cwd, cwd_path) = super::open_cwd(ctx, a.cwd)?;
-    let env = super::env::build(std::env::vars(), &ctx.init.exec, a.env, a.tty.is_some())?;
-    // The session's loopback: joined when it has one, started for a command that may
-    // become a background process (a later command must reach what it listens on).
-    state.loopbacks.sweep(|s| state.jobs.busy(s));
-    let loopback = match ctx.network {
-        true => None,
-        false => {
-            let may_last = a.background || a.yield_after.is_some();
-            state.loopbacks.get(&ctx.session, may_last).await?
-        }
-    };
+    let mut env = super::env::build(std::env::vars(), &ctx.init.exec, a.env, a.tty.is_some())?;
+    let widen = super::widen::check(a.widen.clone(), &ctx.init.exec.sandbox.unrevealable)?;
+    let (loopback, proxy) = network(state, a, ctx).await?;
+    if let Some(p) = &proxy {
+        env.extend(p.env());
+    }
     let mut spec = Spec {
         command: a.command,
         env: &env,
@@ -380,6 +410,7 @@ pub(crate) async fn launch(
         stdin_pipe,
         tty: a.tty,
         stage,
+        widen: &widen,
     };
     if let Some(started) = state.spares.run(&spec).await? {
         return Ok(started);
@@ -389,8 +420,33 @@ pub(crate) async fn launch(
         .create()
         .map_err(|e| ToolError::internal(format!("cannot make the command's cgroup: {e}")))?;
     spec.cgroup = cgroup.as_ref();
-    let running = state.launcher.spawn(&spec)?;
+    let mut running = state.launcher.spawn(&spec)?;
+    running.egress = proxy;
     Ok((running, cgroup))
+}
+
+/// The loopback a command joins and its egress proxy. A command whose network is a
+/// domain list gets a loopback of its own with the proxy listening on it (nothing else
+/// reaches the proxy); else, without the host's network, the session's loopback when
+/// it has one, started for a command that may become a background process (a later
+/// command must reach what it listens on).
+async fn network(
+    state: &ExecState,
+    a: &RunArgs<'_>,
+    ctx: &ToolContext,
+) -> Result<(Option<Arc<Holder>>, Option<Proxy>), ToolError> {
+    state.loopbacks.sweep(|s| state.jobs.busy(s));
+    if ctx.network {
+        return Ok((None, None));
+    }
+    if let Some(e) = &ctx.egress {
+        let own = Arc::new(state.loopbacks.private().await?);
+        let asks = Arc::clone(&state.asks);
+        let proxy = Proxy::start(&own, e.egress.clone(), ctx.call, e.out.clone(), asks).await?;
+        return Ok((Some(own), Some(proxy)));
+    }
+    let may_last = a.background || a.yield_after.is_some();
+    Ok((state.loopbacks.get(&ctx.session, may_last).await?, None))
 }
 
 /// Turn a yielded command into the job `handle` of the calling session; the call's

@@ -112,6 +112,7 @@ impl Fixture {
             output: None,
             deadline: Some(Instant::now() + Duration::from_secs(60)),
             network: false,
+            egress: None,
             session: "s1".into(),
             takeover: false,
         }

@@ -27,6 +27,9 @@ use crate::sandbox::{SandboxError, ns};
 
 /// A request for a socket connected to a port of the namespace's loopback.
 pub const CONNECT: u8 = b'C';
+/// A request for a socket listening on a port of the namespace's loopback (`0`: any
+/// free one): where a command's egress proxy takes its connections.
+pub const LISTEN: u8 = b'L';
 /// The holder could not set its namespace up (why follows); it exits.
 pub const FAILED: u8 = b'E';
 /// How long a [`CONNECT`] may take (a listener on loopback answers at once or refuses).
@@ -90,12 +93,12 @@ fn serve(channel: &Channel) {
         }
         match channel.recv_packet() {
             Ok(None) => {}
-            // Nothing but CONNECT is asked of a holder.
-            Ok(Some((packet, _))) => {
-                if let Some((&CONNECT, port)) = packet.split_first() {
-                    answer_connect(channel, port);
-                }
-            }
+            // Nothing but CONNECT and LISTEN is asked of a holder.
+            Ok(Some((packet, _))) => match packet.split_first() {
+                Some((&CONNECT, port)) => answer_connect(channel, port),
+                Some((&LISTEN, port)) => answer_listen(channel, port),
+                _ => {}
+            },
             Err(_) => return,
         }
     }
@@ -115,6 +118,21 @@ fn answer_connect(channel: &Channel, port: &[u8]) {
     };
     let _ = match connected {
         Ok(s) => send_with(channel, b"A0", &[OwnedFd::from(s)]),
+        Err(errno) => channel.send_packet(ACK, errno.to_string().as_bytes()),
+    };
+}
+
+/// Listen on the port named in `port` (decimal; 0: any) of this namespace's loopback,
+/// and send the listening socket (or the `errno`).
+fn answer_listen(channel: &Channel, port: &[u8]) {
+    let port: Option<u16> = std::str::from_utf8(port).ok().and_then(|p| p.parse().ok());
+    let listening = match port {
+        Some(p) => std::net::TcpListener::bind(std::net::SocketAddr::from(([127, 0, 0, 1], p)))
+            .map_err(|e| e.raw_os_error().unwrap_or(libc::EIO)),
+        None => Err(libc::EINVAL),
+    };
+    let _ = match listening {
+        Ok(l) => send_with(channel, b"A0", &[OwnedFd::from(l)]),
         Err(errno) => channel.send_packet(ACK, errno.to_string().as_bytes()),
     };
 }

@@ -181,6 +181,7 @@ pub fn setup(spec: &SandboxSpec) -> Result<Observations, SandboxError> {
         home: home.as_deref(),
         stage: spec.stage.as_deref(),
         shown: &spec.shown,
+        reveal: &spec.reveal,
     };
     let seen = Recording::new(&HostView);
     let steps = plan::plan(&inputs, &seen);

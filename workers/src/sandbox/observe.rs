@@ -185,6 +185,7 @@ mod tests {
             home: None,
             stage: None,
             shown: &[],
+            reveal: &[],
         };
         let rec = Recording::new(&HostView);
         let steps = plan(&inputs, &rec);

@@ -209,6 +209,9 @@ pub struct Inputs<'a> {
     /// Host paths inside the private `/tmp` or `/run` to show read-only: the program
     /// of an MCP server or external worker that lives there (a checkout under `/tmp`).
     pub shown: &'a [PathBuf],
+    /// Hidden paths this command may see (`run_command`'s `reveal`): a match of
+    /// `hidden` that is one of them or lies under one is left as it is.
+    pub reveal: &'a [PathBuf],
 }
 
 /// The steps for `inputs` over `view`, in the order they must run.
@@ -245,6 +248,7 @@ pub fn plan(inputs: &Inputs<'_>, view: &dyn View) -> Vec<Step> {
         .hidden
         .iter()
         .flat_map(|h| super::hidden::expand(h, view))
+        .filter(|p| !inputs.reveal.iter().any(|r| p.starts_with(r)))
     {
         match view.kind(&p) {
             Kind::Dir => guards.push(Step::Hide { path: p, dir: true }),
@@ -478,6 +482,7 @@ mod tests {
             home: None,
             stage: None,
             shown: &[],
+            reveal: &[],
         };
         plan(&inputs, &HostView)
     }
@@ -648,6 +653,7 @@ mod tests {
             home: None,
             stage: None,
             shown: &[],
+            reveal: &[],
         };
         let steps = plan(&inputs, &HostView);
         assert!(steps.contains(&Step::ReadOnly(r.join(".git"))), "{steps:?}");
@@ -677,6 +683,7 @@ mod tests {
             home: None,
             stage: Some(stage),
             shown: &[],
+            reveal: &[],
         };
         let steps = plan(&inputs, &HostView);
         let overlay = Step::Overlay {

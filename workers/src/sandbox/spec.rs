@@ -41,6 +41,9 @@ pub struct SandboxSpec {
     /// Directories inside the private `/tmp` (or `/run`) shown read-only: where an MCP
     /// server's or external worker's program lives when that is there.
     pub shown: Vec<PathBuf>,
+    /// Hidden paths this command may see (`run_command`'s `reveal`, which a person or
+    /// a rule granted).
+    pub reveal: Vec<PathBuf>,
     /// Test hook (`TOOLVISOR_SANDBOX_TEST_FAIL`): fail the setup the way a host that
     /// refuses user namespaces does, before anything is created.
     pub fail: bool,
@@ -77,6 +80,7 @@ impl SandboxSpec {
             netns: None,
             stage: None,
             shown: Vec::new(),
+            reveal: Vec::new(),
             cwd: PathBuf::new(),
             fail: std::env::var(TEST_FAIL_VAR).is_ok_and(|v| v == "command"),
         }

@@ -171,6 +171,7 @@ pub(crate) mod testutil {
             output: None,
             deadline: None,
             network: false,
+            egress: None,
             session: "s1".into(),
             takeover: false,
         };

@@ -33,11 +33,13 @@ use toolvisor_protocol::client::Client;
 use toolvisor_protocol::frame;
 use toolvisor_protocol::message::{CallRequest, ClientMessage, ServerMessage, Status, Topic};
 
+mod costs;
 mod drive;
 mod mcp;
 mod probes;
 mod report;
 
+use costs::*;
 use drive::*;
 use mcp::*;
 use probes::*;
@@ -58,6 +60,8 @@ struct Args {
     mcp: McpSource,
     /// The guarantees the served workspaces run with (`toolvisor status`), for a note.
     guards: Option<String>,
+    /// The journal and build rows' inputs.
+    costs: CostArgs,
 }
 
 fn socket_of(ws: &Path) -> PathBuf {
@@ -181,13 +185,14 @@ async fn table(a: &Args) -> Result<Table, String> {
     )
     .await?;
     t.push(
-        3,
-        "`run_command \"true\"` vs `sh -c true` spawn+wait",
+        28,
+        "`run_command \"true\"` (sandbox, hidden paths, undo on) vs `bash --noprofile --norc -c true` spawn+wait",
         lat(&run_true),
         lat(&bare),
         ratio(run_true.p50(), bare.p50()),
         Some(Target::AtMost(1.5)),
     );
+    cost_rows(a, &run_true, &mut t).await;
     for (label, sock) in [("never", &never), ("always", &always)] {
         let content = "w".repeat(4095) + "\n";
         let write = Op::call(
@@ -298,7 +303,7 @@ async fn table(a: &Args) -> Result<Table, String> {
 }
 
 fn usage() -> String {
-    "usage: toolvisor-bench table --never WS --always WS --echo SOCK --relay SOCK [--rg PATH] [--fd PATH] [--secs S] [--pattern RE] [--corpus TEXT] [--mcp FILE.json | --mcp-skip REASON] [--guards TEXT]\n       toolvisor-bench search --never WS [--rg PATH] [--fd PATH] [--pattern RE] [--corpus TEXT]   (grep, glob, ping under grep)\n       toolvisor-bench mcp --mcp FILE.json   (the MCP rows alone)\n       toolvisor-bench lat --socket SOCK --op ping|read|ls|write|edit|true|echo-ping|echo-call [--path FILE] [--clients N] [--secs S] [--gap-ms MS]\n       toolvisor-bench spawn [--secs S] [--shell sh|bash]".into()
+    "usage: toolvisor-bench table --never WS --always WS --echo SOCK --relay SOCK [--rg PATH] [--fd PATH] [--secs S] [--pattern RE] [--corpus TEXT] [--mcp FILE.json | --mcp-skip REASON] [--guards TEXT] [--small WS] [--build-crate DIR]\n       toolvisor-bench search --never WS [--rg PATH] [--fd PATH] [--pattern RE] [--corpus TEXT]   (grep, glob, ping under grep)\n       toolvisor-bench mcp --mcp FILE.json   (the MCP rows alone)\n       toolvisor-bench lat --socket SOCK --op ping|read|ls|write|edit|true|echo-ping|echo-call [--path FILE] [--clients N] [--secs S] [--gap-ms MS]\n       toolvisor-bench spawn [--secs S] [--shell sh|bash]".into()
 }
 
 /// The arguments of `table` (and of `search`, which needs only `--never`).
@@ -330,6 +335,10 @@ fn table_args(m: &HashMap<String, String>, servers: bool) -> Result<Args, String
             (None, None) => McpSource::None,
         },
         guards: m.get("guards").cloned(),
+        costs: CostArgs {
+            small: opt("small"),
+            crate_dir: opt("build-crate"),
+        },
     })
 }
 

@@ -43,6 +43,8 @@ pub struct Job {
     pub session: String,
     /// The rule that allowed the call gives its command the host's network.
     pub network: bool,
+    /// The command's network through the egress proxy, if it has one.
+    pub egress: Option<toolvisor_protocol::egress::Egress>,
     /// A person's grant lets it act on another session's background process.
     pub takeover: bool,
 }
@@ -200,7 +202,12 @@ impl Pool {
             if my_turn && let Some(slot) = self.pick(job.worker) {
                 let held = self.shares.hold(&job.session);
                 if let Some(rx) = slot
-                    .submit(frame.to_vec(), job.call, job.output.clone())
+                    .submit(
+                        frame.to_vec(),
+                        job.call,
+                        job.output.clone(),
+                        job.egress.is_some(),
+                    )
                     .await
                 {
                     return Ok((slot, rx, held));

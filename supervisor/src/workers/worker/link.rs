@@ -30,6 +30,7 @@ use toolvisor_protocol::{ErrorBody, ErrorType};
 
 use super::actor::{Announce, WorkerMsg};
 use super::lock;
+use crate::session::events::{EgressEvent, Events};
 use crate::workers::fairq::FairQueue;
 
 /// How a call on a worker ended, as the dispatcher sees it.
@@ -63,6 +64,35 @@ pub struct Link {
     idle: tokio::sync::Notify,
     /// The group's wait queue: a freed slot is the next waiter's turn.
     queue: Arc<FairQueue>,
+    /// The calls sent with an egress proxy: their commands' connections (a background
+    /// process's too, after the call ended) are taken from this worker, no others'.
+    egress: Mutex<EgressCalls>,
+    /// Where connection questions and records go.
+    events: Events,
+}
+
+/// The calls with an egress sent on a link, the oldest forgotten past [`EGRESS_KEPT`].
+#[derive(Default)]
+struct EgressCalls {
+    set: std::collections::HashSet<u64>,
+    order: std::collections::VecDeque<u64>,
+}
+
+/// How many egress calls a link remembers (a background process's connections are
+/// refused once its call is forgotten).
+const EGRESS_KEPT: usize = 4096;
+
+impl EgressCalls {
+    fn add(&mut self, call: u64) {
+        if self.set.insert(call) {
+            self.order.push_back(call);
+        }
+        while self.order.len() > EGRESS_KEPT {
+            if let Some(old) = self.order.pop_front() {
+                self.set.remove(&old);
+            }
+        }
+    }
 }
 
 /// What the reader task needs to tell the worker's actor about its process.
@@ -71,6 +101,7 @@ pub(super) struct ReaderArgs {
     pub generation: u64,
     pub max_frame: usize,
     pub announce: Option<Announce>,
+    pub events: Events,
 }
 
 impl Link {
@@ -90,6 +121,8 @@ impl Link {
             pending: Mutex::new(HashMap::new()),
             idle: tokio::sync::Notify::new(),
             queue,
+            egress: Mutex::new(EgressCalls::default()),
+            events: reader.events.clone(),
         });
         tokio::spawn(drain.run());
         tokio::spawn(read_loop(rd, link.clone(), reader));
@@ -114,7 +147,11 @@ impl Link {
         bytes: Vec<u8>,
         call: u64,
         output: Option<mpsc::Sender<(String, String)>>,
+        egress: bool,
     ) -> Option<oneshot::Receiver<Reply>> {
+        if egress {
+            lock(&self.egress).add(call);
+        }
         let (reply, rx) = oneshot::channel();
         lock(&self.pending).insert(
             call,
@@ -170,6 +207,36 @@ impl Link {
                         _ = abandoned.cancelled() => {}
                     }
                 }
+            }
+            FromWorker::Connect {
+                call,
+                ask,
+                host,
+                port,
+            } => {
+                if !lock(&self.egress).set.contains(&call) {
+                    return Err(Violation::NotOurs("connect", call));
+                }
+                let (reply, answer) = oneshot::channel();
+                self.events.egress(EgressEvent::Ask {
+                    call,
+                    host,
+                    port,
+                    reply,
+                });
+                let tx = self.tx.clone();
+                tokio::spawn(async move {
+                    let allow = answer.await.unwrap_or(false);
+                    if let Ok(bytes) = frame::encode(&ToWorker::ConnectAnswer { ask, allow }) {
+                        tx.send_now(bytes);
+                    }
+                });
+            }
+            FromWorker::Connection(c) => {
+                if !lock(&self.egress).set.contains(&c.call) {
+                    return Err(Violation::NotOurs("connection", c.call));
+                }
+                self.events.egress(EgressEvent::Closed(c));
             }
             FromWorker::Ready { .. } | FromWorker::Tools { .. } => {}
         }
@@ -252,6 +319,7 @@ async fn read_frames(
         generation,
         max_frame,
         announce,
+        events: _,
     } = args;
     let max = max_frame.max(toolvisor_protocol::DEFAULT_MAX_FRAME_BYTES) * 2;
     loop {
@@ -323,6 +391,7 @@ pub fn run_frame(
         stream: job.stream,
         timeout_ms: Some(job.timeout.as_millis() as u64),
         network: job.network,
+        egress: job.egress.clone(),
         session: job.session.clone(),
         takeover: job.takeover,
     })
@@ -379,6 +448,7 @@ mod tests {
             generation,
             max_frame: 1 << 20,
             announce: None,
+            events: Events::new(),
         };
         let link = Link::open(generation as u32, ours, Arc::default(), reader);
         (link, worker)
@@ -400,7 +470,7 @@ mod tests {
 
     async fn submit(link: &Link, call: u64) -> oneshot::Receiver<Reply> {
         let run = frame::encode(&ToWorker::Cancel { call }).unwrap();
-        link.submit(run, call, None).await.unwrap()
+        link.submit(run, call, None, false).await.unwrap()
     }
 
     async fn next(rx: &mut mpsc::UnboundedReceiver<(u64, String)>) -> (u64, String) {
@@ -495,7 +565,7 @@ mod tests {
         let (d, mut worker_d) = link(4, &actor).await;
         let (out_tx, mut out_rx) = mpsc::channel(4);
         let run = frame::encode(&ToWorker::Cancel { call: 9 }).unwrap();
-        let call = d.submit(run, 9, Some(out_tx)).await.unwrap();
+        let call = d.submit(run, 9, Some(out_tx), false).await.unwrap();
         let output = FromWorker::Output {
             call: 9,
             stream: "stdout".into(),

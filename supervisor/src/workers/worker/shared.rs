@@ -159,18 +159,20 @@ impl WorkerShared {
     }
 
     /// Register a call on the current process and send its encoded `run` frame (see
-    /// [`run_frame`](super::run_frame)). `None` when the worker is not ready (the
+    /// [`run_frame`](super::run_frame)); `egress`: its command's connections may be
+    /// reported and asked about for as long as the process lives. `None` when the worker is not ready (the
     /// caller picks another or waits).
     pub async fn submit(
         &self,
         bytes: Vec<u8>,
         call: u64,
         output: Option<mpsc::Sender<(String, String)>>,
+        egress: bool,
     ) -> Option<oneshot::Receiver<Reply>> {
         if self.state() != WorkerState::Ready {
             return None;
         }
-        self.link()?.submit(bytes, call, output).await
+        self.link()?.submit(bytes, call, output, egress).await
     }
 
     /// Ask the worker to stop a call. When `abandon`, nobody waits for its answer any

@@ -224,6 +224,12 @@ impl Jobs {
         a: &RunArgs<'_>,
         ctx: &ToolContext,
     ) -> Result<Outcome, ToolError> {
+        if !a.expose.is_empty() && ctx.egress.is_some() {
+            return Err(ToolError::invalid(
+                "expose publishes ports of the session's loopback, and a command whose \
+                 network is a domain list runs on a loopback of its own: use one or the other",
+            ));
+        }
         let handle = self.reserve(&ctx.session)?;
         let file = state
             .artifacts

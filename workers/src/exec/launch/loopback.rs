@@ -28,7 +28,7 @@ use super::{ChildSetup, Launcher, ShimArgs, ShimFds, ShimLauncher, high_fd, pre_
 use crate::ToolError;
 use crate::exec::control::Control;
 use crate::reap::control::{ACK, READY};
-use crate::reap::holder::{CONNECT, FAILED};
+use crate::reap::holder::{CONNECT, FAILED, LISTEN};
 use crate::sandbox::spec::{SandboxSpec, TEST_FAIL_VAR};
 
 /// How long a session's holder is kept with no call and no running background process.
@@ -138,6 +138,24 @@ impl Loopbacks {
         inner.lock().insert(session.to_owned(), Arc::clone(&holder));
         tracing::debug!("a loopback holder started for session {session}");
         Ok(Some(holder))
+    }
+
+    /// A loopback of one command's own, shared with no session: where a command whose
+    /// network goes through the egress proxy runs, so that nothing but it reaches the
+    /// proxy's port. Err without namespaces (the egress could not be enforced).
+    pub(crate) async fn private(&self) -> Result<Holder, ToolError> {
+        let Some(inner) = &self.inner else {
+            return Err(ToolError::new(
+                toolvisor_protocol::ErrorType::SandboxUnverified,
+                "network by domain needs the command sandbox (a network namespace of the \
+                 command's own), which commands here do not get: the command did not run",
+            ));
+        };
+        Holder::start(inner).await.map_err(|e| {
+            ToolError::internal(format!(
+                "the command's own loopback could not be set up, so it did not run: {e}"
+            ))
+        })
     }
 
     /// Let go of the holders of sessions idle for [`IDLE`] that `busy` says run no
@@ -252,8 +270,23 @@ impl Holder {
     /// A TCP socket connected to `127.0.0.1:port` inside the session's namespace, made
     /// by the holder (the worker itself is outside it).
     pub(crate) async fn connect(&self, port: u16) -> Result<std::net::TcpStream, String> {
+        self.socket(CONNECT, port)
+            .await
+            .map(std::net::TcpStream::from)
+    }
+
+    /// A TCP socket listening on `127.0.0.1:port` (0: any free port) inside the
+    /// namespace, made by the holder.
+    pub(crate) async fn listen(&self, port: u16) -> Result<std::net::TcpListener, String> {
+        self.socket(LISTEN, port)
+            .await
+            .map(std::net::TcpListener::from)
+    }
+
+    /// The socket the holder made for request `op` on `port`.
+    async fn socket(&self, op: u8, port: u16) -> Result<OwnedFd, String> {
         let channel = self.channel.lock().await;
-        let request = format!("{}{port}", CONNECT as char);
+        let request = format!("{}{port}", op as char);
         crate::exec::control::send_request(&channel, request.as_bytes())
             .await
             .map_err(|e| format!("the session's loopback holder is gone: {e}"))?;
@@ -262,7 +295,7 @@ impl Holder {
             .map_err(|_| "the session's loopback holder did not answer".to_owned())?
             .ok_or_else(|| "the session's loopback holder is gone".to_owned())?;
         match (answer.0.split_first(), answer.1.into_iter().next()) {
-            (Some((&ACK, b"0")), Some(fd)) => Ok(std::net::TcpStream::from(fd)),
+            (Some((&ACK, b"0")), Some(fd)) => Ok(fd),
             (Some((&ACK, errno)), _) => {
                 let errno = std::str::from_utf8(errno)
                     .ok()

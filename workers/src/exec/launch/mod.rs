@@ -32,6 +32,7 @@ mod spare;
 mod supervise;
 
 pub(crate) use loopback::{Holder, Loopbacks};
+
 pub(crate) use spare::Spares;
 pub(crate) use supervise::{Bounds, CpuWatch, Ended, Stop, sleep_until_opt, supervise};
 
@@ -92,22 +93,30 @@ impl ShimLauncher {
     }
 
     /// The shim's arguments for a command of `instance` in `cwd`, without the command.
-    /// `stage`: a staged command's staging directory.
+    /// `stage`: a staged command's staging directory; `widen`: what the call's sandbox
+    /// gains.
     fn args(
         &self,
         (instance, cwd, network): (&str, &Path, bool),
         fds: ShimFds,
-        stage: Option<&Path>,
+        (stage, widen): (Option<&Path>, &Widen),
     ) -> ShimArgs {
+        let mut write = self.writable.clone();
+        write.extend(widen.writable.iter().cloned());
         ShimArgs {
             ppid: Some(std::process::id() as i32),
             instance: (!instance.is_empty()).then(|| instance.to_owned()),
             grace: GRACE,
             confine: true,
-            write: self.writable.clone(),
-            sandbox: self.sandbox.as_ref().map(|t| SandboxSpec {
-                netns: fds.netns.filter(|_| !network),
-                ..t.for_command(cwd, network, stage)
+            write,
+            sandbox: self.sandbox.as_ref().map(|t| {
+                let mut s = SandboxSpec {
+                    netns: fds.netns.filter(|_| !network),
+                    reveal: widen.reveal.clone(),
+                    ..t.for_command(cwd, network, stage)
+                };
+                s.writable.extend(widen.writable.iter().cloned());
+                s
             }),
             rlimits: self.rlimits,
             report_fd: fds.report,
@@ -189,6 +198,25 @@ pub(crate) struct Spec<'a> {
     /// Stage it: its workspace roots are overlays whose writes are held in this
     /// staging directory (never in a spare, whose mounts are built already).
     pub stage: Option<&'a Path>,
+    /// What the call's sandbox gains (never in a spare either).
+    pub widen: &'a Widen,
+}
+
+/// What a call widens its sandbox by, as the policy granted it (`run_command`'s
+/// `writable` and `reveal`): host paths, `~` expanded and checked.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub(crate) struct Widen {
+    /// More paths it may write.
+    pub writable: Vec<PathBuf>,
+    /// Hidden paths it may see.
+    pub reveal: Vec<PathBuf>,
+}
+
+impl Widen {
+    /// Whether it widens nothing.
+    pub(crate) fn is_empty(&self) -> bool {
+        self.writable.is_empty() && self.reveal.is_empty()
+    }
 }
 
 /// A started command.
@@ -207,6 +235,9 @@ pub(crate) struct Running {
     master: Option<OwnedFd>,
     /// Where the shim writes its [`Report`].
     report: ReportPipe,
+    /// The command's egress proxy, when its network is a domain list; it stops taking
+    /// connections when the command is retired.
+    pub(crate) egress: Option<super::egress::Proxy>,
     shim: bool,
     /// It runs in its own namespaces (then the report tells when all of it is dead).
     namespaces: bool,
@@ -450,6 +481,7 @@ impl Launcher {
             tty: spec.tty.is_some(),
             master: direct_tty.map(|(master, _)| master),
             report: report_read.map(ReportPipe::new).unwrap_or_default(),
+            egress: None,
             shim: self.is_shim(),
             namespaces: self.namespaces(),
         })
@@ -473,7 +505,7 @@ impl Launcher {
                     ..s.args(
                         (spec.instance, spec.cwd_path, spec.network),
                         fds,
-                        spec.stage,
+                        (spec.stage, spec.widen),
                     )
                 };
                 s.command(&a, spec.env)

@@ -61,7 +61,11 @@ pub fn command_line(
         control: None,
         netns: None,
     };
-    let mut a = launcher.args((&init.exec.instance, &cwd, spec.network), none, None);
+    let mut a = launcher.args(
+        (&init.exec.instance, &cwd, spec.network),
+        none,
+        (None, &super::Widen::default()),
+    );
     if let Some(s) = a.sandbox.as_mut() {
         // Not `workers.exec.network`: the server's own word.
         s.network = spec.network;

@@ -144,7 +144,10 @@ impl Spares {
         };
         let network = inner.shim.sandbox.as_ref().is_some_and(|t| t.network);
         // A spare has a network namespace of its own: never for a session's loopback.
-        let special = spec.tty.is_some() || spec.stage.is_some() || spec.loopback.is_some();
+        let special = spec.tty.is_some()
+            || spec.stage.is_some()
+            || spec.loopback.is_some()
+            || !spec.widen.is_empty();
         if special || (spec.network && !network) {
             return Ok(None);
         }
@@ -287,9 +290,11 @@ impl Spare {
         };
         let a = ShimArgs {
             spare: true,
-            ..inner
-                .shim
-                .args((&inner.instance, &inner.root, false), fds, None)
+            ..inner.shim.args(
+                (&inner.instance, &inner.root, false),
+                fds,
+                (None, &super::Widen::default()),
+            )
         };
         let mut cmd = inner.shim.detached(&a, &inner.env)?;
         let setup = ChildSetup {
@@ -347,6 +352,7 @@ impl Spare {
                     tty: false,
                     master: None,
                     report: super::ReportPipe::new(self.report),
+                    egress: None,
                     shim: true,
                     namespaces: true,
                 };
