@@ -68,10 +68,20 @@ cleanup() {
 }
 trap cleanup EXIT
 
-# Two workspaces: audit fsync never and always. The `never` one gets the corpus.
+# Three workspaces: audit fsync never and always, and a small one (fsync never, a few
+# files) where the undo journal has little to walk and a real crate is built. The
+# `never` one gets the corpus.
 NEVER="$TMP/never"
 ALWAYS="$TMP/always"
-mkdir -p "$NEVER/corpus" "$ALWAYS"
+SMALL="$TMP/small"
+mkdir -p "$NEVER/corpus" "$ALWAYS" "$SMALL"
+# The crate built through toolvisor and bare: regex-syntax (no dependency of its own)
+# behind a one-line wrapper, so an offline build needs only what Cargo.lock pins.
+BUILD_CRATE="$TMP/build-crate"
+mkdir -p "$BUILD_CRATE/src"
+printf '[package]\nname = "bench-build"\nversion = "0.1.0"\nedition = "2021"\n\n[dependencies]\nregex-syntax = "=0.8.12"\n' >"$BUILD_CRATE/Cargo.toml"
+echo 'pub use regex_syntax;' >"$BUILD_CRATE/src/lib.rs"
+echo '/target' >"$BUILD_CRATE/.gitignore"   # as `cargo new` writes it
 
 # The grep/glob corpus: a fixed set of crates at pinned versions from the cargo registry,
 # so every run searches the same files and `unsafe fn` matches fewer lines than any cap
@@ -85,9 +95,31 @@ REGISTRY="$HOME/.cargo/registry/src"
 crate_dir() {
     local d
     for d in "$REGISTRY"/*/"$1"; do
-        [ -d "$d" ] && { echo "$d"; return; }
+        [ -d "$d" ] && { echo "$d"; return 0; }
     done
+    return 0
 }
+# Fetch the pinned crates that are not in the registry yet (a throwaway project that
+# depends on each at its exact version); whatever still misses is named, and the run
+# goes on with a smaller corpus.
+fetch_pinned() {
+    local missing=() c name ver proj="$TMP/fetch"
+    for c in $CORPUS_CRATES; do
+        [ -n "$(crate_dir "$c")" ] || missing+=("$c")
+    done
+    [ "${#missing[@]}" -gt 0 ] || return 0
+    echo "bench.sh: fetching ${missing[*]} into the cargo registry" >&2
+    mkdir -p "$proj/src"
+    : >"$proj/src/lib.rs"
+    { printf '[package]\nname = "fetch"\nversion = "0.0.0"\nedition = "2021"\n\n[dependencies]\n'
+      for c in "${missing[@]}"; do
+          name="${c%-*}"; ver="${c##*-}"
+          printf '%s = "=%s"\n' "$name" "$ver"
+      done; } >"$proj/Cargo.toml"
+    (cd "$proj" && timeout 600 cargo fetch -q >/dev/null 2>&1) ||
+        echo "bench.sh: WARNING: cargo fetch failed (no network?): going on without what is missing" >&2
+}
+[ -n "${CORPUS_SRC:-}" ] || fetch_pinned
 if [ -n "${CORPUS_SRC:-}" ]; then
     cp -r "$CORPUS_SRC/." "$NEVER/corpus/"
     CORPUS_DESC="a copy of $CORPUS_SRC (CORPUS_SRC)"
@@ -110,7 +142,7 @@ fi
 find "$NEVER/corpus" \( -name .gitignore -o -name .ignore -o -name .rgignore -o -name .fdignore \) -delete
 echo "bench.sh: corpus $(du -sh "$NEVER/corpus" | cut -f1), $(find "$NEVER/corpus" -type f | wc -l) files" >&2
 
-for ws in "$NEVER" "$ALWAYS"; do
+for ws in "$NEVER" "$ALWAYS" "$SMALL"; do
     fsync=never
     [ "$ws" = "$ALWAYS" ] && fsync=always
     cat >"$ws/toolvisor.toml" <<TOML
@@ -211,6 +243,8 @@ PIDS+=($!)
 PIDS+=($!)
 "$BIN" serve --workspace "$ALWAYS" 2>"$TMP/always.log" &
 PIDS+=($!)
+"$BIN" serve --workspace "$SMALL" 2>"$TMP/small.log" &
+PIDS+=($!)
 for _ in $(seq 100); do [ -S "$TMP/echo.sock" ] && [ -S "$TMP/relay.sock" ] && break; sleep 0.05; done
 
 # Which guarantees the served workspaces run with, for the table's note.
@@ -221,7 +255,15 @@ GUARDS="policy mode auto with allow rules for run_command, write_file and edit_f
 
 "$DRIVER" table --never "$NEVER" --always "$ALWAYS" --echo "$TMP/echo.sock" \
     --relay "$TMP/relay.sock" --rg "$RG" --fd "$FD" --secs "$SECS" --pattern "unsafe fn" \
-    --corpus "$CORPUS_DESC" --guards "$GUARDS" "${MCP_ARG[@]}" | tee "$TMP/table.md"
+    --corpus "$CORPUS_DESC" --guards "$GUARDS" --small "$SMALL" --build-crate "$BUILD_CRATE" \
+    "${MCP_ARG[@]}" | tee "$TMP/table.md"
+
+# Issue 24's session: how often a coding session asks under the init config, and whether
+# anything got out (scripts/agent-session.py, against the same binary).
+echo "bench.sh: the agent session (scripts/agent-session.py)" >&2
+SESSION="$(TOOLVISOR_BIN="$BIN" timeout 1200 python3 scripts/agent-session.py 2>&1 ||
+    echo "scripts/agent-session.py failed")"
+echo "$SESSION"
 
 if [ "$DOC" = 1 ]; then
     DOCFILE="$ROOT/docs/PERFORMANCE.md"
@@ -235,6 +277,10 @@ if [ "$DOC" = 1 ]; then
         echo "rg: $([ -n "$RG" ] && "$RG" --version | head -n1 || echo n/a) · fd: $([ -n "$FD" ] && "$FD" --version || echo n/a)"
         echo
         cat "$TMP/table.md"
+        echo
+        echo "Agent session (\`scripts/agent-session.py\`, same binary, same run):"
+        echo
+        echo "$SESSION"
         echo "<!-- bench:end -->"
     } >"$TMP/section.md"
     if [ -f "$DOCFILE" ] && grep -q '<!-- bench:begin' "$DOCFILE"; then

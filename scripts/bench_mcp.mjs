@@ -1,6 +1,6 @@
 // The MCP side of scripts/bench.sh: toolvisor (`toolvisor mcp`, with audit fsync never and
 // always: two workspaces) beside @modelcontextprotocol/server-filesystem and Desktop
-// Commander, through the same MCP client (the official TypeScript SDK, stdio), in one run.
+// Commander, and a null server (the floor: a fixed answer), through the same MCP client (the official TypeScript SDK, stdio), in one run.
 // Cases: read a 4 KB file, list a 100-entry directory, glob `**/*.rs` and grep `fn main`
 // in a pinned source tree, write a 4 KB file, edit a 4 KB file, run `true`. Rounds
 // interleave the servers (A B C D A B C D ...) so drift on a shared machine hits all alike.
@@ -89,6 +89,8 @@ for (const [name, root] of [['toolvisor_never', NEVER], ['toolvisor_always', ALW
   // The bridge starts the workspace's daemon itself and stops it when it exits.
   servers[name] = await connect(name, { command: TV, args: ['mcp', '--workspace', root] });
 }
+// The floor: a server that answers a fixed text (scripts/bench_null_mcp.mjs).
+servers.null = await connect('null', { command: process.execPath, args: [path.join(path.dirname(new URL(import.meta.url).pathname), 'bench_null_mcp.mjs'), NM] });
 servers.filesystem = missing(FS_PKG, FS_MAIN)
   ? { name: 'filesystem', failed: missing(FS_PKG, FS_MAIN) }
   : await connect('filesystem', { command: process.execPath, args: [FS_MAIN, NEVER] });
@@ -143,7 +145,9 @@ const tvCases = (root, who) => {
 };
 const fsEdit = editFile(NEVER, 'fs');
 const dcEdit = editFile(NEVER, 'dc');
+const nullCall = (s) => s.call('echo', {});
 const byServer = {
+  null: { read: nullCall, list: nullCall, write: nullCall, edit: nullCall },
   toolvisor_never: tvCases(NEVER, 'tvn'),
   toolvisor_always: tvCases(ALWAYS, 'tva'),
   filesystem: {

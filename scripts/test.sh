@@ -1,13 +1,16 @@
 #!/usr/bin/env bash
 # The test command of the README: every unit, property and end-to-end test (cargo test),
 # then the Python client's tests (pytest, in a venv under target/) against the daemon
-# binary cargo just built. Every suite runs even when one fails; the last lines are the
+# binary cargo just built, then the MCP conformance suite against `toolvisor mcp --http`
+# (scripts/conformance.sh; node and the suite from npm, under target/). Every suite runs even when one fails; the last lines are the
 # totals, and the exit status is non-zero when anything failed or did not run.
 #
 #   scripts/test.sh                  everything
 #   scripts/test.sh ARGS...          `cargo test --workspace --locked ARGS...` only (a filter
 #                                    selects Rust tests, so pytest is skipped)
 #   TOOLVISOR_PYTEST=1|0             run the Python tests, or not, whatever the arguments
+#   TOOLVISOR_CONFORMANCE=1|0        run the MCP conformance suite, or not (the default:
+#                                    as for the Python tests)
 set -uo pipefail
 cd "$(dirname "$0")/.."
 
@@ -108,6 +111,29 @@ if ! run_pytest "$@"; then
     problems+=("the Python client's tests could not run to the end (see above)")
 fi
 
+# --- MCP conformance -----------------------------------------------------------------
+mcp_state=skipped mcp_pass=0 mcp_fail=0
+want_conformance=${TOOLVISOR_CONFORMANCE:-auto}
+if [ "$want_conformance" = auto ]; then
+    if [ $# -eq 0 ]; then want_conformance=1; else want_conformance=0; fi
+fi
+if [ "$want_conformance" = 1 ]; then
+    if ! command -v npm >/dev/null 2>&1; then
+        mcp_state=broken
+        problems+=("the MCP conformance suite needs npm (it installs node 22 and the suite with it)")
+    else
+        echo "== MCP conformance (scripts/conformance.sh)"
+        scripts/conformance.sh 2>&1 | tee "$logs/conformance.log"
+        mcp_rc=${PIPESTATUS[0]}
+        mcp_state=ran
+        mcp_pass=$(grep -c '^pass ' "$logs/conformance.log")
+        mcp_fail=$(grep -c '^FAIL ' "$logs/conformance.log")
+        if [ "$mcp_rc" -ne 0 ]; then
+            problems+=("the MCP conformance suite failed a scenario it should pass, or passed an expected failure (see above)")
+        fi
+    fi
+fi
+
 # --- Totals --------------------------------------------------------------------------
 echo
 echo "== totals"
@@ -120,6 +146,10 @@ if [ -s "$logs/cargo.failed" ]; then
     echo "failed in:"
     cat "$logs/cargo.failed"
 fi
+case $mcp_state in
+    ran) echo "MCP conformance: $mcp_pass scenarios passed, $mcp_fail failed (expected failures: docs/MCP.md)" ;;
+    *) echo "MCP conformance: $mcp_state" ;;
+esac
 for p in "${problems[@]}"; do echo "PROBLEM: $p"; done
 echo "total: $((rs_pass + py_pass)) passed, $((rs_fail + py_fail)) failed, $((rs_skip + py_skip)) skipped"
 if [ "$cargo_rc" -ne 0 ] || [ "$py_fail" -ne 0 ] || [ ${#problems[@]} -ne 0 ]; then

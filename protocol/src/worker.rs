@@ -284,6 +284,10 @@ pub struct McpServerInit {
     pub tools: Option<Vec<String>>,
     /// How long the server has to answer `initialize` and `tools/list`.
     pub startup_timeout_ms: u64,
+    /// What its tools' names start with: `NAME__` when absent, `""` mounts them under
+    /// the server's own names (`prefix` of `[mcp.servers.NAME]`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub prefix: Option<String>,
     /// Run the server's command in the command sandbox (`sandbox = "on"`, the
     /// default); false: as the daemon's user (`sandbox = "off"`).
     #[serde(default = "yes")]
@@ -291,6 +295,15 @@ pub struct McpServerInit {
     /// Give the sandboxed server the host's network (`network = true`).
     #[serde(default)]
     pub network: bool,
+}
+
+impl McpServerInit {
+    /// What its tools' names start with: the configured `prefix`, or `NAME__`.
+    pub fn tool_prefix(&self) -> String {
+        self.prefix
+            .clone()
+            .unwrap_or_else(|| format!("{}__", self.name))
+    }
 }
 
 fn yes() -> bool {

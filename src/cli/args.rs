@@ -161,12 +161,14 @@ pub enum Command {
         #[arg(long)]
         reusable: bool,
     },
-    /// Serve the tools as an MCP server on stdio, backed by the workspace's daemon
-    /// (started, and stopped on exit, when none runs).
+    /// Serve the tools as an MCP server on stdio (or Streamable HTTP with --http),
+    /// backed by the workspace's daemon (started, and stopped on exit, when none runs).
     Mcp {
         /// Never start a daemon: without one, calls say how to start it.
         #[arg(long)]
         no_spawn: bool,
+        #[command(flatten)]
+        http: crate::mcp::http::HttpArgs,
     },
     /// Read and check the audit log (works with the service up or down).
     Audit {

@@ -142,10 +142,11 @@ fn run(cli: &Cli) -> i32 {
         Command::Hook { host } => crate::commands::hook::run(*host, &r),
         Command::Audit { command } => audit(command, &r),
         Command::Policy { command } => crate::commands::policy::run(command, &r),
-        Command::Mcp { no_spawn } => {
+        Command::Mcp { no_spawn, http } => {
             let opts = crate::mcp::Options {
                 config: cli.config.clone(),
                 no_spawn: *no_spawn,
+                http: http.clone(),
             };
             crate::mcp::run(&r, opts)
         }

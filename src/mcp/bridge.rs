@@ -60,6 +60,8 @@ pub struct Conn {
     routes: Mutex<HashMap<Id, mpsc::Sender<ServerMessage>>>,
     pub session: String,
     closed: CancellationToken,
+    /// Its bridge is gone: the connection ends with its last request.
+    orphaned: std::sync::atomic::AtomicBool,
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -163,6 +165,7 @@ impl Bridge {
             routes: Mutex::new(HashMap::new()),
             session,
             closed: CancellationToken::new(),
+            orphaned: std::sync::atomic::AtomicBool::new(false),
         });
         tokio::spawn(write_loop(wr, rx, conn.closed.clone()));
         tokio::spawn(read_loop(rd, conn.clone(), self.notices.clone()));
@@ -198,11 +201,31 @@ impl Bridge {
     }
 }
 
+/// The bridge going (its MCP session ended) ends its daemon connection, and with it
+/// the calls still running on it — once no request holds it any more: a call parked
+/// for a stateless client's second round (which another bridge takes up) keeps it.
+impl Drop for Bridge {
+    fn drop(&mut self) {
+        if let Some(c) = self.conn.get_mut() {
+            c.orphaned.store(true, Ordering::SeqCst);
+            c.end_if_unused(1);
+        }
+    }
+}
+
 fn lost() -> Unavailable {
     Unavailable("the connection to the toolvisor daemon was lost (did it stop?)".into())
 }
 
 impl Conn {
+    /// End an orphaned connection that nothing but its reader and `holders` holds.
+    fn end_if_unused(self: &Arc<Self>, holders: usize) {
+        // The reader task holds one reference, `self` is one of the holders.
+        if self.orphaned.load(Ordering::SeqCst) && Arc::strong_count(self) <= holders + 1 {
+            self.closed.cancel();
+        }
+    }
+
     pub async fn send(&self, msg: &ClientMessage) -> Result<(), Unavailable> {
         let bytes = frame::encode(msg).map_err(|e| Unavailable(e.to_string()))?;
         self.tx.send(bytes).await.map_err(|_| lost())
@@ -261,6 +284,7 @@ impl Route {
 impl Drop for Route {
     fn drop(&mut self) {
         lock(&self.conn.routes).remove(&self.id);
+        self.conn.end_if_unused(1);
     }
 }
 

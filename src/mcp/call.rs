@@ -1,5 +1,6 @@
 //! One `tools/call` through the daemon, to its `result`: streamed output and heartbeats
-//! become progress (an MCP server's own progress is passed on as it sent it), a confirmation is put to the person (elicitation) or announced,
+//! become progress (an MCP server's own progress is passed on as it sent it, its log
+//! messages as log messages), a confirmation is put to the person (elicitation) or announced,
 //! `notifications/cancelled` (or the client going away) cancels the call.
 
 use std::future::Future;
@@ -12,9 +13,9 @@ use toolvisor_protocol::message::{CallRequest, ClientMessage, ServerMessage, Too
 
 use crate::mcp::bridge::{Bridge, Route, Unavailable};
 use crate::mcp::confirm::{self, Ask, Channel};
-use crate::mcp::logging::LogLevel;
+use crate::mcp::logging::{self, LogLevel};
 use crate::mcp::progress::Progress;
-use crate::mcp::worker::PROGRESS_STREAM;
+use crate::mcp::worker::{LOG_STREAM, PROGRESS_STREAM};
 
 /// What a call needs from its MCP request.
 pub struct CallCtx<'a> {
@@ -72,9 +73,20 @@ pub async fn run(ctx: &CallCtx<'_>, req: CallRequest) -> Result<ToolResult, Call
 
 /// Send `req` to the daemon and [`drive`] it.
 pub async fn start(ctx: &CallCtx<'_>, mut req: CallRequest) -> Result<Step, CallError> {
-    req.stream = Some(ctx.progress.is_some());
+    req.stream = Some(ctx.progress.is_some() || !builtin(&req.tool));
     let route = ctx.bridge.call(req).await.map_err(CallError::Unavailable)?;
     drive(ctx, route).await
+}
+
+/// Whether `tool` is a built-in tool, whose output only progress wants (an MCP
+/// server's tool streams for its log messages too).
+fn builtin(tool: &str) -> bool {
+    static BUILTIN: std::sync::OnceLock<Vec<toolvisor_protocol::tools::def::ToolDef>> =
+        std::sync::OnceLock::new();
+    BUILTIN
+        .get_or_init(toolvisor_protocol::tools::builtin)
+        .iter()
+        .any(|t| t.answers_to(tool))
 }
 
 /// Follow a call to its result (or, on the `Rounds` channel, to its confirmation).
@@ -94,6 +106,9 @@ pub async fn drive(ctx: &CallCtx<'_>, mut route: Route) -> Result<Step, CallErro
                 };
                 match m {
                     ServerMessage::Result(r) => return Ok(Step::Done(r)),
+                    ServerMessage::Output { stream, data, .. } if stream == LOG_STREAM => {
+                        logging::relay(&ctx.peer, ctx.log_level, &data).await;
+                    }
                     ServerMessage::Output { stream, data, .. } => {
                         if let Some(p) = progress.as_mut() {
                             if stream == PROGRESS_STREAM {

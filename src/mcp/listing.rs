@@ -12,11 +12,37 @@ use toolvisor_protocol::message::{ServerMessage, ToolFormat};
 use toolvisor_protocol::tools;
 
 use crate::mcp::bridge::{Bridge, Unavailable};
+use crate::mcp::passthrough;
 
-/// Every tool the daemon offers, sorted by name. Without a daemon (and `--no-spawn`),
-/// the built-in tools: calls then say how to start one.
+/// Every tool the daemon offers, sorted by name (the servers' request tools, which
+/// serve resources and prompts, left out). Without a daemon (and `--no-spawn`), the
+/// built-in tools: calls then say how to start one.
 pub async fn list(bridge: &Bridge) -> Result<Vec<Tool>, Unavailable> {
-    let listed = match bridge
+    let mut out: Vec<Tool> = listed(bridge)
+        .await?
+        .into_iter()
+        .filter_map(to_tool)
+        .filter(|t| !passthrough::is_request_tool(&t.name))
+        .collect();
+    out.sort_by(|a, b| a.name.cmp(&b.name));
+    Ok(out)
+}
+
+/// The request tools of the MCP servers behind the daemon, sorted.
+pub async fn request_tools(bridge: &Bridge) -> Result<Vec<String>, Unavailable> {
+    let mut out: Vec<String> = listed(bridge)
+        .await?
+        .iter()
+        .filter_map(|t| t.get("name").and_then(Value::as_str))
+        .filter(|n| passthrough::is_request_tool(n))
+        .map(str::to_owned)
+        .collect();
+    out.sort();
+    Ok(out)
+}
+
+async fn listed(bridge: &Bridge) -> Result<Vec<Value>, Unavailable> {
+    match bridge
         .request(|id| toolvisor_protocol::ClientMessage::ListTools {
             id,
             format: Some(ToolFormat::Mcp),
@@ -24,13 +50,10 @@ pub async fn list(bridge: &Bridge) -> Result<Vec<Tool>, Unavailable> {
         })
         .await
     {
-        Ok(ServerMessage::Tools { tools, .. }) => tools,
-        Ok(other) => return Err(Unavailable(format!("unexpected answer: {other:?}"))),
-        Err(_) => builtin(),
-    };
-    let mut out: Vec<Tool> = listed.into_iter().filter_map(to_tool).collect();
-    out.sort_by(|a, b| a.name.cmp(&b.name));
-    Ok(out)
+        Ok(ServerMessage::Tools { tools, .. }) => Ok(tools),
+        Ok(other) => Err(Unavailable(format!("unexpected answer: {other:?}"))),
+        Err(_) => Ok(builtin()),
+    }
 }
 
 /// The built-in tools in format `mcp`.

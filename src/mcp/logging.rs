@@ -1,14 +1,17 @@
 //! `logging/setLevel`: `initialize` advertises the `logging` capability, so the client
 //! may set the least severity of the `notifications/message` it wants (MCP Inspector
 //! does so at once, and gives up on a server that does not answer). The bridge sends
-//! one kind of log message — a call waits for `toolvisor approve` — at `warning`; a
-//! level above that silences it.
+//! its own kind of log message — a call waits for `toolvisor approve` — at `warning`,
+//! and passes on those an MCP server behind the daemon sends during a call ([`relay`]),
+//! at their level; a level above a message's silences it.
 
 #![allow(deprecated)] // Logging is deprecated from MCP 2026-07-28 on; older clients use it.
 
 use std::sync::atomic::{AtomicU8, Ordering};
 
-use rmcp::model::LoggingLevel;
+use rmcp::model::{LoggingLevel, LoggingMessageNotificationParam};
+use rmcp::{Peer, RoleServer};
+use serde_json::Value;
 
 /// The client's chosen level, shared by every call of the session. Until it sets one,
 /// every message goes out.
@@ -25,6 +28,23 @@ impl LogLevel {
     pub fn allows(&self, level: LoggingLevel) -> bool {
         rank(level) >= self.0.load(Ordering::Relaxed)
     }
+}
+
+/// An MCP server's log message (the daemon's `output` of stream `log`: `{"level",
+/// "logger"?, "data"}`), sent on to the client when its level lets it through.
+pub async fn relay(peer: &Peer<RoleServer>, wanted: &LogLevel, data: &str) {
+    let Ok(v) = serde_json::from_str::<Value>(data) else {
+        return;
+    };
+    let Ok(level) = serde_json::from_value::<LoggingLevel>(v["level"].clone()) else {
+        return;
+    };
+    if !wanted.allows(level) {
+        return;
+    }
+    let mut param = LoggingMessageNotificationParam::new(level, v["data"].clone());
+    param.logger = v.get("logger").and_then(Value::as_str).map(str::to_owned);
+    let _ = peer.notify_logging_message(param).await;
 }
 
 /// RFC 5424's order, least severe first (`LoggingLevel` has no `Ord`).

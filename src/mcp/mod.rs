@@ -4,8 +4,11 @@
 //!   starts when none serves the workspace ([`daemon`]) and reaches through one
 //!   persistent connection ([`bridge`]); [`server`] answers the MCP requests, [`call`]
 //!   runs one tool call with its [`progress`] and [`confirm`]ations, [`result`] shapes
-//!   the answer, [`resources`] serves truncated outputs, [`listing`] the tool list,
+//!   the answer, [`resources`] serves truncated outputs, [`passthrough`] the MCP
+//!   servers' resources and prompts, [`listing`] the tool list,
 //!   [`logging`] the client's log level.
+//! - `toolvisor mcp --http [ADDR]` ([`http`]): the same server over Streamable HTTP,
+//!   one daemon connection per MCP session.
 //! - `toolvisor worker --group mcp:NAME` ([`worker`]): one configured MCP server as a
 //!   supervised worker, its tools announced to the daemon.
 
@@ -15,8 +18,10 @@ mod child;
 pub mod confirm;
 pub mod daemon;
 mod eof;
+pub mod http;
 pub mod listing;
 pub mod logging;
+pub mod passthrough;
 pub mod progress;
 pub mod resources;
 pub mod result;
@@ -41,6 +46,8 @@ pub struct Options {
     pub config: Option<PathBuf>,
     /// `--no-spawn`: never start a daemon.
     pub no_spawn: bool,
+    /// `--http [ADDR]` and its options: Streamable HTTP instead of stdio.
+    pub http: http::HttpArgs,
 }
 
 /// Serve MCP on stdio until the client goes away; returns the exit code.
@@ -52,7 +59,7 @@ pub fn run(r: &Resolved, opts: Options) -> i32 {
             let cmd = ServeCommand {
                 exe,
                 workspace: r.workspace.clone(),
-                config: opts.config,
+                config: opts.config.clone(),
                 socket: r.explicit_socket.clone(),
             };
             match Daemon::new(cmd) {
@@ -79,7 +86,10 @@ pub fn run(r: &Resolved, opts: Options) -> i32 {
             return 70;
         }
     };
-    let code = rt.block_on(serve(r, daemon.clone()));
+    let code = match opts.http.http {
+        Some(addr) => rt.block_on(http::serve(r, daemon.clone(), &opts.http, addr)),
+        None => rt.block_on(serve(r, daemon.clone())),
+    };
     // Calls still running end with the connection; the daemon we started drains.
     rt.shutdown_timeout(std::time::Duration::from_secs(2));
     if let Some(d) = daemon {

@@ -9,10 +9,11 @@ use std::sync::Arc;
 #[allow(deprecated)] // logging/setLevel: deprecated from 2026-07-28, used before it.
 use rmcp::model::SetLevelRequestParams;
 use rmcp::model::{
-    CallToolRequestParams, CallToolResponse, CallToolResult, Implementation,
-    InitializeRequestParams, InitializeResult, ListToolsResult, PaginatedRequestParams,
-    ReadResourceRequestParams, ReadResourceResponse, ReadResourceResult, ResourceContents,
-    ServerCapabilities, ServerConfig,
+    CallToolRequestParams, CallToolResponse, CallToolResult, CompleteRequestParams, CompleteResult,
+    GetPromptRequestParams, GetPromptResponse, GetPromptResult, Implementation,
+    InitializeRequestParams, InitializeResult, ListPromptsResult, ListResourceTemplatesResult,
+    ListResourcesResult, ListToolsResult, PaginatedRequestParams, ReadResourceRequestParams,
+    ReadResourceResponse, ReadResourceResult, ResourceContents, ServerCapabilities, ServerConfig,
 };
 use rmcp::service::RequestContext;
 use rmcp::{ErrorData, RoleServer, ServerHandler};
@@ -24,6 +25,7 @@ use crate::mcp::bridge::{Bridge, Notice};
 use crate::mcp::call::{self, CallCtx, CallError, Step};
 use crate::mcp::confirm;
 use crate::mcp::logging::LogLevel;
+use crate::mcp::passthrough::{self, AskError};
 use crate::mcp::resources::{self, ArtifactDir, ReadError};
 use crate::mcp::rounds::{self, Rounds};
 use crate::mcp::{listing, result};
@@ -62,6 +64,13 @@ impl ToolvisorMcp {
         }
     }
 
+    /// Share the calls parked for a second round with other instances (over HTTP, a
+    /// stateless client's second round reaches a new one).
+    pub fn with_rounds(mut self, rounds: Arc<Rounds>) -> Self {
+        self.rounds = rounds;
+        self
+    }
+
     fn ctx<'a>(&'a self, rc: &RequestContext<RoleServer>) -> CallCtx<'a> {
         CallCtx {
             bridge: &self.bridge,
@@ -73,6 +82,40 @@ impl ToolvisorMcp {
             workspace: &self.workspace,
             log_level: &self.log_level,
         }
+    }
+
+    /// One page of an MCP servers' list (`method`, items under `key`).
+    async fn page<T: serde::de::DeserializeOwned>(
+        &self,
+        rc: &RequestContext<RoleServer>,
+        method: &str,
+        key: &str,
+        request: Option<PaginatedRequestParams>,
+    ) -> Result<T, ErrorData> {
+        let tools = listing::request_tools(&self.bridge)
+            .await
+            .map_err(|e| ErrorData::internal_error(e.to_string(), None))?;
+        let cursor = request.and_then(|r| r.cursor);
+        let v = passthrough::page(&self.ctx(rc), &tools, method, key, cursor.as_deref())
+            .await
+            .map_err(|e| ask_error(e, ErrorData::invalid_params))?;
+        shaped(v)
+    }
+
+    /// The first MCP server's answer to `method`.
+    async fn first(
+        &self,
+        rc: &RequestContext<RoleServer>,
+        method: &str,
+        params: Value,
+        not_found: fn(String, Option<Value>) -> ErrorData,
+    ) -> Result<Value, ErrorData> {
+        let tools = listing::request_tools(&self.bridge)
+            .await
+            .map_err(|e| ErrorData::internal_error(e.to_string(), None))?;
+        passthrough::first(&self.ctx(rc), &tools, method, params)
+            .await
+            .map_err(|e| ask_error(e, not_found))
     }
 
     /// Tell a stateful client whenever the daemon says an MCP server's tools changed.
@@ -93,6 +136,8 @@ impl ServerHandler for ToolvisorMcp {
         #[allow(deprecated)]
         let capabilities = ServerCapabilities::builder()
             .enable_logging()
+            .enable_completions()
+            .enable_prompts()
             .enable_resources()
             .enable_tools()
             .enable_tool_list_changed()
@@ -189,6 +234,18 @@ impl ServerHandler for ToolvisorMcp {
         request: ReadResourceRequestParams,
         context: RequestContext<RoleServer>,
     ) -> Result<ReadResourceResponse, ErrorData> {
+        if !request.uri.starts_with(resources::PREFIX) {
+            let params = serde_json::json!({"uri": request.uri});
+            let v = self
+                .first(
+                    &context,
+                    "resources/read",
+                    params,
+                    ErrorData::resource_not_found,
+                )
+                .await?;
+            return Ok(shaped::<ReadResourceResult>(v)?.into());
+        }
         let path = self
             .artifacts
             .path_of(&request.uri)
@@ -209,6 +266,78 @@ impl ServerHandler for ToolvisorMcp {
         })?;
         let contents = ResourceContents::text(text, request.uri).with_mime_type("text/plain");
         Ok(ReadResourceResult::new(vec![contents]).into())
+    }
+
+    async fn list_resources(
+        &self,
+        request: Option<PaginatedRequestParams>,
+        context: RequestContext<RoleServer>,
+    ) -> Result<ListResourcesResult, ErrorData> {
+        self.page(&context, "resources/list", "resources", request)
+            .await
+    }
+
+    async fn list_resource_templates(
+        &self,
+        request: Option<PaginatedRequestParams>,
+        context: RequestContext<RoleServer>,
+    ) -> Result<ListResourceTemplatesResult, ErrorData> {
+        let (method, key) = ("resources/templates/list", "resourceTemplates");
+        self.page(&context, method, key, request).await
+    }
+
+    async fn list_prompts(
+        &self,
+        request: Option<PaginatedRequestParams>,
+        context: RequestContext<RoleServer>,
+    ) -> Result<ListPromptsResult, ErrorData> {
+        self.page(&context, "prompts/list", "prompts", request)
+            .await
+    }
+
+    async fn get_prompt(
+        &self,
+        request: GetPromptRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<GetPromptResponse, ErrorData> {
+        let params = serde_json::to_value(&request)
+            .map_err(|e| ErrorData::invalid_params(e.to_string(), None))?;
+        let v = self
+            .first(&context, "prompts/get", params, ErrorData::invalid_params)
+            .await?;
+        Ok(shaped::<GetPromptResult>(v)?.into())
+    }
+
+    async fn complete(
+        &self,
+        request: CompleteRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<CompleteResult, ErrorData> {
+        let params = serde_json::to_value(&request)
+            .map_err(|e| ErrorData::invalid_params(e.to_string(), None))?;
+        let v = self
+            .first(
+                &context,
+                "completion/complete",
+                params,
+                ErrorData::invalid_params,
+            )
+            .await?;
+        shaped(v)
+    }
+}
+
+/// An MCP result from the JSON a server answered.
+fn shaped<T: serde::de::DeserializeOwned>(v: Value) -> Result<T, ErrorData> {
+    serde_json::from_value(v).map_err(|e| {
+        ErrorData::internal_error(format!("an MCP server's answer is malformed: {e}"), None)
+    })
+}
+
+fn ask_error(e: AskError, not_found: fn(String, Option<Value>) -> ErrorData) -> ErrorData {
+    match e {
+        AskError::NotFound(m) => not_found(m, None),
+        AskError::Failed(m) => ErrorData::internal_error(m, None),
     }
 }
 

@@ -73,6 +73,11 @@ fn a_listed_host_connects_and_nothing_else_does() {
     let r = block(T, s.call("run_command", json!({"command": direct})));
     assert_ne!(r.meta["exit_code"], json!(0), "{}", r.content);
     assert!(!r.content.contains("remote-ok"), "{}", r.content);
+    assert!(
+        r.content.contains("only way out is its egress proxy"),
+        "{}",
+        r.content
+    );
     // Every connection through the proxy is a record, with its bytes.
     let ws = s.ws().to_path_buf();
     let recs = eventually(T, "two connection records", || {

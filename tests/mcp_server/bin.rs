@@ -1,7 +1,8 @@
 //! `toolvisor-test-mcp-server`: an MCP server on stdio for toolvisor's end-to-end tests
 //! (see tools.rs). `--noise` first writes lines that are not JSON to stdout (a client
-//! must skip them).
+//! must skip them). `--resources` serves resources and prompts instead (resources.rs).
 
+mod resources;
 mod tools;
 
 use rmcp::ServiceExt;
@@ -22,14 +23,19 @@ fn main() {
         }
     };
     rt.block_on(async {
-        match tools::TestServer::default()
-            .serve(rmcp::transport::stdio())
-            .await
-        {
-            Ok(running) => {
-                let _ = running.waiting().await;
-            }
-            Err(e) => eprintln!("test server: {e}"),
+        if std::env::args().any(|a| a == "--resources") {
+            serve(resources::ResourceServer).await;
+        } else {
+            serve(tools::TestServer::default()).await;
         }
     });
+}
+
+async fn serve<S: rmcp::ServerHandler>(server: S) {
+    match server.serve(rmcp::transport::stdio()).await {
+        Ok(running) => {
+            let _ = running.waiting().await;
+        }
+        Err(e) => eprintln!("test server: {e}"),
+    }
 }

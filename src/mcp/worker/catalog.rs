@@ -52,9 +52,15 @@ pub struct Listed {
     pub warnings: Vec<String>,
 }
 
-/// `NAME__TOOL`, with every character outside `[A-Za-z0-9_-]` as `_`.
-pub fn exposed_name(server: &str, tool: &str) -> String {
-    format!("{server}__{tool}")
+/// Longest tool name (MCP 2025-11-25).
+pub const MAX_TOOL_NAME: usize = 64;
+/// Hex digits of the hash that ends a shortened name.
+const HASH_DIGITS: usize = 8;
+
+/// `PREFIX` + `TOOL` (`NAME__TOOL` by default), with every character outside
+/// `[A-Za-z0-9_-]` as `_`, [shortened](shorten) past 64 characters.
+pub fn exposed_name(prefix: &str, tool: &str) -> String {
+    let full: String = format!("{prefix}{tool}")
         .chars()
         .map(|c| {
             if c.is_ascii_alphanumeric() || c == '_' || c == '-' {
@@ -63,7 +69,22 @@ pub fn exposed_name(server: &str, tool: &str) -> String {
                 '_'
             }
         })
-        .collect()
+        .collect();
+    shorten(full, prefix.len(), &format!("{prefix}{tool}"))
+}
+
+/// `name` if it has at most 64 characters; else its prefix, as much of the rest as
+/// fits, `_` and the first hex digits of the SHA-256 of `original` (the name as the
+/// server gave it): the same tool always gets the same name, and two tools that
+/// start alike get different ones. `name` is ASCII.
+fn shorten(name: String, prefix: usize, original: &str) -> String {
+    if name.len() <= MAX_TOOL_NAME {
+        return name;
+    }
+    let hash = toolvisor_supervisor::audit::chain::sha256_hex(original.as_bytes());
+    let keep = (MAX_TOOL_NAME - HASH_DIGITS - 1).max(prefix.min(MAX_TOOL_NAME - 4));
+    let digits = MAX_TOOL_NAME - keep - 1;
+    format!("{}_{}", &name[..keep], &hash[..digits])
 }
 
 /// The server's `tools`, as announced and kept.
@@ -85,7 +106,7 @@ pub fn build(server: &McpServerInit, tools: Vec<Tool>) -> Listed {
             ));
             break;
         }
-        let name = exposed_name(&server.name, &t.name);
+        let name = exposed_name(&server.tool_prefix(), &t.name);
         if by_name.contains_key(&name) {
             warnings.push(format!(
                 "tool `{}` is left out: another tool of the server is also named `{name}`",
@@ -210,6 +231,7 @@ mod tests {
             startup_timeout_ms: 1000,
             sandbox: true,
             network: false,
+            prefix: None,
         }
     }
 
@@ -222,10 +244,28 @@ mod tests {
     }
 
     #[test]
+    fn long_names_are_shortened_stably_with_a_hash() {
+        let long = "a_tool_with_a_name_much_longer_than_any_client_would_like_to_see";
+        let a = exposed_name("github__", long);
+        assert_eq!(a.len(), MAX_TOOL_NAME);
+        assert!(a.starts_with("github__a_tool_with"));
+        assert_eq!(a, exposed_name("github__", long), "stable");
+        let b = exposed_name("github__", &format!("{long}2"));
+        assert_ne!(a, b, "names that start alike differ");
+        assert_eq!(b.len(), MAX_TOOL_NAME);
+        let prefix = format!("{}__", "s".repeat(58));
+        let c = exposed_name(&prefix, long);
+        assert!(c.len() == MAX_TOOL_NAME && c.starts_with(&prefix), "{c}");
+        assert_eq!(exposed_name("gh__", &"x".repeat(60)).len(), 64);
+        assert_eq!(exposed_name("gh__", &"x".repeat(59)).len(), 63);
+    }
+
+    #[test]
     fn names_are_sanitised_and_namespaced() {
-        assert_eq!(exposed_name("gh", "search_issues"), "gh__search_issues");
-        assert_eq!(exposed_name("gh", "a.b/c d"), "gh__a_b_c_d");
-        assert_eq!(exposed_name("my-srv", "x-y"), "my-srv__x-y");
+        assert_eq!(exposed_name("gh__", "search_issues"), "gh__search_issues");
+        assert_eq!(exposed_name("gh__", "a.b/c d"), "gh__a_b_c_d");
+        assert_eq!(exposed_name("my-srv__", "x-y"), "my-srv__x-y");
+        assert_eq!(exposed_name("", "x-y"), "x-y");
     }
 
     #[test]

@@ -13,12 +13,14 @@
 //! progress notifications (for calls that asked for them) are handed to the worker,
 //! which passes them on; a flood of them is cut to what the worker keeps up with.
 
+#![allow(deprecated)] // Log messages: deprecated from 2026-07-28, older servers send them.
+
 use std::process::Stdio;
 use std::time::Duration;
 
 use rmcp::model::{
     ClientCapabilities, ClientConfig, ElicitRequestParams, ElicitResult, ElicitationAction,
-    Implementation, ProgressNotificationParam,
+    Implementation, LoggingMessageNotificationParam, ProgressNotificationParam,
 };
 use rmcp::service::{NotificationContext, RequestContext, RunningService};
 use rmcp::{ClientHandler, ErrorData, RoleClient, ServiceExt};
@@ -50,12 +52,13 @@ pub enum ConnectError {
 /// only informs: a late one is worth less than the call's result).
 const PROGRESS_DEPTH: usize = 64;
 
-/// The client side of the session: it hears when the server's tools change, and the
-/// progress of calls.
+/// The client side of the session: it hears when the server's tools change, the
+/// progress of calls and the server's log messages.
 pub struct Handler {
     /// One pending "tools changed" is enough: floods collapse into it.
     changed: mpsc::Sender<()>,
     progress: mpsc::Sender<ProgressNotificationParam>,
+    logs: mpsc::Sender<LoggingMessageNotificationParam>,
 }
 
 /// What the session tells the worker besides answers.
@@ -64,6 +67,8 @@ pub struct Heard {
     pub changed: mpsc::Receiver<()>,
     /// `notifications/progress`.
     pub progress: mpsc::Receiver<ProgressNotificationParam>,
+    /// `notifications/message`.
+    pub logs: mpsc::Receiver<LoggingMessageNotificationParam>,
 }
 
 impl ClientHandler for Handler {
@@ -86,6 +91,14 @@ impl ClientHandler for Handler {
         let _ = self.progress.try_send(params);
     }
 
+    async fn on_logging_message(
+        &self,
+        params: LoggingMessageNotificationParam,
+        _context: NotificationContext<RoleClient>,
+    ) {
+        let _ = self.logs.try_send(params);
+    }
+
     async fn create_elicitation(
         &self,
         _request: ElicitRequestParams,
@@ -103,11 +116,17 @@ pub async fn connect(
 ) -> Result<(Session, Heard), ConnectError> {
     let (changed, changed_rx) = mpsc::channel(1);
     let (progress, progress_rx) = mpsc::channel(PROGRESS_DEPTH);
+    let (logs, logs_rx) = mpsc::channel(PROGRESS_DEPTH);
     let heard = Heard {
         changed: changed_rx,
         progress: progress_rx,
+        logs: logs_rx,
     };
-    let handler = Handler { changed, progress };
+    let handler = Handler {
+        changed,
+        progress,
+        logs,
+    };
     let deadline = Duration::from_millis(init.startup_timeout_ms);
     let started = match &init.url {
         Some(url) => {

@@ -3,7 +3,8 @@
 //!
 //! It reads `init` on its control socket (fd 3), starts the server (or opens its HTTP
 //! session) and lists its tools within the start-up deadline, and says `ready` with
-//! those tools, named `NAME__TOOL` ([`catalog`]). Then each `run` becomes a
+//! those tools, named `NAME__TOOL` ([`catalog`]), and the tool that reaches its
+//! resources and prompts ([`requests`]). Then each `run` becomes a
 //! `tools/call` and each `cancel` a `notifications/cancelled`; a
 //! `notifications/tools/list_changed` (however many come at once) becomes one new
 //! `tools/list`, sent on as a `tools` frame when it differs.
@@ -12,8 +13,10 @@
 
 mod catalog;
 mod downstream;
+mod logs;
 mod outcome;
 mod oversize;
+mod requests;
 mod stderr;
 
 use std::collections::HashMap;
@@ -48,6 +51,7 @@ const PROGRESS_DEPTH: usize = 64;
 
 /// The `stream` of the `output` frames that carry a server's progress notifications.
 pub const PROGRESS_STREAM: &str = "progress";
+pub use logs::LOG_STREAM;
 
 /// Longest progress message passed on, in characters.
 const MAX_PROGRESS_MESSAGE: usize = 1000;
@@ -173,6 +177,7 @@ async fn serve(control: StdUnixStream, init: WorkerInit) -> i32 {
     ));
     let streaming: Streaming = Arc::default();
     let progress = tokio::spawn(route_progress(heard.progress, streaming.clone()));
+    let logs = tokio::spawn(logs::route(heard.logs, running.clone(), tx.clone()));
     let code = loop {
         tokio::select! {
             body = frame::read_frame(&mut rd, max) => {
@@ -198,6 +203,7 @@ async fn serve(control: StdUnixStream, init: WorkerInit) -> i32 {
     };
     relister.abort();
     progress.abort();
+    logs.abort();
     // Asked to stop: the calls still running are cancelled on the server. When the
     // server went away, they end as crashed (their answers can never come), not as
     // cancelled: nobody cancelled them.
@@ -253,7 +259,8 @@ async fn list(
         Ok(Err(e)) => return Err(e.to_string()),
         Err(_) => return Err(format!("no answer within {deadline:?}")),
     };
-    let listed = catalog::build(server, tools);
+    let mut listed = catalog::build(server, tools);
+    listed.announced.extend(requests::announced(server, peer));
     for w in &listed.warnings {
         tracing::warn!("MCP server `{}`: {w}", server.name);
     }
@@ -283,9 +290,13 @@ fn on_message(
             let streaming = streaming.clone();
             let catalog = current.read().unwrap_or_else(|p| p.into_inner()).clone();
             let limits = init.limits.clone();
+            let server = init.mcp.clone();
             tokio::spawn(async move {
-                let mut o = match catalog.find(&tool) {
-                    Some(served) => {
+                let mut o = match (catalog.find(&tool), &server) {
+                    (None, Some(s)) if tool == requests::tool_name(&s.name) => {
+                        requests::run(&peer, s, args, &cancel).await
+                    }
+                    (Some(served), _) => {
                         let mut o = call_tool(
                             &peer,
                             served.original.clone(),
@@ -301,7 +312,7 @@ fn on_message(
                         served.check_output(&mut o);
                         o
                     }
-                    None => Outcome::err(ErrorBody::new(
+                    (None, _) => Outcome::err(ErrorBody::new(
                         ErrorType::McpToolError,
                         format!("the server no longer offers `{tool}`"),
                     )),

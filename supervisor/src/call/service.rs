@@ -390,7 +390,8 @@ impl Service {
 }
 
 /// The names rules may use: every registered tool, the names an MCP server's tools
-/// will have (`NAME__…`), and any name when an external group will announce its own.
+/// will have (`NAME__…`, or their `prefix`), and any name when an external group or a
+/// server mounted with `prefix = ""` will announce its own.
 pub fn tool_names(config: &Config, registry: &Registry) -> ToolNames {
     // Built-in tools a worker announces may be absent now (no skills yet) and come later.
     let templates = tools::announced();
@@ -400,12 +401,14 @@ pub fn tool_names(config: &Config, registry: &Registry) -> ToolNames {
             .map(|e| e.def.as_ref())
             .chain(templates.iter()),
     );
-    for server in config.mcp.servers.keys() {
-        names = names.with_prefix(format!("{server}__"));
+    let mut open = !config.workers.external.is_empty();
+    for (server, s) in &config.mcp.servers {
+        match s.prefix.as_deref() {
+            // Mounted without a prefix: its tools may have any name.
+            Some("") => open = true,
+            Some(p) => names = names.with_prefix(p.to_owned()),
+            None => names = names.with_prefix(format!("{server}__")),
+        }
     }
-    if config.workers.external.is_empty() {
-        names
-    } else {
-        names.open()
-    }
+    if !open { names } else { names.open() }
 }

@@ -38,6 +38,7 @@ fn everything() -> Config {
         url: Some("http://h/mcp".into()),
         env: [("K".to_string(), "v".to_string())].into(),
         tools: Some(vec!["t".into()]),
+        prefix: Some("gh_".into()),
         ..mcp::McpServerConfig::default()
     };
     c.mcp.servers.insert("gh".into(), server);

@@ -55,6 +55,10 @@ pub struct McpServerConfig {
     /// list of domains (not enforced yet) none.
     #[serde(default)]
     pub network: Network,
+    /// What its tools' names start with: `NAME__` when absent; `""` mounts them under
+    /// the server's own names (a name another tool holds is left out, with a warning).
+    #[serde(default)]
+    pub prefix: Option<String>,
 }
 
 impl Default for McpServerConfig {
@@ -69,6 +73,7 @@ impl Default for McpServerConfig {
             tools: None,
             sandbox: WorkerSandbox::On,
             network: Network::default(),
+            prefix: None,
         }
     }
 }
@@ -112,6 +117,13 @@ impl McpConfig {
                 }
                 _ => {}
             }
+            if let Some(prefix) = &s.prefix
+                && !valid_prefix(prefix)
+            {
+                return Err(format!(
+                    "{key}.prefix: `{prefix}` is not 0 to {MAX_PREFIX} of A-Z, a-z, 0-9, `_` and `-`"
+                ));
+            }
             if s.timeout_ms == 0 || s.startup_timeout_ms == 0 {
                 return Err(format!(
                     "{key}: timeout_ms and startup_timeout_ms must be at least 1"
@@ -132,6 +144,18 @@ impl McpConfig {
 /// Longest server name: `NAME__` and at least one character of a tool's name must
 /// fit the 64 characters of a tool name.
 pub const MAX_NAME: usize = 61;
+
+/// Longest `prefix`: a tool's name (at most 64 characters) keeps room for the
+/// prefix, a character of its own and a hash when it is shortened.
+pub const MAX_PREFIX: usize = 48;
+
+/// `[A-Za-z0-9_-]{0,48}`.
+pub fn valid_prefix(prefix: &str) -> bool {
+    prefix.len() <= MAX_PREFIX
+        && prefix
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
+}
 
 /// `[A-Za-z0-9_-]{1,61}`.
 pub fn valid_name(name: &str) -> bool {
@@ -168,6 +192,7 @@ impl McpConfig {
             startup_timeout_ms: s.startup_timeout_ms,
             sandbox: s.sandbox.is_on(),
             network: s.network.allowed(),
+            prefix: s.prefix.clone(),
         })
     }
 

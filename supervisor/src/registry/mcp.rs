@@ -3,9 +3,9 @@
 //! ([`super::live`]).
 //!
 //! The server's worker (this binary, `toolvisor worker --group mcp:NAME`) names each
-//! tool `NAME__TOOL` and announces them in `ready` and `tools` frames. Here: a tool
-//! whose name does not carry its server's prefix is left out (rules like `NAME__*`
-//! rely on it), and every tool gets the server's configured `risk`, which
+//! tool `NAME__TOOL` (or with the configured `prefix`, which may be empty) and
+//! announces them in `ready` and `tools` frames. Here: a tool whose name does not
+//! carry its server's prefix is left out (rules like `NAME__*` rely on it), and every tool gets the server's configured `risk`, which
 //! [`super::announced::to_def`] raises to `high` for a destructive hint and never
 //! lowers. The server's `env` values are secrets: [`secrets`] hands them to the
 //! audit log's masking.
@@ -15,6 +15,10 @@ use toolvisor_protocol::worker::AnnouncedTool;
 
 use crate::config::Config;
 use crate::config::mcp::GROUP_PREFIX;
+
+/// What the name of the tool that reaches a server's resources and prompts ends with,
+/// after `NAME` (announced by its worker whatever the server's `prefix`).
+pub const REQUEST_SUFFIX: &str = "__mcp-request";
 
 /// An MCP server's announcement, as the registry takes it.
 #[derive(Debug, PartialEq)]
@@ -31,26 +35,30 @@ pub struct Admitted {
 /// left the configuration (until its worker stops) keeps the default risk, `medium`.
 pub fn admit(config: &Config, group: &str, announced: Vec<AnnouncedTool>) -> Admitted {
     let name = group.strip_prefix(GROUP_PREFIX).unwrap_or(group);
-    let risk = config
-        .mcp
-        .server(group)
-        .map_or(Risk::Medium, |(_, s)| s.risk);
-    let prefix = format!("{name}__");
+    let server = config.mcp.server(group).map(|(_, s)| s);
+    let risk = server.map_or(Risk::Medium, |s| s.risk);
+    let prefix = server
+        .and_then(|s| s.prefix.clone())
+        .unwrap_or_else(|| format!("{name}__"));
     let mut out = Admitted {
         risk,
         tools: Vec::new(),
         warnings: Vec::new(),
     };
+    // The tool that reaches the server's resources and prompts (the bridge's).
+    let request_tool = format!("{name}{REQUEST_SUFFIX}");
     for mut t in announced {
-        if !t.name.starts_with(&prefix) || t.name.len() == prefix.len() {
+        let own = t.name == request_tool;
+        if !own && (!t.name.starts_with(&prefix) || t.name.len() == prefix.len()) {
             let shown: String = t.name.chars().take(80).collect();
             out.warnings.push(format!(
                 "group `{group}`: tool {shown:?} does not start with `{prefix}`; left out"
             ));
             continue;
         }
-        // MCP has no risk of its own: the configuration's word is the tool's risk.
-        t.risk = Some(risk);
+        // MCP has no risk of its own: the configuration's word is the tool's risk; reading
+        // resources and prompts is a low-risk call.
+        t.risk = Some(if own { Risk::Low } else { risk });
         t.paths.clear();
         out.tools.push(t);
     }
@@ -145,6 +153,36 @@ mod tests {
             admit(&none, "mcp:gh", vec![tool("gh__a")]).risk,
             Risk::Medium
         );
+    }
+
+    #[test]
+    fn a_prefix_or_none_and_the_request_tool_at_low_risk() {
+        let cfg = Config::parse(
+            "[mcp.servers.gh]\ncommand = [\"x\"]\nrisk = \"high\"\nprefix = \"\"\n\
+             [mcp.servers.p]\ncommand = [\"x\"]\nprefix = \"p_\"\n",
+            "t",
+        )
+        .unwrap();
+        let a = admit(
+            &cfg,
+            "mcp:gh",
+            vec![tool("search"), tool("gh__mcp-request")],
+        );
+        assert_eq!(a.tools.len(), 2, "{:?}", a.warnings);
+        assert_eq!(a.tools[0].risk, Some(Risk::High));
+        assert_eq!(a.tools[1].risk, Some(Risk::Low));
+        let p = admit(
+            &cfg,
+            "mcp:p",
+            vec![tool("p_a"), tool("p__a"), tool("p__mcp-request")],
+        );
+        let names: Vec<&str> = p.tools.iter().map(|t| t.name.as_str()).collect();
+        assert_eq!(names, ["p_a", "p__a", "p__mcp-request"]);
+        let bad = Config::parse(
+            "[mcp.servers.x]\ncommand = [\"x\"]\nprefix = \"a b\"\n",
+            "t",
+        );
+        assert!(bad.is_err_and(|e| e.to_string().contains("mcp.servers.x.prefix")));
     }
 
     #[test]

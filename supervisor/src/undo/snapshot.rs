@@ -87,8 +87,19 @@ impl Scope {
         let started = SystemTime::now();
         let mut out = BTreeMap::new();
         for root in &self.roots {
-            for path in self.list(root) {
-                if let Some(seen) = look(&self.roots, &path, prev.0.get(&path), keeper, started) {
+            for (path, stamp) in self.list(root) {
+                let before = prev.0.get(&path);
+                // Unchanged since the last look (the walk's own `lstat` says so): what
+                // was seen then stands, without reaching the path again. Anything else
+                // is looked at safely (`At`), which is where contents are read.
+                if let (Some(p), Some(stamp)) = (before, stamp)
+                    && p.stamp == stamp
+                    && !p.racy
+                {
+                    out.insert(path, p.clone());
+                    continue;
+                }
+                if let Some(seen) = look(&self.roots, &path, before, keeper, started) {
                     out.insert(path, seen);
                 }
             }
@@ -124,8 +135,9 @@ impl Scope {
         Tree(out)
     }
 
-    /// The journaled paths under `root` (the root itself left out).
-    fn list(&self, root: &Path) -> Vec<PathBuf> {
+    /// The journaled paths under `root` (the root itself left out), each with the
+    /// stamp of the walk's `lstat` of it when it had one.
+    fn list(&self, root: &Path) -> Vec<(PathBuf, Option<Stamp>)> {
         let skip = self.skip.clone();
         let walk = ignore::WalkBuilder::new(root)
             .hidden(false)
@@ -138,7 +150,10 @@ impl Scope {
             .build();
         walk.flatten()
             .filter(|e| e.depth() > 0)
-            .map(ignore::DirEntry::into_path)
+            .map(|e| {
+                let stamp = e.metadata().ok().map(|m| Stamp::of(&m));
+                (e.into_path(), stamp)
+            })
             .collect()
     }
 }

@@ -3,6 +3,8 @@
 //! ([`third_party`]); what results carry through the bridge, both ways ([`results`]).
 
 mod client;
+mod http;
+mod passthrough;
 mod results;
 mod server;
 pub(crate) mod support;

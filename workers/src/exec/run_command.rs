@@ -275,33 +275,13 @@ pub(crate) async fn run(
         resources(report.as_ref(), cgroup.as_ref()),
     );
     out.truncated = truncated;
-    add_network_denied(&mut out, running.egress.as_ref());
+    super::egress::add_network_denied(&mut out, running.egress.as_ref());
     running.retire(cgroup).await;
     if let Some(s) = staging {
         let roots = state.launcher.stage_roots().unwrap_or_default();
         add_staged(&mut out, s.collect(roots)?, &ctx.init.limits);
     }
     Ok(out)
-}
-
-/// `meta.network_denied`: the hosts the command's egress proxy refused, said after
-/// the output too (the command's own error is whatever its program made of a `403`).
-fn add_network_denied(out: &mut Outcome, proxy: Option<&Proxy>) {
-    let denied = proxy.map(Proxy::denied).unwrap_or_default();
-    if denied.is_empty() {
-        return;
-    }
-    let note = format!(
-        "[NetworkDenied: the connection to {} was refused: not on the command's network list]",
-        denied.join(", ")
-    );
-    for text in [&mut out.content, &mut out.display] {
-        if !text.is_empty() && !text.ends_with('\n') {
-            text.push('\n');
-        }
-        text.push_str(&note);
-    }
-    out.meta.insert("network_denied".into(), json!(denied));
 }
 
 /// A staging directory for a command of this worker, or why none can be staged: the

@@ -195,7 +195,7 @@ pub(super) async fn drive_paced(
 
 /// `sh -c true`, spawned and waited for, back to back for `secs`.
 pub(super) fn bare_spawn(secs: f64) -> Result<Run, String> {
-    bare_spawn_of(secs, &["sh", "-c", "true"])
+    bare_spawn_of(secs, &["bash", "--noprofile", "--norc", "-c", "true"])
 }
 
 /// `argv`, spawned and waited for, back to back for `secs`.

@@ -33,32 +33,19 @@ use toolvisor_protocol::client::Client;
 use toolvisor_protocol::frame;
 use toolvisor_protocol::message::{CallRequest, ClientMessage, ServerMessage, Status, Topic};
 
+mod args;
+mod costs;
 mod drive;
 mod mcp;
 mod probes;
 mod report;
 
+use args::*;
+use costs::*;
 use drive::*;
 use mcp::*;
 use probes::*;
 use report::*;
-
-struct Args {
-    never: PathBuf,
-    always: PathBuf,
-    echo: PathBuf,
-    relay: PathBuf,
-    rg: Option<PathBuf>,
-    fd: Option<PathBuf>,
-    secs: f64,
-    pattern: String,
-    /// What the search corpus is (for the table's note).
-    corpus: String,
-    /// The MCP side by side (issue 15), from `scripts/bench_mcp.mjs`.
-    mcp: McpSource,
-    /// The guarantees the served workspaces run with (`toolvisor status`), for a note.
-    guards: Option<String>,
-}
 
 fn socket_of(ws: &Path) -> PathBuf {
     ws.join(".toolvisor/toolvisor.sock")
@@ -181,13 +168,14 @@ async fn table(a: &Args) -> Result<Table, String> {
     )
     .await?;
     t.push(
-        3,
-        "`run_command \"true\"` vs `sh -c true` spawn+wait",
+        28,
+        "`run_command \"true\"` (sandbox, hidden paths, undo on) vs `bash --noprofile --norc -c true` spawn+wait",
         lat(&run_true),
         lat(&bare),
         ratio(run_true.p50(), bare.p50()),
         Some(Target::AtMost(1.5)),
     );
+    cost_rows(a, &run_true, &mut t).await;
     for (label, sock) in [("never", &never), ("always", &always)] {
         let content = "w".repeat(4095) + "\n";
         let write = Op::call(
@@ -295,57 +283,6 @@ async fn table(a: &Args) -> Result<Table, String> {
     }
     t.notes.push("Ratio = toolvisor / baseline (p50 for latency rows, calls/s for throughput rows); rows with an absolute target show the value itself.".into());
     Ok(t)
-}
-
-fn usage() -> String {
-    "usage: toolvisor-bench table --never WS --always WS --echo SOCK --relay SOCK [--rg PATH] [--fd PATH] [--secs S] [--pattern RE] [--corpus TEXT] [--mcp FILE.json | --mcp-skip REASON] [--guards TEXT]\n       toolvisor-bench search --never WS [--rg PATH] [--fd PATH] [--pattern RE] [--corpus TEXT]   (grep, glob, ping under grep)\n       toolvisor-bench mcp --mcp FILE.json   (the MCP rows alone)\n       toolvisor-bench lat --socket SOCK --op ping|read|ls|write|edit|true|echo-ping|echo-call [--path FILE] [--clients N] [--secs S] [--gap-ms MS]\n       toolvisor-bench spawn [--secs S] [--shell sh|bash]".into()
-}
-
-/// The arguments of `table` (and of `search`, which needs only `--never`).
-fn table_args(m: &HashMap<String, String>, servers: bool) -> Result<Args, String> {
-    let path = |k: &str| -> Result<PathBuf, String> {
-        match m.get(k) {
-            Some(v) => Ok(PathBuf::from(v)),
-            None if !servers => Ok(PathBuf::new()),
-            None => Err(format!("--{k} is required\n{}", usage())),
-        }
-    };
-    let opt = |k: &str| m.get(k).filter(|v| !v.is_empty()).map(PathBuf::from);
-    let text = |k: &str, d: &str| m.get(k).cloned().unwrap_or_else(|| d.into());
-    Ok(Args {
-        never: path("never")?,
-        always: path("always")?,
-        echo: path("echo")?,
-        relay: path("relay")?,
-        rg: opt("rg"),
-        fd: opt("fd"),
-        secs: m
-            .get("secs")
-            .map_or(Ok(3.0), |v| v.parse().map_err(|e| format!("--secs: {e}")))?,
-        pattern: text("pattern", "unsafe fn"),
-        corpus: text("corpus", "the workspace's corpus/"),
-        mcp: match (m.get("mcp"), m.get("mcp-skip")) {
-            (Some(f), _) => McpSource::File(PathBuf::from(f)),
-            (None, Some(why)) => McpSource::Skipped(why.clone()),
-            (None, None) => McpSource::None,
-        },
-        guards: m.get("guards").cloned(),
-    })
-}
-
-/// `--key value` pairs after the subcommand.
-fn pairs() -> Result<(String, HashMap<String, String>), String> {
-    let mut it = std::env::args().skip(1);
-    let cmd = it.next().ok_or_else(usage)?;
-    let mut m = HashMap::new();
-    while let Some(k) = it.next() {
-        let key = k
-            .strip_prefix("--")
-            .ok_or_else(|| format!("unexpected {k}\n{}", usage()))?;
-        let v = it.next().ok_or_else(|| format!("{k} needs a value"))?;
-        m.insert(key.to_owned(), v);
-    }
-    Ok((cmd, m))
 }
 
 /// The memory rows: the service idle after its start (PSS judged: the sum of RSS

@@ -6,14 +6,16 @@
 use super::*;
 
 /// One case: its key in the JSON, what the row says, the peers compared (the fastest
-/// that has the case is the baseline), and the targets with fsync never and always
-/// (toolvisor's p50 / the baseline's p50, at most).
+/// that has the case is the baseline), and the targets with fsync never and always.
+/// With `floor`, the ratio compares own costs: each p50 minus the null server's (the
+/// client, the transport and one JSON round trip), as issue 28 asks; else p50s.
 struct Case {
     key: &'static str,
     what: &'static str,
     peers: &'static [&'static str],
     never: f64,
     always: f64,
+    floor: bool,
 }
 
 const CASES: &[Case] = &[
@@ -21,15 +23,17 @@ const CASES: &[Case] = &[
         key: "read",
         what: "read a 4 KB file",
         peers: &[FS],
-        never: 0.7,
+        never: 0.5,
         always: 1.0,
+        floor: true,
     },
     Case {
         key: "list",
         what: "list a 100-entry directory",
         peers: &[FS],
-        never: 0.7,
+        never: 0.5,
         always: 1.0,
+        floor: true,
     },
     Case {
         key: "glob",
@@ -37,6 +41,7 @@ const CASES: &[Case] = &[
         peers: &[FS, DC],
         never: 0.1,
         always: 0.1,
+        floor: false,
     },
     Case {
         key: "grep",
@@ -44,20 +49,23 @@ const CASES: &[Case] = &[
         peers: &[FS, DC],
         never: 0.2,
         always: 0.2,
+        floor: false,
     },
     Case {
         key: "write",
         what: "write a 4 KB file",
         peers: &[FS],
-        never: 0.7,
+        never: 0.5,
         always: 1.0,
+        floor: true,
     },
     Case {
         key: "edit",
         what: "edit a 4 KB file (one replacement)",
         peers: &[FS],
-        never: 0.7,
+        never: 0.5,
         always: 1.0,
+        floor: true,
     },
     Case {
         key: "run",
@@ -65,12 +73,16 @@ const CASES: &[Case] = &[
         peers: &[DC],
         never: 0.2,
         always: 0.2,
+        floor: false,
     },
 ];
 
 const FS: &str = "filesystem";
 const DC: &str = "desktop_commander";
+const NULL: &str = "null";
 const ISSUE: u8 = 15;
+/// The issue whose targets the own-cost rows measure.
+const FLOOR_ISSUE: u8 = 28;
 
 fn peer_name(key: &str) -> &str {
     match key {
@@ -78,6 +90,7 @@ fn peer_name(key: &str) -> &str {
         DC => "Desktop Commander",
         "toolvisor_never" => "toolvisor (fsync never)",
         "toolvisor_always" => "toolvisor (fsync always)",
+        NULL => "the null server",
         other => other,
     }
 }
@@ -198,6 +211,10 @@ fn case_row(v: &Value, case: &Case, fsync: &str, target: Target, t: &mut Table) 
         (Some(a), Some(b)) => format!(" ({a} vs {b} results)"),
         _ => String::new(),
     };
+    if case.floor {
+        floor_row(v, case.key, (&what, &tv, base), peers_text, (target, t));
+        return;
+    }
     t.push(
         ISSUE,
         format!("{what}{counts}"),
@@ -211,6 +228,45 @@ fn case_row(v: &Value, case: &Case, fsync: &str, target: Target, t: &mut Table) 
     {
         t.flag_last(&format!("COUNTS DIFFER: {a} vs {b}"));
     }
+}
+
+/// An own-cost row: toolvisor's p50 above the null server's against the baseline's.
+fn floor_row(
+    v: &Value,
+    key: &str,
+    (what, tv, base): (&str, &Cell, &Cell),
+    peers: String,
+    (target, t): (Target, &mut Table),
+) {
+    let what = what.replacen("MCP: ", "MCP own cost above the null server: ", 1);
+    let floor = match cell(v, key, NULL) {
+        Ok(f) => f,
+        Err(e) => {
+            t.push(
+                FLOOR_ISSUE,
+                what,
+                show(tv),
+                format!("{peers}; n/a ({e})"),
+                None,
+                Some(target),
+            );
+            t.flag_last("n/a");
+            return;
+        }
+    };
+    let own = |c: &Cell| (c.p50 - floor.p50).max(0.001);
+    t.push(
+        FLOOR_ISSUE,
+        what,
+        format!("{} (own {:.2} ms)", show(tv), own(tv)),
+        format!(
+            "{peers} (own {:.2} ms); null server p50 {:.2} ms",
+            own(base),
+            floor.p50
+        ),
+        Some(own(tv) / own(base)),
+        Some(target),
+    );
 }
 
 /// What ran, with which versions, and each server's memory at the end.

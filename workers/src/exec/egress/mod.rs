@@ -20,8 +20,11 @@ use std::collections::{BTreeSet, HashMap, HashSet};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
+use serde_json::json;
 use tokio::sync::{oneshot, watch};
+use toolvisor_protocol::Status;
 use toolvisor_protocol::egress::Egress;
+use toolvisor_protocol::worker::Outcome;
 use toolvisor_protocol::worker::{Connection, FromWorker};
 
 use super::launch::Holder;
@@ -108,6 +111,9 @@ struct Shared {
     /// One question at a time per command (a burst of connections to one new host
     /// asks once).
     asking: tokio::sync::Mutex<()>,
+    /// Connections the proxy took (a command that failed without any probably
+    /// ignores the proxy variables: its result says so).
+    taken: AtomicU64,
 }
 
 impl Shared {
@@ -197,6 +203,7 @@ impl Proxy {
             approved: Mutex::default(),
             refused: Mutex::default(),
             asking: tokio::sync::Mutex::new(()),
+            taken: AtomicU64::new(0),
         });
         let (stop, stopped) = watch::channel(false);
         tokio::spawn(proxy::serve(listener, Arc::clone(&shared), stopped));
@@ -221,9 +228,44 @@ impl Proxy {
         out
     }
 
+    /// Whether no connection reached the proxy.
+    pub(crate) fn unused(&self) -> bool {
+        self.shared.taken.load(Ordering::Relaxed) == 0
+    }
+
     /// The `host:port`s refused so far (`meta.network_denied`).
     pub(crate) fn denied(&self) -> Vec<String> {
         lock(&self.shared.refused).iter().cloned().collect()
+    }
+}
+
+/// `meta.network_denied`: the hosts the command's egress proxy refused, said after
+/// the output too (the command's own error is whatever its program made of a `403`).
+pub(crate) fn add_network_denied(out: &mut Outcome, proxy: Option<&Proxy>) {
+    let Some(proxy) = proxy else { return };
+    let denied = proxy.denied();
+    let failed = out.status != Status::Ok;
+    let note = match (denied.is_empty(), failed && proxy.unused()) {
+        (false, _) => format!(
+            "[NetworkDenied: the connection to {} was refused: not on the command's network list]",
+            denied.join(", ")
+        ),
+        // It failed and never asked the proxy: a program that connects directly has no
+        // route out of the command's namespace.
+        (true, true) => "[network: this command's only way out is its egress proxy \
+             (HTTP_PROXY, HTTPS_PROXY); a program that connects directly, or to an \
+             address, has no route]"
+            .to_owned(),
+        (true, false) => return,
+    };
+    for text in [&mut out.content, &mut out.display] {
+        if !text.is_empty() && !text.ends_with('\n') {
+            text.push('\n');
+        }
+        text.push_str(&note);
+    }
+    if !denied.is_empty() {
+        out.meta.insert("network_denied".into(), json!(denied));
     }
 }
 

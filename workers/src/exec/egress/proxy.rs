@@ -62,6 +62,9 @@ struct Request {
 
 /// Serve one connection to its end.
 async fn one(mut conn: TcpStream, shared: &Shared) {
+    shared
+        .taken
+        .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     let (head, rest) = match tokio::time::timeout(HEAD_WAIT, read_head(&mut conn)).await {
         Ok(Some(h)) => h,
         _ => return,

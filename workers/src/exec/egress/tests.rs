@@ -33,6 +33,7 @@ async fn proxy(
         approved: Mutex::default(),
         refused: Mutex::default(),
         asking: tokio::sync::Mutex::new(()),
+        taken: AtomicU64::new(0),
     });
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let port = listener.local_addr().unwrap().port();
