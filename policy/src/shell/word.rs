@@ -345,33 +345,25 @@ fn skip_ansi_in_braces(b: &[u8], i: usize) -> Option<usize> {
 }
 
 /// From inside `${…}`: the index just past the closing brace.
-fn skip_braces(b: &[u8], mut i: usize) -> Option<usize> {
-    let mut depth = 0usize;
-    while let Some(&c) = b.get(i) {
-        match c {
-            b'\\' => i += 2,
-            b'\'' => i = skip_single(b, i + 1)?,
-            b'"' => i = skip_double(b, i + 1)?,
-            b'`' => i = skip_backquote(b, i + 1)?,
-            b'$' if b.get(i + 1) == Some(&b'\'') => i = skip_ansi_in_braces(b, i + 2)?,
-            b'$' => i = skip_dollar(b, i)?,
-            b'{' => {
-                depth += 1;
-                i += 1;
-            }
-            b'}' if depth == 0 => return Some(i + 1),
-            b'}' => {
-                depth -= 1;
-                i += 1;
-            }
-            _ => i += 1,
-        }
-    }
-    None
+fn skip_braces(b: &[u8], i: usize) -> Option<usize> {
+    skip_nested(b, i, (b'{', b'}'), skip_ansi_in_braces)
 }
 
 /// From inside `$(…)`: the index just past the closing paren (quotes respected).
-fn skip_parens(b: &[u8], mut i: usize) -> Option<usize> {
+fn skip_parens(b: &[u8], i: usize) -> Option<usize> {
+    skip_nested(b, i, (b'(', b')'), skip_ansi)
+}
+
+/// From inside a `${…}` or `$(…)` (`open`, `close`): the index just past the closing
+/// one, nested pairs counted and quotes, backquotes and substitutions skipped whole;
+/// `ansi` reads a `$'…'` (its reading differs between the two, see
+/// [`skip_ansi_in_braces`]).
+fn skip_nested(
+    b: &[u8],
+    mut i: usize,
+    (open, close): (u8, u8),
+    ansi: fn(&[u8], usize) -> Option<usize>,
+) -> Option<usize> {
     let mut depth = 0usize;
     while let Some(&c) = b.get(i) {
         match c {
@@ -379,13 +371,14 @@ fn skip_parens(b: &[u8], mut i: usize) -> Option<usize> {
             b'\'' => i = skip_single(b, i + 1)?,
             b'"' => i = skip_double(b, i + 1)?,
             b'`' => i = skip_backquote(b, i + 1)?,
-            b'$' if b.get(i + 1) == Some(&b'\'') => i = skip_ansi(b, i + 2)?,
-            b'(' => {
+            b'$' if b.get(i + 1) == Some(&b'\'') => i = ansi(b, i + 2)?,
+            b'$' if close == b'}' => i = skip_dollar(b, i)?,
+            c if c == open => {
                 depth += 1;
                 i += 1;
             }
-            b')' if depth == 0 => return Some(i + 1),
-            b')' => {
+            c if c == close && depth == 0 => return Some(i + 1),
+            c if c == close => {
                 depth -= 1;
                 i += 1;
             }
