@@ -3,10 +3,9 @@
 //! command then gets. A call's widening asks unless every rule that allowed it grants
 //! all of it (docs/POLICY.md, "What can still reach outside").
 
-use std::path::{Component, Path, PathBuf};
-
 use serde_json::{Map, Value};
 use toolvisor_protocol::egress;
+use toolvisor_protocol::tools::run_command::widening_path;
 
 use super::rules::CompiledRule;
 use crate::config::{Action, Network};
@@ -275,37 +274,13 @@ fn url_host(url: &str) -> Option<String> {
 
 /// Whether `path` is one of `grants` or lies under one (`~/` read as the home).
 fn under_any(path: &str, grants: &[String]) -> bool {
-    let Some(p) = normal(path) else {
+    let Some(p) = widening_path(path) else {
         return false;
     };
     grants
         .iter()
-        .filter_map(|g| normal(g))
+        .filter_map(|g| widening_path(g))
         .any(|g| p.starts_with(&g))
-}
-
-/// `path` with `~` expanded and `.` dropped; None with `..` or when relative.
-pub fn normal(path: &str) -> Option<PathBuf> {
-    let expanded = match path.strip_prefix('~') {
-        Some(rest) if rest.is_empty() || rest.starts_with('/') => {
-            let home = std::env::var_os("HOME")?;
-            PathBuf::from(home).join(rest.trim_start_matches('/'))
-        }
-        Some(_) => return None,
-        None => PathBuf::from(path),
-    };
-    if !expanded.is_absolute() {
-        return None;
-    }
-    let mut out = PathBuf::from("/");
-    for c in Path::new(&expanded).components() {
-        match c {
-            Component::Normal(n) => out.push(n),
-            Component::ParentDir => return None,
-            _ => {}
-        }
-    }
-    Some(out)
 }
 
 #[cfg(test)]

@@ -156,8 +156,8 @@ fn check_widening(args: &Value) -> Result<(), String> {
     for key in ["writable", "reveal"] {
         let paths = args.get(key).and_then(Value::as_array);
         for p in paths.into_iter().flatten().filter_map(Value::as_str) {
-            let absolute = p.starts_with('/') || p == "~" || p.starts_with("~/");
-            if !absolute || p.contains('\0') || p.split('/').any(|c| c == "..") {
+            let shaped = p.starts_with('/') || p == "~" || p.starts_with("~/");
+            if !shaped || p.contains('\0') || p.split('/').any(|c| c == "..") {
                 return Err(format!(
                     "{key}: {p:?} must be an absolute or ~/ path without `..`"
                 ));
@@ -165,6 +165,32 @@ fn check_widening(args: &Value) -> Result<(), String> {
         }
     }
     Ok(())
+}
+
+/// A `writable` or `reveal` path (or a rule's) as a host path: `~` read as this
+/// process's `HOME`, `.` dropped; None when it is relative or has `..`. The policy and
+/// the exec worker read these paths with this one function, so they agree.
+pub fn widening_path(path: &str) -> Option<std::path::PathBuf> {
+    use std::path::{Component, PathBuf};
+    let expanded = match path.strip_prefix('~') {
+        Some(rest) if rest.is_empty() || rest.starts_with('/') => {
+            PathBuf::from(std::env::var_os("HOME")?).join(rest.trim_start_matches('/'))
+        }
+        Some(_) => return None,
+        None => PathBuf::from(path),
+    };
+    if !expanded.is_absolute() {
+        return None;
+    }
+    let mut out = PathBuf::from("/");
+    for c in expanded.components() {
+        match c {
+            Component::Normal(n) => out.push(n),
+            Component::ParentDir => return None,
+            _ => {}
+        }
+    }
+    Some(out)
 }
 
 /// `meta` of a result: a process's fields, and a staged command's changes and token.

@@ -3,9 +3,11 @@
 //! are made host paths and checked against what no call may ever reach: the state
 //! directory and the socket stay hidden and unwritable whatever was granted.
 
-use std::path::{Component, Path, PathBuf};
+use std::path::{Path, PathBuf};
 
 use serde_json::Value;
+
+use toolvisor_protocol::tools::run_command::widening_path;
 
 use super::launch::Widen;
 use crate::ToolError;
@@ -24,36 +26,13 @@ fn paths(args: &Value, key: &str) -> Result<Vec<PathBuf>, ToolError> {
         .flatten()
         .filter_map(Value::as_str)
         .map(|p| {
-            host_path(p).ok_or_else(|| {
+            widening_path(p).ok_or_else(|| {
                 ToolError::invalid(format!(
                     "{key}: {p:?} must be an absolute or ~/ path without `..`"
                 ))
             })
         })
         .collect()
-}
-
-/// `p` with `~` expanded, lexically normal; None when relative or with `..`.
-fn host_path(p: &str) -> Option<PathBuf> {
-    let expanded = match p.strip_prefix('~') {
-        Some(rest) if rest.is_empty() || rest.starts_with('/') => {
-            PathBuf::from(std::env::var_os("HOME")?).join(rest.trim_start_matches('/'))
-        }
-        Some(_) => return None,
-        None => PathBuf::from(p),
-    };
-    if !expanded.is_absolute() {
-        return None;
-    }
-    let mut out = PathBuf::from("/");
-    for c in expanded.components() {
-        match c {
-            Component::Normal(n) => out.push(n),
-            Component::ParentDir => return None,
-            _ => {}
-        }
-    }
-    Some(out)
 }
 
 /// Check `w` against `never` (the state directory and the socket): writable paths
