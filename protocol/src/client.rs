@@ -110,6 +110,17 @@ pub struct Client {
 impl Client {
     /// Connect and say `hello`.
     pub async fn connect(path: &Path, name: &str, interactive: bool) -> Result<Self, ClientError> {
+        Self::connect_relaying(path, name, interactive, Vec::new()).await
+    }
+
+    /// Connect and say `hello`, answering the MCP servers' requests of `relay`
+    /// (`sampling/createMessage`, `elicitation/create`) as `relay_request`s.
+    pub async fn connect_relaying(
+        path: &Path,
+        name: &str,
+        interactive: bool,
+        relay: Vec<String>,
+    ) -> Result<Self, ClientError> {
         let stream = UnixStream::connect(path)
             .await
             .map_err(|source| ClientError::Connect {
@@ -131,6 +142,7 @@ impl Client {
                 protocol: PROTOCOL_VERSION,
                 client: name.to_owned(),
                 interactive: Some(interactive),
+                relay,
             })
             .await?;
         match client.recv().await? {
@@ -301,9 +313,9 @@ pub fn answers(m: &ServerMessage, id: &Id) -> bool {
 
 fn belongs_to_call(m: &ServerMessage, id: &Id) -> bool {
     match m {
-        ServerMessage::Output { id: i, .. } | ServerMessage::ConfirmRequired { id: i, .. } => {
-            i == id
-        }
+        ServerMessage::Output { id: i, .. }
+        | ServerMessage::ConfirmRequired { id: i, .. }
+        | ServerMessage::RelayRequest { id: i, .. } => i == id,
         other => answers(other, id),
     }
 }

@@ -78,10 +78,24 @@ pub const PROTECTED_NAMES: [&str; 13] = [
 ];
 
 /// The message types a worker decodes; another `type` is refused, not guessed at.
-pub const KNOWN_TO_WORKER: &[&str] = &["init", "run", "cancel", "shutdown", "connect_answer"];
+pub const KNOWN_TO_WORKER: &[&str] = &[
+    "init",
+    "run",
+    "cancel",
+    "shutdown",
+    "connect_answer",
+    "relay_answer",
+];
 /// The message types the supervisor decodes from a worker.
-pub const KNOWN_FROM_WORKER: &[&str] =
-    &["ready", "tools", "output", "done", "connect", "connection"];
+pub const KNOWN_FROM_WORKER: &[&str] = &[
+    "ready",
+    "tools",
+    "output",
+    "done",
+    "connect",
+    "connection",
+    "relay",
+];
 
 /// Truncation thresholds and size caps (`[limits]`).
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -362,6 +376,17 @@ pub enum ToWorker {
         /// Whether the connection may be made.
         allow: bool,
     },
+    /// The answer to a `relay`: the client's MCP result, or why there is none.
+    RelayAnswer {
+        /// The request's number, from its `relay`.
+        ask: u64,
+        /// The MCP result object.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        result: Option<Value>,
+        /// Why there is no result (the MCP server gets it as an error).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        error: Option<String>,
+    },
 }
 
 /// How a call ended inside a worker.
@@ -469,6 +494,19 @@ pub enum FromWorker {
     /// A connection through the egress proxy was refused or has closed: one audit
     /// record each.
     Connection(Connection),
+    /// An MCP server asks its client something (sampling, elicitation) while `call`
+    /// runs on it: passed to the call's client when it answers such requests; one
+    /// `relay_answer` with the same `ask` comes back.
+    Relay {
+        /// The call on whose behalf the server asks.
+        call: u64,
+        /// The request's number, unique in this worker.
+        ask: u64,
+        /// The MCP method (`sampling/createMessage`, `elicitation/create`).
+        method: String,
+        /// Its params, as the server sent them.
+        params: Value,
+    },
     /// A call ended; nothing more comes for it.
     Done {
         /// The call that ended.

@@ -49,6 +49,8 @@ pub struct Bridge {
     /// Present when the bridge may start a daemon itself.
     daemon: Option<Daemon>,
     client: Mutex<String>,
+    /// The servers' requests the MCP client answers (`relay` of the `hello`).
+    relay: Mutex<Vec<String>>,
     conn: tokio::sync::Mutex<Option<Arc<Conn>>>,
     next_id: AtomicU64,
     notices: broadcast::Sender<Notice>,
@@ -75,16 +77,25 @@ impl Bridge {
             workspace,
             daemon,
             client: Mutex::new("toolvisor-mcp".into()),
+            relay: Mutex::new(Vec::new()),
             conn: tokio::sync::Mutex::new(None),
             next_id: AtomicU64::new(1),
             notices: broadcast::channel(16).0,
         }
     }
 
-    /// Name the MCP client in the daemon's sessions (`toolvisor approve` shows it),
-    /// from the next connection on.
-    pub fn set_client(&self, name: &str) {
+    /// Say who the MCP client is (at its `initialize`): its name in the daemon's
+    /// sessions (`toolvisor approve` shows it) and the requests of supervised MCP
+    /// servers it answers ([`crate::mcp::relay::methods`]). A connection made before
+    /// (to start the daemon early) said neither: it is retired, and the next request
+    /// opens one that does.
+    pub async fn introduce(&self, name: &str, relay: Vec<String>) {
         *lock(&self.client) = format!("mcp:{name}");
+        *lock(&self.relay) = relay;
+        if let Some(old) = self.conn.lock().await.take() {
+            old.orphaned.store(true, Ordering::SeqCst);
+            old.end_if_unused(1);
+        }
     }
 
     pub fn notices(&self) -> broadcast::Receiver<Notice> {
@@ -148,6 +159,7 @@ impl Bridge {
             protocol: PROTOCOL_VERSION,
             client,
             interactive: Some(true),
+            relay: lock(&self.relay).clone(),
         };
         wr.write_all(&frame::encode(&hello).map_err(std::io::Error::other)?)
             .await?;
@@ -352,6 +364,7 @@ fn owner(m: &ServerMessage, session: &str) -> Option<Id> {
     match m {
         ServerMessage::Output { id, .. }
         | ServerMessage::ConfirmRequired { id, .. }
+        | ServerMessage::RelayRequest { id, .. }
         | ServerMessage::Tools { id, .. }
         | ServerMessage::BatchDone { id, .. }
         | ServerMessage::Token { id, .. }

@@ -1,6 +1,7 @@
 //! One `tools/call` through the daemon, to its `result`: streamed output and heartbeats
 //! become progress (an MCP server's own progress is passed on as it sent it, its log
 //! messages as log messages), a confirmation is put to the person (elicitation) or announced,
+//! a supervised server's request to the client is put to it ([`crate::mcp::relay`]),
 //! `notifications/cancelled` (or the client going away) cancels the call.
 
 use std::future::Future;
@@ -96,6 +97,8 @@ pub async fn drive(ctx: &CallCtx<'_>, mut route: Route) -> Result<Step, CallErro
         .clone()
         .map(|t| Progress::new(ctx.peer.clone(), t));
     let mut asking: Option<Asking> = None;
+    // A supervised server's requests to the client, each answered beside the call.
+    let mut relays: tokio::task::JoinSet<ClientMessage> = tokio::task::JoinSet::new();
     loop {
         tokio::select! {
             m = route.next() => {
@@ -138,8 +141,17 @@ pub async fn drive(ctx: &CallCtx<'_>, mut route: Route) -> Result<Step, CallErro
                     ServerMessage::Error { error, .. } => {
                         return Err(CallError::Refused(format!("{}: {}", error.kind, error.message)));
                     }
+                    ServerMessage::RelayRequest { request, server, method, params, .. } => {
+                        let peer = ctx.peer.clone();
+                        relays.spawn(async move {
+                            crate::mcp::relay::answer(&peer, request, &server, &method, params).await
+                        });
+                    }
                     _ => {}
                 }
+            }
+            Some(Ok(answer)) = relays.join_next(), if !relays.is_empty() => {
+                route.send(&answer).await.map_err(CallError::Unavailable)?;
             }
             answer = async {
                 match asking.as_mut() {

@@ -23,6 +23,7 @@ pub mod listing;
 pub mod logging;
 pub mod passthrough;
 pub mod progress;
+pub mod relay;
 pub mod resources;
 pub mod result;
 pub mod rounds;

@@ -159,7 +159,10 @@ impl ServerHandler for ToolvisorMcp {
         request: InitializeRequestParams,
         context: RequestContext<RoleServer>,
     ) -> Result<InitializeResult, ErrorData> {
-        self.bridge.set_client(&request.client_info.name);
+        let relay = crate::mcp::relay::methods(&request);
+        self.bridge
+            .introduce(&request.client_info.name, relay)
+            .await;
         context.peer.set_peer_info(request.clone());
         self.forward_list_changes(context.peer.clone());
         self.negotiate_initialize(&request)

@@ -66,6 +66,22 @@ pub use toolvisor_protocol::worker::Connection as ConnectionRecord;
 /// Receives [`EgressEvent`]s.
 pub type EgressHook = std::sync::Arc<dyn Fn(EgressEvent) + Send + Sync>;
 
+/// An MCP server asks the client of `call` something (the supervisor's
+/// [`crate::call::relay`] passes it on).
+pub struct RelayEvent {
+    /// The supervisor's number of the call running on the server.
+    pub call: u64,
+    /// The MCP method.
+    pub method: String,
+    /// Its params.
+    pub params: Value,
+    /// The client's MCP result, or why there is none (dropped: an error).
+    pub reply: tokio::sync::oneshot::Sender<Result<Value, String>>,
+}
+
+/// Receives [`RelayEvent`]s.
+pub type RelayHook = std::sync::Arc<dyn Fn(RelayEvent) + Send + Sync>;
+
 /// The service's event bus: a broadcast channel, so a slow subscriber loses events (and is
 /// told how many) instead of growing the server's memory.
 #[derive(Clone)]
@@ -73,6 +89,7 @@ pub struct Events {
     tx: broadcast::Sender<Event>,
     audit: std::sync::Arc<std::sync::OnceLock<AuditHook>>,
     egress: std::sync::Arc<std::sync::OnceLock<EgressHook>>,
+    relay: std::sync::Arc<std::sync::OnceLock<RelayHook>>,
 }
 
 impl Default for Events {
@@ -89,6 +106,7 @@ impl Events {
             tx,
             audit: Default::default(),
             egress: Default::default(),
+            relay: Default::default(),
         }
     }
 
@@ -105,6 +123,21 @@ impl Events {
                 if let EgressEvent::Ask { reply, .. } = event {
                     let _ = reply.send(false);
                 }
+            }
+        }
+    }
+
+    /// Where MCP servers' requests to the client go.
+    pub fn set_relay(&self, hook: RelayHook) {
+        let _ = self.relay.set(hook);
+    }
+
+    /// Hand an MCP server's request on; with nobody to take it, it is refused.
+    pub fn relay(&self, event: RelayEvent) {
+        match self.relay.get() {
+            Some(hook) => hook(event),
+            None => {
+                let _ = event.reply.send(Err("nobody can answer it".into()));
             }
         }
     }

@@ -20,22 +20,32 @@ pub const BIN: &str = env!("CARGO_BIN_EXE_toolvisor");
 /// run). Its path.
 pub fn test_mcp_server() -> &'static str {
     static BUILT: std::sync::OnceLock<String> = std::sync::OnceLock::new();
-    BUILT.get_or_init(|| {
-        let name = "toolvisor-test-mcp-server";
-        let status = Command::new(env!("CARGO"))
-            .args(["build", "--quiet", "--locked", "--example", name])
-            .current_dir(env!("CARGO_MANIFEST_DIR"))
-            .status()
-            .expect("run cargo");
-        assert!(status.success(), "cannot build the {name} example");
-        let target = Path::new(env!("CARGO_TARGET_TMPDIR"))
-            .parent()
-            .expect("the target directory");
-        let exe = target.join("debug/examples").join(name);
-        assert!(exe.is_file(), "{} is missing", exe.display());
-        exe.display().to_string()
-    })
+    BUILT.get_or_init(|| built_example("toolvisor-test-mcp-server"))
 }
+
+/// The MCP conformance suite's fixture server (examples/mcp-conformance), built like
+/// [`test_mcp_server`]. Its path.
+pub fn conformance_fixtures() -> &'static str {
+    static BUILT: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    BUILT.get_or_init(|| built_example("toolvisor-conformance-fixtures"))
+}
+
+/// Build example `name` of this package; its path.
+fn built_example(name: &str) -> String {
+    let status = Command::new(env!("CARGO"))
+        .args(["build", "--quiet", "--locked", "--example", name])
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .status()
+        .expect("run cargo");
+    assert!(status.success(), "cannot build the {name} example");
+    let target = Path::new(env!("CARGO_TARGET_TMPDIR"))
+        .parent()
+        .expect("the target directory");
+    let exe = target.join("debug/examples").join(name);
+    assert!(exe.is_file(), "{} is missing", exe.display());
+    exe.display().to_string()
+}
+
 /// Generous: a loaded 2-core CI machine starts a debug build slowly.
 pub const START_DEADLINE: Duration = Duration::from_secs(30);
 

@@ -37,6 +37,7 @@ async fn hello(sock: &mut UnixStream) {
             protocol: 1,
             client: "raw".into(),
             interactive: None,
+            relay: Vec::new(),
         },
     )
     .await;
@@ -233,6 +234,7 @@ fn wrong_protocol_version_is_refused_and_closed() {
                 protocol: 2,
                 client: "future".into(),
                 interactive: None,
+                relay: Vec::new(),
             },
         )
         .await;

@@ -275,6 +275,8 @@ async fn serve(
                 }
             }
             ToWorker::ConnectAnswer { ask, allow } => exec.egress_asks().answer(ask, allow),
+            // Built-in workers run no MCP server: nothing of theirs is relayed.
+            ToWorker::RelayAnswer { .. } => {}
             ToWorker::Shutdown => break,
             ToWorker::Init(_) => {
                 tracing::warn!(group = %init.group, "worker: ignoring a second init")

@@ -100,6 +100,12 @@ pub enum ClientMessage {
         /// that need asking are denied).
         #[serde(default, skip_serializing_if = "Option::is_none")]
         interactive: Option<bool>,
+        /// The requests of MCP servers this client answers when one of its calls runs
+        /// on them (`sampling/createMessage`, `elicitation/create`): each comes as a
+        /// `relay_request`, answered by `relay_answer`. Absent: none (the server is
+        /// told the client cannot answer).
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        relay: Vec<String>,
     },
     /// Ask for the tools.
     ListTools {
@@ -135,6 +141,18 @@ pub enum ClientMessage {
         /// How far a yes reaches (default: this call).
         #[serde(default, skip_serializing_if = "Option::is_none")]
         remember: Option<Remember>,
+    },
+    /// The answer to a `relay_request`: its `result` (the MCP result object), or an
+    /// `error` the MCP server gets instead.
+    RelayAnswer {
+        /// The request answered, from its `relay_request`.
+        request: u64,
+        /// The MCP result, as the client's model or person gave it.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        result: Option<Value>,
+        /// Why there is no result.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        error: Option<String>,
     },
     /// Ask for a token that lets calls run without being asked (a person's standing
     /// approval, given ahead).

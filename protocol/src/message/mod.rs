@@ -20,6 +20,7 @@ pub const KNOWN_CLIENT_TYPES: &[&str] = &[
     "envelope",
     "undo",
     "hook",
+    "relay_answer",
 ];
 
 /// The `type` values the server sends.
@@ -41,6 +42,7 @@ pub const KNOWN_SERVER_TYPES: &[&str] = &[
     "explanation",
     "envelope_done",
     "undone",
+    "relay_request",
 ];
 
 mod client;
@@ -124,7 +126,8 @@ mod tests {
                 |(protocol, client, interactive)| ClientMessage::Hello {
                     protocol,
                     client,
-                    interactive
+                    interactive,
+                    relay: Vec::new(),
                 }
             ),
             (

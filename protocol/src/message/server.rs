@@ -152,6 +152,21 @@ pub enum ServerMessage {
         /// How long an answer is waited for.
         expires_in_ms: u64,
     },
+    /// An MCP server asks the client something while the call `id` runs on it
+    /// (sampling, elicitation), for a client whose `hello` named the method in `relay`.
+    /// One `relay_answer` with the same `request` answers it.
+    RelayRequest {
+        /// The call running on the server.
+        id: Id,
+        /// Unique in the session; echoed by `relay_answer`.
+        request: u64,
+        /// The MCP server that asks (`[mcp.servers.NAME]`).
+        server: String,
+        /// `sampling/createMessage` or `elicitation/create`.
+        method: String,
+        /// The request's MCP params, as the server sent them.
+        params: Value,
+    },
     /// A call's one result.
     Result(ToolResult),
     /// Every call of a batch has its result.

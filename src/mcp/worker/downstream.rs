@@ -8,9 +8,10 @@
 //! ([`toolvisor_workers::exec::server`]) unless its section says `sandbox = "off"`; the
 //! shim kills its whole tree when the worker goes. Its stderr goes to the
 //! daemon's log, bounded ([`super::stderr`]); an answer too long for rmcp to read is
-//! answered as an error in its place ([`super::oversize`]), never waited for. A server that asks its client for input (elicitation) is declined:
-//! toolvisor's own confirmations happen before the call reaches the server. Its
-//! progress notifications (for calls that asked for them) are handed to the worker,
+//! answered as an error in its place ([`super::oversize`]), never waited for. The
+//! session declares sampling and elicitation: a server that asks its client something
+//! during a call is passed on to that call's client ([`super::relay`]), which may
+//! refuse. Its progress notifications (for calls that asked for them) are handed to the worker,
 //! which passes them on; a flood of them is cut to what the worker keeps up with.
 
 #![allow(deprecated)] // Log messages: deprecated from 2026-07-28, older servers send them.
@@ -19,11 +20,14 @@ use std::process::Stdio;
 use std::time::Duration;
 
 use rmcp::model::{
-    ClientCapabilities, ClientConfig, ElicitRequestParams, ElicitResult, ElicitationAction,
-    Implementation, LoggingMessageNotificationParam, ProgressNotificationParam,
+    ClientCapabilities, ClientConfig, CreateMessageRequestParams, CreateMessageResult,
+    ElicitRequestParams, ElicitResult, Implementation, LoggingMessageNotificationParam,
+    ProgressNotificationParam,
 };
 use rmcp::service::{NotificationContext, RequestContext, RunningService};
 use rmcp::{ClientHandler, ErrorData, RoleClient, ServiceExt};
+use serde::Serialize;
+use serde::de::DeserializeOwned;
 use tokio::sync::mpsc;
 use toolvisor_protocol::worker::{McpServerInit, WorkerInit};
 use toolvisor_workers::exec::server::{self, ServerSpec};
@@ -59,6 +63,7 @@ pub struct Handler {
     changed: mpsc::Sender<()>,
     progress: mpsc::Sender<ProgressNotificationParam>,
     logs: mpsc::Sender<LoggingMessageNotificationParam>,
+    asks: mpsc::Sender<super::relay::Ask>,
 }
 
 /// What the session tells the worker besides answers.
@@ -69,12 +74,51 @@ pub struct Heard {
     pub progress: mpsc::Receiver<ProgressNotificationParam>,
     /// `notifications/message`.
     pub logs: mpsc::Receiver<LoggingMessageNotificationParam>,
+    /// `sampling/createMessage` and `elicitation/create` requests.
+    pub asks: mpsc::Receiver<super::relay::Ask>,
+}
+
+/// Requests of the server waiting to be passed on before more are refused.
+const ASK_DEPTH: usize = 16;
+
+impl Handler {
+    /// Pass the server's request `method` on, and read the client's answer as `R`.
+    async fn relay<P: Serialize, R: DeserializeOwned>(
+        &self,
+        method: &str,
+        params: &P,
+    ) -> Result<R, ErrorData> {
+        let params = serde_json::to_value(params)
+            .map_err(|e| ErrorData::internal_error(e.to_string(), None))?;
+        let (reply, answer) = tokio::sync::oneshot::channel();
+        let ask = super::relay::Ask {
+            method: method.to_owned(),
+            params,
+            reply,
+        };
+        if self.asks.try_send(ask).is_err() {
+            let why = "too many requests wait for the client";
+            return Err(ErrorData::internal_error(why, None));
+        }
+        let refused = |why: String| ErrorData::invalid_request(format!("toolvisor: {why}"), None);
+        let result = match answer.await {
+            Ok(Ok(v)) => v,
+            Ok(Err(why)) => return Err(refused(why)),
+            Err(_) => return Err(refused("the worker stopped".into())),
+        };
+        serde_json::from_value(result)
+            .map_err(|e| refused(format!("the client's answer is not a {method} result: {e}")))
+    }
 }
 
 impl ClientHandler for Handler {
     fn get_info(&self) -> ClientConfig {
+        let capabilities = ClientCapabilities::builder()
+            .enable_sampling()
+            .enable_elicitation()
+            .build();
         ClientConfig::new(
-            ClientCapabilities::default(),
+            capabilities,
             Implementation::new("toolvisor", env!("CARGO_PKG_VERSION")),
         )
     }
@@ -99,12 +143,20 @@ impl ClientHandler for Handler {
         let _ = self.logs.try_send(params);
     }
 
+    async fn create_message(
+        &self,
+        params: CreateMessageRequestParams,
+        _context: RequestContext<RoleClient>,
+    ) -> Result<CreateMessageResult, ErrorData> {
+        self.relay("sampling/createMessage", &params).await
+    }
+
     async fn create_elicitation(
         &self,
-        _request: ElicitRequestParams,
+        request: ElicitRequestParams,
         _context: RequestContext<RoleClient>,
     ) -> Result<ElicitResult, ErrorData> {
-        Ok(ElicitResult::new(ElicitationAction::Decline))
+        self.relay("elicitation/create", &request).await
     }
 }
 
@@ -117,15 +169,18 @@ pub async fn connect(
     let (changed, changed_rx) = mpsc::channel(1);
     let (progress, progress_rx) = mpsc::channel(PROGRESS_DEPTH);
     let (logs, logs_rx) = mpsc::channel(PROGRESS_DEPTH);
+    let (asks, asks_rx) = mpsc::channel(ASK_DEPTH);
     let heard = Heard {
         changed: changed_rx,
         progress: progress_rx,
         logs: logs_rx,
+        asks: asks_rx,
     };
     let handler = Handler {
         changed,
         progress,
         logs,
+        asks,
     };
     let deadline = Duration::from_millis(init.startup_timeout_ms);
     let started = match &init.url {

@@ -16,6 +16,7 @@ mod downstream;
 mod logs;
 mod outcome;
 mod oversize;
+mod relay;
 mod requests;
 mod stderr;
 
@@ -98,8 +99,15 @@ pub fn main(group: &str) -> i32 {
     code
 }
 
+/// A call running on the server.
+pub struct RunningCall {
+    cancel: CancellationToken,
+    /// The session it comes from (a server's request to the client goes to it).
+    session: String,
+}
+
 /// Calls running on the server, by the supervisor's call number.
-type Running = Arc<Mutex<HashMap<u64, CancellationToken>>>;
+type Running = Arc<Mutex<HashMap<u64, RunningCall>>>;
 
 /// The tools announced last: a `run` names one of them.
 type Current = Arc<RwLock<Arc<Catalog>>>;
@@ -178,6 +186,22 @@ async fn serve(control: StdUnixStream, init: WorkerInit) -> i32 {
     let streaming: Streaming = Arc::default();
     let progress = tokio::spawn(route_progress(heard.progress, streaming.clone()));
     let logs = tokio::spawn(logs::route(heard.logs, running.clone(), tx.clone()));
+    let pending = relay::Pending::default();
+    let relays = tokio::spawn(relay::route(
+        heard.asks,
+        running.clone(),
+        pending.clone(),
+        tx.clone(),
+    ));
+    let ctx = Ctx {
+        peer: &peer,
+        running: &running,
+        streaming: &streaming,
+        current: &current,
+        tx: &tx,
+        init: &init,
+        pending: &pending,
+    };
     let code = loop {
         tokio::select! {
             body = frame::read_frame(&mut rd, max) => {
@@ -191,7 +215,7 @@ async fn serve(control: StdUnixStream, init: WorkerInit) -> i32 {
                 };
                 match msg {
                     Ok(ToWorker::Shutdown) => break 0,
-                    Ok(m) => on_message(m, &peer, &running, &streaming, &current, &tx, &init),
+                    Ok(m) => on_message(m, &ctx),
                     Err(e) => tracing::error!(group = %group, "worker: bad frame from supervisor: {e}"),
                 }
             }
@@ -204,12 +228,13 @@ async fn serve(control: StdUnixStream, init: WorkerInit) -> i32 {
     relister.abort();
     progress.abort();
     logs.abort();
+    relays.abort();
     // Asked to stop: the calls still running are cancelled on the server. When the
     // server went away, they end as crashed (their answers can never come), not as
     // cancelled: nobody cancelled them.
     if code == 0 {
-        for token in lock(&running).values() {
-            token.cancel();
+        for c in lock(&running).values() {
+            c.cancel.cancel();
         }
     }
     closed.cancel();
@@ -267,30 +292,42 @@ async fn list(
     Ok(listed)
 }
 
-fn on_message(
-    msg: ToWorker,
-    peer: &Peer<RoleClient>,
-    running: &Running,
-    streaming: &Streaming,
-    current: &Current,
-    tx: &Outgoing,
-    init: &WorkerInit,
-) {
+/// What the worker's messages act on.
+struct Ctx<'a> {
+    peer: &'a Peer<RoleClient>,
+    running: &'a Running,
+    streaming: &'a Streaming,
+    current: &'a Current,
+    tx: &'a Outgoing,
+    init: &'a WorkerInit,
+    pending: &'a relay::Pending,
+}
+
+fn on_message(msg: ToWorker, ctx: &Ctx<'_>) {
     match msg {
         ToWorker::Run {
             call,
             tool,
             args,
             stream,
+            session,
             ..
         } => {
             let cancel = CancellationToken::new();
-            lock(running).insert(call, cancel.clone());
-            let (peer, running, tx) = (peer.clone(), running.clone(), tx.clone());
-            let streaming = streaming.clone();
-            let catalog = current.read().unwrap_or_else(|p| p.into_inner()).clone();
-            let limits = init.limits.clone();
-            let server = init.mcp.clone();
+            let entry = RunningCall {
+                cancel: cancel.clone(),
+                session,
+            };
+            lock(ctx.running).insert(call, entry);
+            let (peer, running, tx) = (ctx.peer.clone(), ctx.running.clone(), ctx.tx.clone());
+            let streaming = ctx.streaming.clone();
+            let catalog = ctx
+                .current
+                .read()
+                .unwrap_or_else(|p| p.into_inner())
+                .clone();
+            let limits = ctx.init.limits.clone();
+            let server = ctx.init.mcp.clone();
             tokio::spawn(async move {
                 let mut o = match (catalog.find(&tool), &server) {
                     (None, Some(s)) if tool == requests::tool_name(&s.name) => {
@@ -323,10 +360,11 @@ fn on_message(
             });
         }
         ToWorker::Cancel { call } => {
-            if let Some(token) = lock(running).get(&call) {
-                token.cancel();
+            if let Some(c) = lock(ctx.running).get(&call) {
+                c.cancel.cancel();
             }
         }
+        ToWorker::RelayAnswer { ask, result, error } => ctx.pending.answer(ask, result, error),
         ToWorker::Init(_) => tracing::warn!("worker: ignoring a second init"),
         // An MCP server's worker runs no command with an egress: no question to answer.
         ToWorker::Shutdown | ToWorker::ConnectAnswer { .. } => {}

@@ -390,6 +390,31 @@ impl Record for Connection<'_> {
     }
 }
 
+/// `relay`: an MCP server asked the client of a call running on it something
+/// (sampling, elicitation), passed on or refused. What was asked and answered is not
+/// kept: it is the model's or the person's words.
+#[derive(Clone, Debug)]
+pub struct Relayed<'a> {
+    /// The call the server asked during (`s3:c7`).
+    pub call_id: &'a str,
+    /// The MCP server (`[mcp.servers.NAME]`).
+    pub server: &'a str,
+    /// The MCP method.
+    pub method: &'a str,
+    /// `answered`, `error` (the client answered an error), or `refused` (not passed on).
+    pub outcome: &'a str,
+}
+
+impl Record for Relayed<'_> {
+    const KIND: &'static str = "relay";
+    fn fields(&self) -> Map<String, Value> {
+        obj(
+            json!({"call_id": self.call_id, "server": self.server, "method": self.method,
+                   "outcome": self.outcome}),
+        )
+    }
+}
+
 /// `guards_verified`: what the canary command found, guard by guard (`true` or the
 /// reason it failed), at start, after a reload and for `doctor`.
 #[derive(Clone, Debug)]

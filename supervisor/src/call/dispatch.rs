@@ -51,6 +51,9 @@ impl Service {
         if egress.is_some() {
             self.register_egress(number, call);
         }
+        let _relay = self
+            .relay_book()
+            .enter(number, &call.tool.group, call.session, &call.req.id);
         let job = Job {
             call: number,
             name: call.req.id.to_string(),

@@ -16,6 +16,7 @@ pub mod journaling;
 pub mod previews;
 pub mod processes;
 pub mod record;
+pub mod relay;
 pub mod router;
 pub mod running;
 pub mod service;

@@ -36,6 +36,8 @@ pub struct SessionInfo {
     /// later commands go there, so they reach what its jobs listen on. `u32::MAX`: none
     /// yet.
     pub exec_home: Arc<std::sync::atomic::AtomicU32>,
+    /// The MCP servers' requests this client answers (`relay` of its `hello`).
+    pub relay: Vec<String>,
 }
 
 /// An admitted call on its way: who asks, what, for which tool, and its cancel.

@@ -95,6 +95,8 @@ pub struct Service {
     undo: crate::call::journaling::Undo,
     /// The calls whose commands go through an egress proxy.
     egress: crate::call::egress::EgressBook,
+    /// The calls running on MCP servers, and their servers' requests to clients.
+    relay: crate::call::relay::RelayBook,
 }
 
 impl Service {
@@ -177,10 +179,14 @@ impl Service {
             running: Default::default(),
             verified: Default::default(),
             egress: Default::default(),
+            relay: Default::default(),
         });
         service
             .events
             .set_egress(crate::call::egress::hook(Arc::downgrade(&service)));
+        service
+            .events
+            .set_relay(crate::call::relay::hook(Arc::downgrade(&service)));
         for (group, source, mut rx) in announced {
             if source == Source::Builtin {
                 // A built-in group's tools are part of what a client sees at once: wait
@@ -282,6 +288,11 @@ impl Service {
     /// The calls whose commands go through an egress proxy.
     pub(crate) fn egress_book(&self) -> &crate::call::egress::EgressBook {
         &self.egress
+    }
+
+    /// The calls running on MCP servers, for their servers' requests to clients.
+    pub(crate) fn relay_book(&self) -> &crate::call::relay::RelayBook {
+        &self.relay
     }
 
     /// What the last guard canary found, guard by guard.

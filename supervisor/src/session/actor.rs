@@ -182,9 +182,11 @@ impl SessionState {
                     protocol,
                     client,
                     interactive,
+                    relay,
                 },
             ) => {
-                return self.hello(myself, protocol, client, interactive.unwrap_or(false));
+                let interactive = interactive.unwrap_or(false);
+                return self.hello(myself, protocol, client, interactive, relay);
             }
             (None, other) => {
                 let id = request_id(&other);
@@ -295,6 +297,23 @@ impl SessionState {
                 };
                 self.out.send(&self.service.grant(&info, id, &req));
             }
+            ClientMessage::RelayAnswer {
+                request,
+                result,
+                error,
+            } => {
+                let answer = match (result, error) {
+                    (Some(r), None) => Ok(r),
+                    (_, e) => Err(e.unwrap_or_else(|| "the client answered nothing".into())),
+                };
+                if !self.service.relay_book().answer(&info.id, request, answer) {
+                    self.out.send(&ServerMessage::error(
+                        None,
+                        ErrorType::BadMessage,
+                        format!("no relay_request {request} waits for this session"),
+                    ));
+                }
+            }
             ClientMessage::Confirm {
                 interaction,
                 approve,
@@ -329,6 +348,7 @@ impl SessionState {
         protocol: u32,
         client: String,
         interactive: bool,
+        relay: Vec<String>,
     ) {
         if protocol != PROTOCOL_VERSION {
             self.out.send(&ServerMessage::error(
@@ -347,6 +367,7 @@ impl SessionState {
             out: self.out.clone(),
             familiar: Default::default(),
             exec_home: Arc::new(std::sync::atomic::AtomicU32::new(u32::MAX)),
+            relay,
         }));
         self.out.send(&ServerMessage::Welcome {
             protocol: PROTOCOL_VERSION,
@@ -419,6 +440,8 @@ fn request_id(m: &ClientMessage) -> Option<Id> {
         | ClientMessage::Undo { id, .. }
         | ClientMessage::Envelope { id, .. } => Some(id.clone()),
         ClientMessage::Call(c) => Some(c.id.clone()),
-        ClientMessage::Hello { .. } | ClientMessage::Confirm { .. } => None,
+        ClientMessage::Hello { .. }
+        | ClientMessage::Confirm { .. }
+        | ClientMessage::RelayAnswer { .. } => None,
     }
 }

@@ -5,6 +5,7 @@
 mod client;
 mod http;
 mod passthrough;
+mod relay;
 mod results;
 mod server;
 pub(crate) mod support;

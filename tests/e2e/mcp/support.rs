@@ -14,9 +14,10 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use rmcp::model::{
-    CallToolRequestParams, CallToolResult, ClientCapabilities, ClientConfig, ElicitRequestParams,
-    ElicitResult, ElicitationAction, Implementation, LoggingMessageNotificationParam,
-    ProgressNotificationParam, ProtocolVersion,
+    CallToolRequestParams, CallToolResult, ClientCapabilities, ClientConfig,
+    CreateMessageRequestParams, CreateMessageResult, ElicitRequestParams, ElicitResult,
+    ElicitationAction, Implementation, LoggingMessageNotificationParam, ProgressNotificationParam,
+    ProtocolVersion,
 };
 use rmcp::service::{
     ClientLifecycleMode, NotificationContext, RequestContext, RunningService,
@@ -47,6 +48,8 @@ pub struct Seen {
     pub progress_values: Mutex<Vec<ProgressSeen>>,
     pub logs: Mutex<Vec<String>>,
     pub elicitations: Mutex<Vec<String>>,
+    /// The text of each sampling request's first message.
+    pub samplings: Mutex<Vec<String>>,
     pub list_changed: AtomicUsize,
     changed: tokio::sync::Notify,
 }
@@ -83,6 +86,9 @@ impl Seen {
 #[derive(Clone)]
 pub struct TestClient {
     pub answer: Option<Answer>,
+    /// What the client's "model" answers a sampling request (None: it declares no
+    /// sampling).
+    pub sampling: Option<String>,
     pub version: ProtocolVersion,
     pub seen: Arc<Seen>,
 }
@@ -91,6 +97,7 @@ impl TestClient {
     pub fn new(answer: Option<Answer>) -> TestClient {
         TestClient {
             answer,
+            sampling: None,
             version: ProtocolVersion::default(),
             seen: Arc::default(),
         }
@@ -99,10 +106,13 @@ impl TestClient {
 
 impl ClientHandler for TestClient {
     fn get_info(&self) -> ClientConfig {
-        let caps = match self.answer {
+        let mut caps = match self.answer {
             Some(_) => json!({"elicitation": {"form": {}}}),
             None => json!({}),
         };
+        if self.sampling.is_some() {
+            caps["sampling"] = json!({});
+        }
         let caps: ClientCapabilities = serde_json::from_value(caps).unwrap();
         ClientConfig::new(caps, Implementation::new("e2e-mcp-client", "1.0"))
             .with_protocol_version(self.version.clone())
@@ -128,6 +138,21 @@ impl ClientHandler for TestClient {
             Some(Answer::Cancel) => ElicitResult::new(ElicitationAction::Cancel),
             Some(Answer::Decline) | None => ElicitResult::new(ElicitationAction::Decline),
         })
+    }
+
+    async fn create_message(
+        &self,
+        params: CreateMessageRequestParams,
+        _context: RequestContext<RoleClient>,
+    ) -> Result<CreateMessageResult, ErrorData> {
+        let asked = serde_json::to_value(&params.messages).unwrap_or_default();
+        let text = asked[0]["content"]["text"].as_str().unwrap_or_default();
+        self.seen.samplings.lock().unwrap().push(text.to_owned());
+        self.seen.tick();
+        let said = self.sampling.clone().unwrap_or_default();
+        serde_json::from_value(json!({"role": "assistant", "model": "e2e-model",
+            "content": {"type": "text", "text": said}, "stopReason": "endTurn"}))
+        .map_err(|e| ErrorData::internal_error(e.to_string(), None))
     }
 
     async fn on_progress(

@@ -30,7 +30,7 @@ use toolvisor_protocol::{ErrorBody, ErrorType};
 
 use super::actor::{Announce, WorkerMsg};
 use super::lock;
-use crate::events::{EgressEvent, Events};
+use crate::events::{EgressEvent, Events, RelayEvent};
 use crate::workers::fairq::FairQueue;
 
 /// How a call on a worker ended, as the dispatcher sees it.
@@ -237,6 +237,35 @@ impl Link {
                     return Err(Violation::NotOurs("connection", c.call));
                 }
                 self.events.egress(EgressEvent::Closed(c));
+            }
+            FromWorker::Relay {
+                call,
+                ask,
+                method,
+                params,
+            } => {
+                if !lock(&self.pending).contains_key(&call) {
+                    return Err(Violation::NotOurs("relay", call));
+                }
+                let (reply, answer) = oneshot::channel();
+                self.events.relay(RelayEvent {
+                    call,
+                    method,
+                    params,
+                    reply,
+                });
+                let tx = self.tx.clone();
+                tokio::spawn(async move {
+                    let (result, error) = match answer.await {
+                        Ok(Ok(v)) => (Some(v), None),
+                        Ok(Err(why)) => (None, Some(why)),
+                        Err(_) => (None, Some("the supervisor dropped the request".into())),
+                    };
+                    let msg = ToWorker::RelayAnswer { ask, result, error };
+                    if let Ok(bytes) = frame::encode(&msg) {
+                        tx.send_now(bytes);
+                    }
+                });
             }
             FromWorker::Ready { .. } | FromWorker::Tools { .. } => {}
         }
