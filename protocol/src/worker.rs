@@ -95,6 +95,7 @@ pub const KNOWN_FROM_WORKER: &[&str] = &[
     "connect",
     "connection",
     "relay",
+    "resource_updated",
 ];
 
 /// Truncation thresholds and size caps (`[limits]`).
@@ -506,6 +507,12 @@ pub enum FromWorker {
         method: String,
         /// Its params, as the server sent them.
         params: Value,
+    },
+    /// An MCP server's resource that a session subscribed to changed
+    /// (`notifications/resources/updated`): published as a `resource_updated` event.
+    ResourceUpdated {
+        /// The resource's URI.
+        uri: String,
     },
     /// A call ended; nothing more comes for it.
     Done {

@@ -40,6 +40,9 @@ pub struct Unavailable(pub String);
 pub enum Notice {
     /// An MCP server's tools changed (`tools_changed` on the `workers` topic).
     ToolsChanged,
+    /// A resource an MCP server offers changed (`resource_updated` on the `workers`
+    /// topic): its URI.
+    ResourceUpdated(String),
 }
 
 /// The bridge's view of the daemon.
@@ -51,6 +54,8 @@ pub struct Bridge {
     client: Mutex<String>,
     /// The servers' requests the MCP client answers (`relay` of the `hello`).
     relay: Mutex<Vec<String>>,
+    /// The resources of MCP servers the client subscribed to.
+    subscribed: Mutex<std::collections::HashSet<String>>,
     conn: tokio::sync::Mutex<Option<Arc<Conn>>>,
     next_id: AtomicU64,
     notices: broadcast::Sender<Notice>,
@@ -78,6 +83,7 @@ impl Bridge {
             daemon,
             client: Mutex::new("toolvisor-mcp".into()),
             relay: Mutex::new(Vec::new()),
+            subscribed: Mutex::default(),
             conn: tokio::sync::Mutex::new(None),
             next_id: AtomicU64::new(1),
             notices: broadcast::channel(16).0,
@@ -96,6 +102,21 @@ impl Bridge {
             old.orphaned.store(true, Ordering::SeqCst);
             old.end_if_unused(1);
         }
+    }
+
+    /// Note that the client subscribed to `uri` (true) or no longer is (false).
+    pub fn set_subscribed(&self, uri: &str, on: bool) {
+        let mut set = lock(&self.subscribed);
+        if on {
+            set.insert(uri.to_owned());
+        } else {
+            set.remove(uri);
+        }
+    }
+
+    /// Whether the client subscribed to `uri`.
+    pub fn is_subscribed(&self, uri: &str) -> bool {
+        lock(&self.subscribed).contains(uri)
     }
 
     pub fn notices(&self) -> broadcast::Receiver<Notice> {
@@ -342,8 +363,8 @@ async fn read_loop(
                 break;
             }
         };
-        if is_tools_changed(&msg) {
-            let _ = notices.send(Notice::ToolsChanged);
+        if let Some(notice) = notice_of(&msg) {
+            let _ = notices.send(notice);
             continue;
         }
         if let Some(id) = owner(&msg, &conn.session) {
@@ -354,8 +375,25 @@ async fn read_loop(
     lock(&conn.routes).clear();
 }
 
-fn is_tools_changed(m: &ServerMessage) -> bool {
-    matches!(m, ServerMessage::Event { topic: Topic::Workers, event, .. } if event == "tools_changed")
+/// The notice a `workers` event is for the MCP client, if any.
+fn notice_of(m: &ServerMessage) -> Option<Notice> {
+    let ServerMessage::Event {
+        topic: Topic::Workers,
+        event,
+        fields,
+        ..
+    } = m
+    else {
+        return None;
+    };
+    match event.as_str() {
+        "tools_changed" => Some(Notice::ToolsChanged),
+        "resource_updated" => fields
+            .get("uri")
+            .and_then(Value::as_str)
+            .map(|u| Notice::ResourceUpdated(u.to_owned())),
+        _ => None,
+    }
 }
 
 /// The request a message belongs to: by its id, or for events of our own calls by the

@@ -1,6 +1,7 @@
 //! The MCP server `toolvisor mcp` runs on stdio (rmcp): `tools/list` and `tools/call`
-//! through the daemon, artifacts as resources, and `notifications/tools/list_changed`
-//! when an MCP server behind the daemon changes its tools. Every revision rmcp knows is
+//! through the daemon, artifacts as resources, `notifications/tools/list_changed`
+//! when an MCP server behind the daemon changes its tools, and
+//! `notifications/resources/updated` for the servers' resources the client subscribed to. Every revision rmcp knows is
 //! negotiated (the stateless 2026-07-28 one through `server/discover`).
 
 use std::path::PathBuf;
@@ -13,7 +14,8 @@ use rmcp::model::{
     GetPromptRequestParams, GetPromptResponse, GetPromptResult, Implementation,
     InitializeRequestParams, InitializeResult, ListPromptsResult, ListResourceTemplatesResult,
     ListResourcesResult, ListToolsResult, PaginatedRequestParams, ReadResourceRequestParams,
-    ReadResourceResponse, ReadResourceResult, ResourceContents, ServerCapabilities, ServerConfig,
+    ReadResourceResponse, ReadResourceResult, ResourceContents, ResourceUpdatedNotificationParam,
+    ServerCapabilities, ServerConfig, SubscribeRequestParams, UnsubscribeRequestParams,
 };
 use rmcp::service::RequestContext;
 use rmcp::{ErrorData, RoleServer, ServerHandler};
@@ -118,16 +120,45 @@ impl ToolvisorMcp {
             .map_err(|e| ask_error(e, not_found))
     }
 
-    /// Tell a stateful client whenever the daemon says an MCP server's tools changed.
-    fn forward_list_changes(&self, peer: rmcp::Peer<RoleServer>) {
+    /// Tell a stateful client whenever the daemon says an MCP server's tools changed,
+    /// or a resource it subscribed to did.
+    fn forward_notices(&self, peer: rmcp::Peer<RoleServer>) {
         let mut notices = self.bridge.notices();
+        let bridge = self.bridge.clone();
         tokio::spawn(async move {
-            while let Ok(Notice::ToolsChanged) = notices.recv().await {
-                if peer.notify_tool_list_changed().await.is_err() {
+            loop {
+                let sent = match notices.recv().await {
+                    Ok(Notice::ToolsChanged) => peer.notify_tool_list_changed().await,
+                    Ok(Notice::ResourceUpdated(uri)) if bridge.is_subscribed(&uri) => {
+                        let p = ResourceUpdatedNotificationParam::new(uri);
+                        peer.notify_resource_updated(p).await
+                    }
+                    Ok(Notice::ResourceUpdated(_)) => Ok(()),
+                    // Behind: what was missed is gone; go on with what comes.
+                    Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => Ok(()),
+                    Err(tokio::sync::broadcast::error::RecvError::Closed) => return,
+                };
+                if sent.is_err() {
                     return;
                 }
             }
         });
+    }
+
+    /// `resources/subscribe` or `resources/unsubscribe`, through the first MCP server
+    /// that takes it.
+    async fn subscription(
+        &self,
+        rc: &RequestContext<RoleServer>,
+        method: &str,
+        uri: &str,
+    ) -> Result<(), ErrorData> {
+        let params = serde_json::json!({"uri": uri});
+        self.first(rc, method, params, ErrorData::resource_not_found)
+            .await?;
+        self.bridge
+            .set_subscribed(uri, method == "resources/subscribe");
+        Ok(())
     }
 }
 
@@ -139,6 +170,7 @@ impl ServerHandler for ToolvisorMcp {
             .enable_completions()
             .enable_prompts()
             .enable_resources()
+            .enable_resources_subscribe()
             .enable_tools()
             .enable_tool_list_changed()
             .build();
@@ -164,7 +196,7 @@ impl ServerHandler for ToolvisorMcp {
             .introduce(&request.client_info.name, relay)
             .await;
         context.peer.set_peer_info(request.clone());
-        self.forward_list_changes(context.peer.clone());
+        self.forward_notices(context.peer.clone());
         self.negotiate_initialize(&request)
     }
 
@@ -269,6 +301,24 @@ impl ServerHandler for ToolvisorMcp {
         })?;
         let contents = ResourceContents::text(text, request.uri).with_mime_type("text/plain");
         Ok(ReadResourceResult::new(vec![contents]).into())
+    }
+
+    async fn subscribe(
+        &self,
+        request: SubscribeRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<(), ErrorData> {
+        self.subscription(&context, "resources/subscribe", &request.uri)
+            .await
+    }
+
+    async fn unsubscribe(
+        &self,
+        request: UnsubscribeRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<(), ErrorData> {
+        self.subscription(&context, "resources/unsubscribe", &request.uri)
+            .await
     }
 
     async fn list_resources(

@@ -22,7 +22,7 @@ use std::time::Duration;
 use rmcp::model::{
     ClientCapabilities, ClientConfig, CreateMessageRequestParams, CreateMessageResult,
     ElicitRequestParams, ElicitResult, Implementation, LoggingMessageNotificationParam,
-    ProgressNotificationParam,
+    ProgressNotificationParam, ResourceUpdatedNotificationParam,
 };
 use rmcp::service::{NotificationContext, RequestContext, RunningService};
 use rmcp::{ClientHandler, ErrorData, RoleClient, ServiceExt};
@@ -64,6 +64,7 @@ pub struct Handler {
     progress: mpsc::Sender<ProgressNotificationParam>,
     logs: mpsc::Sender<LoggingMessageNotificationParam>,
     asks: mpsc::Sender<super::relay::Ask>,
+    updated: mpsc::Sender<String>,
 }
 
 /// What the session tells the worker besides answers.
@@ -76,6 +77,8 @@ pub struct Heard {
     pub logs: mpsc::Receiver<LoggingMessageNotificationParam>,
     /// `sampling/createMessage` and `elicitation/create` requests.
     pub asks: mpsc::Receiver<super::relay::Ask>,
+    /// The URIs of `notifications/resources/updated`.
+    pub updated: mpsc::Receiver<String>,
 }
 
 /// Requests of the server waiting to be passed on before more are refused.
@@ -143,6 +146,14 @@ impl ClientHandler for Handler {
         let _ = self.logs.try_send(params);
     }
 
+    async fn on_resource_updated(
+        &self,
+        params: ResourceUpdatedNotificationParam,
+        _context: NotificationContext<RoleClient>,
+    ) {
+        let _ = self.updated.try_send(params.uri);
+    }
+
     async fn create_message(
         &self,
         params: CreateMessageRequestParams,
@@ -170,17 +181,20 @@ pub async fn connect(
     let (progress, progress_rx) = mpsc::channel(PROGRESS_DEPTH);
     let (logs, logs_rx) = mpsc::channel(PROGRESS_DEPTH);
     let (asks, asks_rx) = mpsc::channel(ASK_DEPTH);
+    let (updated, updated_rx) = mpsc::channel(PROGRESS_DEPTH);
     let heard = Heard {
         changed: changed_rx,
         progress: progress_rx,
         logs: logs_rx,
         asks: asks_rx,
+        updated: updated_rx,
     };
     let handler = Handler {
         changed,
         progress,
         logs,
         asks,
+        updated,
     };
     let deadline = Duration::from_millis(init.startup_timeout_ms);
     let started = match &init.url {

@@ -19,6 +19,7 @@ mod oversize;
 mod relay;
 mod requests;
 mod stderr;
+mod subscriptions;
 
 use std::collections::HashMap;
 use std::os::unix::net::UnixStream as StdUnixStream;
@@ -193,7 +194,14 @@ async fn serve(control: StdUnixStream, init: WorkerInit) -> i32 {
         pending.clone(),
         tx.clone(),
     ));
+    let subs = subscriptions::Subscriptions::default();
+    let updates = tokio::spawn(subscriptions::route(
+        heard.updated,
+        subs.clone(),
+        tx.clone(),
+    ));
     let ctx = Ctx {
+        subs: &subs,
         peer: &peer,
         running: &running,
         streaming: &streaming,
@@ -229,6 +237,7 @@ async fn serve(control: StdUnixStream, init: WorkerInit) -> i32 {
     progress.abort();
     logs.abort();
     relays.abort();
+    updates.abort();
     // Asked to stop: the calls still running are cancelled on the server. When the
     // server went away, they end as crashed (their answers can never come), not as
     // cancelled: nobody cancelled them.
@@ -301,6 +310,7 @@ struct Ctx<'a> {
     tx: &'a Outgoing,
     init: &'a WorkerInit,
     pending: &'a relay::Pending,
+    subs: &'a subscriptions::Subscriptions,
 }
 
 fn on_message(msg: ToWorker, ctx: &Ctx<'_>) {
@@ -318,6 +328,10 @@ fn on_message(msg: ToWorker, ctx: &Ctx<'_>) {
                 cancel: cancel.clone(),
                 session,
             };
+            let caller = requests::Caller {
+                session: entry.session.clone(),
+                subs: ctx.subs.clone(),
+            };
             lock(ctx.running).insert(call, entry);
             let (peer, running, tx) = (ctx.peer.clone(), ctx.running.clone(), ctx.tx.clone());
             let streaming = ctx.streaming.clone();
@@ -331,7 +345,7 @@ fn on_message(msg: ToWorker, ctx: &Ctx<'_>) {
             tokio::spawn(async move {
                 let mut o = match (catalog.find(&tool), &server) {
                     (None, Some(s)) if tool == requests::tool_name(&s.name) => {
-                        requests::run(&peer, s, args, &cancel).await
+                        requests::run(&peer, s, &caller, args, &cancel).await
                     }
                     (Some(served), _) => {
                         let mut o = call_tool(

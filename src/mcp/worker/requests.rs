@@ -20,6 +20,8 @@ use tokio_util::sync::CancellationToken;
 use toolvisor_protocol::worker::{Annotations, AnnouncedTool, McpServerInit, Outcome};
 use toolvisor_protocol::{ErrorBody, ErrorType};
 
+use super::subscriptions::Subscriptions;
+
 /// What the request tool's name ends with, after `NAME`.
 pub const SUFFIX: &str = toolvisor_supervisor::registry::mcp::REQUEST_SUFFIX;
 /// Most items of one list page passed on.
@@ -32,6 +34,8 @@ pub const METHODS: &[&str] = &[
     "prompts/list",
     "prompts/get",
     "completion/complete",
+    "resources/subscribe",
+    "resources/unsubscribe",
 ];
 /// Cursors the worker made (a slice of a server's page) start with this.
 const OWN_CURSOR: &str = "toolvisor-slice:";
@@ -75,11 +79,18 @@ pub fn announced(server: &McpServerInit, peer: &Peer<RoleClient>) -> Option<Anno
     })
 }
 
+/// Who makes a request: its session's subscriptions are its own.
+pub struct Caller {
+    pub session: String,
+    pub subs: Subscriptions,
+}
+
 /// Run one request: the server's answer as `structured` meta, a line saying what it
 /// is as the content.
 pub async fn run(
     peer: &Peer<RoleClient>,
     server: &McpServerInit,
+    caller: &Caller,
     args: Value,
     cancel: &CancellationToken,
 ) -> Outcome {
@@ -90,7 +101,7 @@ pub async fn run(
     };
     let prefix = server.tool_prefix();
     let answer = tokio::select! {
-        a = send(peer, &method, params, &prefix) => a,
+        a = send(peer, caller, &method, params, &prefix) => a,
         _ = cancel.cancelled() => Err(Failure::Cancelled),
     };
     match answer {
@@ -133,11 +144,15 @@ fn value<T: serde::Serialize>(t: T) -> Result<Value, Failure> {
 
 async fn send(
     peer: &Peer<RoleClient>,
+    caller: &Caller,
     method: &str,
     mut params: Map<String, Value>,
     prefix: &str,
 ) -> Result<Value, Failure> {
     match method {
+        "resources/subscribe" | "resources/unsubscribe" => {
+            subscription(peer, caller, method, &params).await
+        }
         "resources/list" | "resources/templates/list" | "prompts/list" => {
             list(peer, method, params).await
         }
@@ -165,6 +180,33 @@ async fn send(
         }
         other => Err(Failure::Bad(format!("`{other}` is not one of {METHODS:?}"))),
     }
+}
+
+/// Subscribe the caller's session to a resource, or end its subscription: `{}`.
+async fn subscription(
+    peer: &Peer<RoleClient>,
+    caller: &Caller,
+    method: &str,
+    params: &Map<String, Value>,
+) -> Result<Value, Failure> {
+    let Some(uri) = params.get("uri").and_then(Value::as_str) else {
+        return Err(Failure::Bad(format!("{method} needs a `uri`")));
+    };
+    let subscribes = peer
+        .peer_info()
+        .and_then(|i| i.capabilities.resources.as_ref().and_then(|r| r.subscribe))
+        .unwrap_or(false);
+    if !subscribes {
+        return Err(Failure::Server(
+            "the server offers no resource subscriptions".into(),
+        ));
+    }
+    let (subs, session) = (&caller.subs, caller.session.as_str());
+    let done = match method {
+        "resources/subscribe" => subs.subscribe(peer, session, uri).await,
+        _ => subs.unsubscribe(peer, session, uri).await,
+    };
+    done.map(|()| json!({})).map_err(Failure::Server)
 }
 
 /// The server's own name of a prompt named `PREFIX` + name here.

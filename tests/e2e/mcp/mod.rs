@@ -8,5 +8,6 @@ mod passthrough;
 mod relay;
 mod results;
 mod server;
+mod subscribe;
 pub(crate) mod support;
 mod third_party;

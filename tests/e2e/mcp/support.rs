@@ -50,6 +50,8 @@ pub struct Seen {
     pub elicitations: Mutex<Vec<String>>,
     /// The text of each sampling request's first message.
     pub samplings: Mutex<Vec<String>>,
+    /// The URI of each `notifications/resources/updated`.
+    pub updated: Mutex<Vec<String>>,
     pub list_changed: AtomicUsize,
     changed: tokio::sync::Notify,
 }
@@ -181,6 +183,15 @@ impl ClientHandler for TestClient {
             .as_str()
             .map_or(params.data.to_string(), str::to_owned);
         self.seen.logs.lock().unwrap().push(text);
+        self.seen.tick();
+    }
+
+    async fn on_resource_updated(
+        &self,
+        params: rmcp::model::ResourceUpdatedNotificationParam,
+        _context: NotificationContext<RoleClient>,
+    ) {
+        self.seen.updated.lock().unwrap().push(params.uri);
         self.seen.tick();
     }
 

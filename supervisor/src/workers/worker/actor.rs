@@ -416,6 +416,7 @@ impl WorkerActorState {
             max_frame: self.args.init.limits.max_frame_bytes,
             announce: self.args.announce.clone(),
             events: self.args.events.clone(),
+            group: self.args.init.group.clone(),
         };
         let link = Link::open(spawned.pid, control, self.args.shared.queue.clone(), reader);
         let init = WorkerInit {

@@ -69,6 +69,8 @@ pub struct Link {
     egress: Mutex<EgressCalls>,
     /// Where connection questions and records go.
     events: Events,
+    /// The worker's group (a `resource_updated` event names it).
+    group: String,
 }
 
 /// The calls with an egress sent on a link, the oldest forgotten past [`EGRESS_KEPT`].
@@ -102,6 +104,8 @@ pub(super) struct ReaderArgs {
     pub max_frame: usize,
     pub announce: Option<Announce>,
     pub events: Events,
+    /// The worker's group.
+    pub group: String,
 }
 
 impl Link {
@@ -123,6 +127,7 @@ impl Link {
             queue,
             egress: Mutex::new(EgressCalls::default()),
             events: reader.events.clone(),
+            group: reader.group.clone(),
         });
         tokio::spawn(drain.run());
         tokio::spawn(read_loop(rd, link.clone(), reader));
@@ -267,9 +272,25 @@ impl Link {
                     }
                 });
             }
+            FromWorker::ResourceUpdated { uri } => self.resource_updated(uri),
             FromWorker::Ready { .. } | FromWorker::Tools { .. } => {}
         }
         Ok(())
+    }
+
+    /// An MCP server's subscribed resource changed: an event for the sessions that
+    /// subscribed (`toolvisor mcp` passes it on). Other groups have no resources.
+    fn resource_updated(&self, uri: String) {
+        if !self.group.starts_with("mcp:") {
+            tracing::warn!(group = %self.group, "ignoring `resource_updated` from a group that is not an MCP server");
+            return;
+        }
+        let fields = crate::events::obj(serde_json::json!({"group": self.group, "uri": uri}));
+        self.events.publish(
+            toolvisor_protocol::message::Topic::Workers,
+            "resource_updated",
+            fields,
+        );
     }
 
     /// Answer every call still registered: the process is gone.
@@ -349,6 +370,7 @@ async fn read_frames(
         max_frame,
         announce,
         events: _,
+        group: _,
     } = args;
     let max = max_frame.max(toolvisor_protocol::DEFAULT_MAX_FRAME_BYTES) * 2;
     loop {

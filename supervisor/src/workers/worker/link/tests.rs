@@ -45,6 +45,7 @@ async fn link(generation: u64, actor: &ActorRef<WorkerMsg>) -> (Arc<Link>, tokio
         max_frame: 1 << 20,
         announce: None,
         events: Events::new(),
+        group: "test".into(),
     };
     let link = Link::open(generation as u32, ours, Arc::default(), reader);
     (link, worker)
