@@ -1,9 +1,12 @@
 #!/usr/bin/env bash
-# The official MCP conformance suite (@modelcontextprotocol/conformance, server
-# scenarios of revision 2025-11-25) against `toolvisor mcp --http`, on a copy of the
-# workspace examples/mcp-conformance/. Prints one line per scenario and exits non-zero
-# when a scenario fails that examples/mcp-conformance/expected-failures.yml does not
-# list (or one listed there passes).
+# The official MCP conformance suite (@modelcontextprotocol/conformance, revision
+# 2025-11-25): its server scenarios against `toolvisor mcp --http`, on a copy of the
+# workspace examples/mcp-conformance/; then the client scenarios that fit toolvisor as
+# an MCP client (its downstream connections over Streamable HTTP), each run through
+# examples/mcp-conformance/client/ (a daemon whose MCP server is the suite's test
+# server). Prints one line per scenario and exits non-zero when a scenario fails that
+# examples/mcp-conformance/expected-failures.yml does not list (or one listed there
+# passes).
 #
 # Needs npm (the suite needs node >= 22: the npm registry's `node` package provides
 # it, installed next to the suite under target/conformance/). Environment:
@@ -14,6 +17,9 @@ set -euo pipefail
 SUITE_VERSION=0.1.16
 NODE_VERSION=22.23.3
 SPEC_VERSION=2025-11-25
+# The client scenarios toolvisor's downstream connections can take part in; the
+# `auth/*` ones need OAuth, which toolvisor's MCP client does not do.
+CLIENT_SCENARIOS="initialize tools_call elicitation-sep1034-client-defaults sse-retry"
 
 root=$(cd "$(dirname "$0")/.." && pwd)
 tools=${CONFORMANCE_DIR:-$root/target/conformance}
@@ -44,7 +50,7 @@ install_suite() {
 
 build() {
     (cd "$root" && cargo build --locked -q -p toolvisor --bin toolvisor \
-        --example toolvisor-conformance-fixtures) >&2
+        --example toolvisor-conformance-fixtures --example toolvisor-conformance-client) >&2
 }
 
 # Start `toolvisor mcp --http` on a copy of the workspace; sets $url.
@@ -68,6 +74,19 @@ start_bridge() {
     url=$(grep -o "http://[^ ]*" "$log" | head -n1)
 }
 
+# toolvisor as the client of each of $CLIENT_SCENARIOS; appends to the suite's log.
+run_client_scenarios() {
+    local target="${CARGO_TARGET_DIR:-$root/target}/debug" scenario
+    for scenario in $CLIENT_SCENARIOS; do
+        echo "client scenario $scenario" >> "$work/suite.log"
+        TOOLVISOR="$target/toolvisor" PATH="$tools/node_modules/.bin:$PATH" \
+            conformance client --command "$target/examples/toolvisor-conformance-client" \
+            --scenario "$scenario" --timeout 60000 \
+            --expected-failures "$root/examples/mcp-conformance/expected-failures.yml" \
+            -o "$out" >> "$work/suite.log" 2>&1 || rc=$?
+    done
+}
+
 install_suite
 build
 start_bridge
@@ -77,6 +96,7 @@ PATH="$tools/node_modules/.bin:$PATH" conformance server --url "$url" \
     --spec-version "$SPEC_VERSION" --suite all \
     --expected-failures "$root/examples/mcp-conformance/expected-failures.yml" \
     -o "$out" > "$work/suite.log" 2>&1 || rc=$?
+run_client_scenarios
 # One line per scenario: its name and whether each of its checks passed.
 for dir in "$out"/*/; do
     [ -f "$dir/checks.json" ] || continue
@@ -85,8 +105,9 @@ for dir in "$out"/*/; do
         const [dir] = process.argv.slice(1);
         const checks = JSON.parse(fs.readFileSync(dir + "/checks.json", "utf8"));
         const failed = checks.filter(c => c.status === "FAILURE");
-        const name = dir.replace(/\/$/, "").split("/").pop().replace(/^server-/, "").replace(/-\d{4}-\d{2}-\d{2}T.*$/, "");
-        console.log(`${failed.length ? "FAIL" : "pass"} ${name}` +
+        const name = dir.replace(/\/$/, "").split("/").pop().replace(/-\d{4}-\d{2}-\d{2}T.*$/, "");
+        const side = name.startsWith("server-") ? "server" : "client";
+        console.log(`${failed.length ? "FAIL" : "pass"} ${side} ${name.replace(/^server-/, "")}` +
             (failed.length ? `: ${failed.map(c => c.errorMessage || c.id).join("; ")}` : ""));
     ' "$dir"
 done

@@ -22,7 +22,7 @@ use std::time::Duration;
 use rmcp::model::{
     ClientCapabilities, ClientConfig, CreateMessageRequestParams, CreateMessageResult,
     ElicitRequestParams, ElicitResult, Implementation, LoggingMessageNotificationParam,
-    ProgressNotificationParam, ResourceUpdatedNotificationParam,
+    ProgressNotificationParam, ProtocolVersion, ResourceUpdatedNotificationParam,
 };
 use rmcp::service::{NotificationContext, RequestContext, RunningService};
 use rmcp::{ClientHandler, ErrorData, RoleClient, ServiceExt};
@@ -115,6 +115,10 @@ impl Handler {
 }
 
 impl ClientHandler for Handler {
+    /// Revision 2025-11-25 is asked for: its server-to-client requests (sampling,
+    /// elicitation) are what the worker passes on; 2026-07-28 replaces them with
+    /// results that ask for input, which the worker does not take. A server that
+    /// speaks only an older revision answers with it, and the session goes on in it.
     fn get_info(&self) -> ClientConfig {
         let capabilities = ClientCapabilities::builder()
             .enable_sampling()
@@ -124,6 +128,7 @@ impl ClientHandler for Handler {
             capabilities,
             Implementation::new("toolvisor", env!("CARGO_PKG_VERSION")),
         )
+        .with_protocol_version(ProtocolVersion::V_2025_11_25)
     }
 
     async fn on_tool_list_changed(&self, _context: NotificationContext<RoleClient>) {
