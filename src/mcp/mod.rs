@@ -28,6 +28,7 @@ pub mod resources;
 pub mod result;
 pub mod rounds;
 pub mod server;
+pub mod tasks;
 pub mod worker;
 
 use std::path::PathBuf;

@@ -99,7 +99,7 @@ pub fn confirm(ask: &Ask, responses: Option<&InputResponses>) -> ClientMessage {
 }
 
 /// 16 random bytes as hex.
-fn handle() -> Option<String> {
+pub(crate) fn handle() -> Option<String> {
     let mut bytes = [0u8; 16];
     // SAFETY: getrandom writes at most `len` bytes into the buffer we own.
     let n = unsafe { libc::getrandom(bytes.as_mut_ptr().cast(), bytes.len(), 0) };

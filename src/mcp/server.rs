@@ -17,6 +17,7 @@ use rmcp::model::{
     ReadResourceResponse, ReadResourceResult, ResourceContents, ResourceUpdatedNotificationParam,
     ServerCapabilities, ServerConfig, SubscribeRequestParams, UnsubscribeRequestParams,
 };
+use rmcp::model::{CancelTaskParams, GetTaskParams, GetTaskResult};
 use rmcp::service::RequestContext;
 use rmcp::{ErrorData, RoleServer, ServerHandler};
 use serde_json::Value;
@@ -30,6 +31,7 @@ use crate::mcp::logging::LogLevel;
 use crate::mcp::passthrough::{self, AskError};
 use crate::mcp::resources::{self, ArtifactDir, ReadError};
 use crate::mcp::rounds::{self, Rounds};
+use crate::mcp::tasks::{self, Tasks};
 use crate::mcp::{listing, result};
 
 /// The `_meta` key of a grant token.
@@ -47,6 +49,8 @@ pub struct ToolvisorMcp {
     rounds: Arc<Rounds>,
     /// The client's `logging/setLevel`.
     log_level: Arc<LogLevel>,
+    /// Commands gone to the background, as MCP tasks (clients that declared them).
+    tasks: Arc<Tasks>,
 }
 
 impl ToolvisorMcp {
@@ -63,6 +67,7 @@ impl ToolvisorMcp {
             gone,
             rounds: Arc::default(),
             log_level: Arc::default(),
+            tasks: Arc::default(),
         }
     }
 
@@ -71,6 +76,50 @@ impl ToolvisorMcp {
     pub fn with_rounds(mut self, rounds: Arc<Rounds>) -> Self {
         self.rounds = rounds;
         self
+    }
+
+    /// Share the tasks with other instances (over HTTP, a stateless client's
+    /// `tasks/get` reaches a new one).
+    pub fn with_tasks(mut self, tasks: Arc<Tasks>) -> Self {
+        self.tasks = tasks;
+        self
+    }
+
+    /// A call whose command went on in the background, as a task the bridge follows
+    /// to the command's end, when the client declared tasks.
+    fn as_task(
+        &self,
+        rc: &RequestContext<RoleServer>,
+        r: &toolvisor_protocol::message::ToolResult,
+    ) -> Option<CallToolResponse> {
+        let declared = rc.client_capabilities().is_some_and(|c| c.supports_tasks());
+        let process = tasks::running_process(r).filter(|_| declared)?;
+        let (id, cancel, created) = self.tasks.start(&process);
+        let (bridge, workspace, level) = (
+            self.bridge.clone(),
+            self.workspace.clone(),
+            self.log_level.clone(),
+        );
+        let (store, peer, gone, first) = (
+            self.tasks.clone(),
+            rc.peer.clone(),
+            self.gone.clone(),
+            r.content.clone(),
+        );
+        tokio::spawn(async move {
+            let ctx = CallCtx {
+                bridge: &bridge,
+                peer,
+                progress: None,
+                channel: confirm::Channel::Wait,
+                cancel: CancellationToken::new(),
+                gone,
+                workspace: &workspace,
+                log_level: &level,
+            };
+            tasks::follow(store, ctx, id, process, first, cancel).await;
+        });
+        Some(CallToolResponse::Task(created))
     }
 
     fn ctx<'a>(&'a self, rc: &RequestContext<RoleServer>) -> CallCtx<'a> {
@@ -173,6 +222,7 @@ impl ServerHandler for ToolvisorMcp {
             .enable_resources_subscribe()
             .enable_tools()
             .enable_tool_list_changed()
+            .enable_tasks()
             .build();
         ServerConfig::new(capabilities)
             .with_server_info(
@@ -253,7 +303,10 @@ impl ServerHandler for ToolvisorMcp {
             }
         };
         Ok(match step {
-            Ok(Step::Done(r)) => result::to_mcp(&tool, &r).into(),
+            Ok(Step::Done(r)) => match self.as_task(&context, &r) {
+                Some(task) => task,
+                None => result::to_mcp(&tool, &r).into(),
+            },
             Ok(Step::NeedsInput(route, ask)) => match self.rounds.park(route, ask, &tool, &args) {
                 Some(input) => input.into(),
                 None => {
@@ -319,6 +372,31 @@ impl ServerHandler for ToolvisorMcp {
     ) -> Result<(), ErrorData> {
         self.subscription(&context, "resources/unsubscribe", &request.uri)
             .await
+    }
+
+    async fn get_task(
+        &self,
+        request: GetTaskParams,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<GetTaskResult, ErrorData> {
+        self.tasks
+            .get(&request.task_id)
+            .map(GetTaskResult::new)
+            .ok_or_else(|| ErrorData::invalid_params(format!("no task {}", request.task_id), None))
+    }
+
+    async fn cancel_task(
+        &self,
+        request: CancelTaskParams,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<(), ErrorData> {
+        match self.tasks.cancel(&request.task_id) {
+            true => Ok(()),
+            false => Err(ErrorData::invalid_params(
+                format!("no task {}", request.task_id),
+                None,
+            )),
+        }
     }
 
     async fn list_resources(

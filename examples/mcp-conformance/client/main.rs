@@ -36,7 +36,9 @@ fn main() {
 }
 
 fn run() -> Result<(), String> {
-    let url = std::env::args().nth(1).ok_or("usage: toolvisor-conformance-client URL")?;
+    let url = std::env::args()
+        .nth(1)
+        .ok_or("usage: toolvisor-conformance-client URL")?;
     let scenario = std::env::var("MCP_CONFORMANCE_SCENARIO").unwrap_or_default();
     let ws = tempfile::tempdir().map_err(|e| e.to_string())?;
     let config = format!(

@@ -104,6 +104,7 @@ fn factory(
     // A 2026-07-28 client is served statelessly, each request by a new instance: its
     // second round must find the call its first one parked.
     let rounds = Arc::new(Rounds::default());
+    let tasks = Arc::new(crate::mcp::tasks::Tasks::default());
     move || {
         let bridge = Bridge::new(socket.clone(), workspace.clone(), daemon.clone());
         let server = ToolvisorMcp::new(
@@ -112,7 +113,7 @@ fn factory(
             artifacts.clone(),
             CancellationToken::new(),
         );
-        Ok(server.with_rounds(rounds.clone()))
+        Ok(server.with_rounds(rounds.clone()).with_tasks(tasks.clone()))
     }
 }
 

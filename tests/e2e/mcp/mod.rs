@@ -10,4 +10,5 @@ mod results;
 mod server;
 mod subscribe;
 pub(crate) mod support;
+mod tasks;
 mod third_party;

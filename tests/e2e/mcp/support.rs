@@ -91,6 +91,8 @@ pub struct TestClient {
     /// What the client's "model" answers a sampling request (None: it declares no
     /// sampling).
     pub sampling: Option<String>,
+    /// Declare the tasks extension.
+    pub tasks: bool,
     pub version: ProtocolVersion,
     pub seen: Arc<Seen>,
 }
@@ -100,6 +102,7 @@ impl TestClient {
         TestClient {
             answer,
             sampling: None,
+            tasks: false,
             version: ProtocolVersion::default(),
             seen: Arc::default(),
         }
@@ -114,6 +117,9 @@ impl ClientHandler for TestClient {
         };
         if self.sampling.is_some() {
             caps["sampling"] = json!({});
+        }
+        if self.tasks {
+            caps["extensions"] = json!({rmcp::model::TASKS_EXTENSION_ID: {}});
         }
         let caps: ClientCapabilities = serde_json::from_value(caps).unwrap();
         ClientConfig::new(caps, Implementation::new("e2e-mcp-client", "1.0"))
