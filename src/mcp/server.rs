@@ -173,12 +173,14 @@ impl ToolvisorMcp {
     /// or a resource it subscribed to did.
     fn forward_notices(&self, peer: rmcp::Peer<RoleServer>) {
         let mut notices = self.bridge.notices();
-        let bridge = self.bridge.clone();
+        // Weak: the bridge's notices end when it goes, and this task must not keep it.
+        let bridge = Arc::downgrade(&self.bridge);
         tokio::spawn(async move {
             loop {
+                let subscribed = |uri: &str| bridge.upgrade().is_some_and(|b| b.is_subscribed(uri));
                 let sent = match notices.recv().await {
                     Ok(Notice::ToolsChanged) => peer.notify_tool_list_changed().await,
-                    Ok(Notice::ResourceUpdated(uri)) if bridge.is_subscribed(&uri) => {
+                    Ok(Notice::ResourceUpdated(uri)) if subscribed(&uri) => {
                         let p = ResourceUpdatedNotificationParam::new(uri);
                         peer.notify_resource_updated(p).await
                     }
