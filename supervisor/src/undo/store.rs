@@ -1,7 +1,9 @@
 //! The journal's blobs: file contents kept by their SHA-256 under the state directory
 //! (`undo/blobs/ab/abcdef…`), each written once (to a temporary name, then renamed),
-//! so a blob that exists is whole. What refers to which blob, and how many bytes they
-//! may take, is [`super::state`]'s business.
+//! so a blob that exists is whole — unless the machine lost power before it reached the
+//! disk with `[audit] fsync = "never"`, which [`Store::read_checked`] catches before a
+//! restore uses it. What refers to which blob, and how many bytes they may take, is
+//! [`super::state`]'s business.
 
 use std::fs::File;
 use std::io::{self, Read, Write};
@@ -57,7 +59,9 @@ impl Store {
         let tmp = tempfile_in(&self.dir.join("tmp"))?;
         let hashed = copy_hashing(src, &mut io::BufWriter::new(&tmp.1))?;
         let dest = self.path(&hashed.sha256);
-        if dest.is_file() {
+        // Kept already. One of another size was cut short by a power cut (`fsync =
+        // "never"`): this whole copy replaces it.
+        if std::fs::metadata(&dest).is_ok_and(|m| m.is_file() && m.len() == hashed.size) {
             let _ = std::fs::remove_file(&tmp.0);
             return Ok(hashed);
         }
@@ -76,6 +80,21 @@ impl Store {
     /// Open blob `sha` for reading.
     pub fn read(&self, sha: &str) -> io::Result<File> {
         File::open(self.path(sha))
+    }
+
+    /// Open blob `sha` for reading once its content is checked against its name: with
+    /// `[audit] fsync = "never"` a power cut may leave a blob short or empty, and that
+    /// must never be put back as the file's content.
+    pub fn read_checked(&self, sha: &str) -> io::Result<File> {
+        use std::io::{Seek, SeekFrom};
+        let mut f = self.read(sha)?;
+        if Store::hash(&mut f)?.sha256 != sha {
+            return Err(io::Error::other(
+                "its content before the call is damaged in the journal (a crash of the machine with [audit] fsync = \"never\"?)",
+            ));
+        }
+        f.seek(SeekFrom::Start(0))?;
+        Ok(f)
     }
 
     /// Flush everything written to the store's file system: a journal record naming a
@@ -159,6 +178,9 @@ mod tests {
         assert_eq!(back, b"hello\n");
         let again = store.put(&mut File::open(&f).unwrap()).unwrap();
         assert_eq!(again, kept, "a second put is the same blob");
+        store.read_checked(&kept.sha256).unwrap();
+        std::fs::write(store.path(&kept.sha256), b"").unwrap();
+        assert!(store.read_checked(&kept.sha256).is_err(), "a damaged blob");
         store.remove(&kept.sha256);
         assert!(!store.has(&kept.sha256));
     }
