@@ -6,8 +6,9 @@
 //! tool, the named paths for an edit tool), keeping the content of every file it has
 //! not kept yet; [`Journal::finish`] takes it again when the call ends (a background
 //! job's when the job ends) and records the difference. [`Journal::undo`] puts paths
-//! back ([`restore`]). Pieces: [`node`] (one path's state), [`snapshot`] (walking and
-//! diffing), [`store`] (contents by hash), [`records`] (the journal file).
+//! back ([`restore`]). Pieces: [`node`] (one path's state), [`snapshot`] (snapshots and
+//! diffing), [`walk`] (listing and `lstat`ing the tree), [`store`] (contents by hash),
+//! [`records`] (the journal file).
 
 mod changes;
 pub mod node;
@@ -17,6 +18,7 @@ pub mod safe;
 pub mod snapshot;
 pub mod store;
 mod upkeep;
+mod walk;
 
 use std::collections::{HashMap, HashSet};
 use std::io;
