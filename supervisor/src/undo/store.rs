@@ -54,21 +54,56 @@ impl Store {
         copy_hashing(src, &mut io::sink())
     }
 
-    /// Hash what `src` reads and keep it.
+    /// Hash what `src` reads and keep it. A content under [`SMALL`] is hashed in
+    /// memory first and written only when the store does not have it yet (a file
+    /// written again with the same content costs no write); a larger one is copied
+    /// while hashed.
     pub fn put(&self, src: &mut impl Read) -> io::Result<Hashed> {
+        let mut head = Vec::new();
+        src.by_ref().take(SMALL).read_to_end(&mut head)?;
+        if (head.len() as u64) < SMALL {
+            return self.put_bytes(&head);
+        }
         let tmp = tempfile_in(&self.dir.join("tmp"))?;
-        let hashed = copy_hashing(src, &mut io::BufWriter::new(&tmp.1))?;
-        let dest = self.path(&hashed.sha256);
-        // Kept already. One of another size was cut short by a power cut (`fsync =
-        // "never"`): this whole copy replaces it.
-        if std::fs::metadata(&dest).is_ok_and(|m| m.is_file() && m.len() == hashed.size) {
-            let _ = std::fs::remove_file(&tmp.0);
+        let hashed = copy_hashing(
+            &mut head.as_slice().chain(src),
+            &mut io::BufWriter::new(&tmp.1),
+        )?;
+        self.settle(&tmp.0, hashed)
+    }
+
+    /// Keep `bytes` unless the store has them already.
+    fn put_bytes(&self, bytes: &[u8]) -> io::Result<Hashed> {
+        let hashed = Hashed {
+            sha256: toolvisor_os::hex::hex(&Sha256::digest(bytes)),
+            size: bytes.len() as u64,
+        };
+        if self.holds(&hashed) {
             return Ok(hashed);
         }
+        let (tmp, mut f) = tempfile_in(&self.dir.join("tmp"))?;
+        f.write_all(bytes)?;
+        self.settle(&tmp, hashed)
+    }
+
+    /// Whether the blob `h` names is kept whole. One of another size was cut short by
+    /// a power cut (`fsync = "never"`): a whole copy replaces it.
+    fn holds(&self, h: &Hashed) -> bool {
+        std::fs::metadata(self.path(&h.sha256)).is_ok_and(|m| m.is_file() && m.len() == h.size)
+    }
+
+    /// Move the temporary `tmp`, holding `hashed`, to its place (or drop it when the
+    /// store has it already).
+    fn settle(&self, tmp: &Path, hashed: Hashed) -> io::Result<Hashed> {
+        if self.holds(&hashed) {
+            let _ = std::fs::remove_file(tmp);
+            return Ok(hashed);
+        }
+        let dest = self.path(&hashed.sha256);
         if let Some(parent) = dest.parent() {
             std::fs::create_dir_all(parent)?;
         }
-        std::fs::rename(&tmp.0, &dest)?;
+        std::fs::rename(tmp, &dest)?;
         Ok(hashed)
     }
 
@@ -110,6 +145,9 @@ impl Store {
         }
     }
 }
+
+/// Contents smaller than this are read into memory to be kept.
+const SMALL: u64 = 1 << 20;
 
 /// Copy `src` to `dst` while hashing it.
 fn copy_hashing(src: &mut impl Read, dst: &mut impl Write) -> io::Result<Hashed> {
@@ -183,5 +221,21 @@ mod tests {
         assert!(store.read_checked(&kept.sha256).is_err(), "a damaged blob");
         store.remove(&kept.sha256);
         assert!(!store.has(&kept.sha256));
+    }
+
+    #[test]
+    fn a_content_over_the_in_memory_size_is_kept_whole() {
+        let d = tempfile::tempdir().unwrap();
+        let store = Store::open(&d.path().join("blobs")).unwrap();
+        let big: Vec<u8> = (0..SMALL + 10).map(|i| (i % 251) as u8).collect();
+        let kept = store.put(&mut big.as_slice()).unwrap();
+        assert_eq!(kept, Store::hash(&mut big.as_slice()).unwrap());
+        let mut back = Vec::new();
+        store
+            .read_checked(&kept.sha256)
+            .unwrap()
+            .read_to_end(&mut back)
+            .unwrap();
+        assert!(back == big, "the same bytes back");
     }
 }
