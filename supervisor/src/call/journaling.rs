@@ -17,6 +17,7 @@ use toolvisor_protocol::worker::{Outcome, Roots};
 use crate::call::host_config;
 use crate::call::router::Call;
 use crate::call::service::Service;
+use crate::config::Config;
 use crate::undo::{CallInfo, Journal};
 
 /// The journal and what the call path keeps beside it.
@@ -49,8 +50,10 @@ enum Journaled {
 }
 
 impl Undo {
-    /// Open the journal in `state_dir/undo` over the writable roots.
-    pub fn open(state_dir: &Path, roots: Roots, max_bytes: u64) -> Undo {
+    /// Open the journal in `state_dir/undo` over the writable roots, bounded by
+    /// `[undo] max_bytes` and flushed as `[audit] fsync` says.
+    pub fn open(state_dir: &Path, roots: Roots, config: &Config) -> Undo {
+        let (max_bytes, fsync) = (config.undo.max_bytes, config.audit.fsync);
         let scope = crate::undo::snapshot::Scope {
             roots: std::iter::once(roots.private.clone())
                 .chain(roots.shared.clone())
@@ -58,7 +61,7 @@ impl Undo {
             skip: vec![state_dir.to_path_buf()],
         };
         let started = Instant::now();
-        let journal = Journal::open(&state_dir.join("undo"), scope, max_bytes)
+        let journal = Journal::open(&state_dir.join("undo"), scope, max_bytes, fsync)
             .map(Arc::new)
             .map_err(|e| format!("the undo journal cannot be opened: {e}"));
         match &journal {
@@ -83,6 +86,13 @@ impl Undo {
             journal,
             roots,
             jobs: Default::default(),
+        }
+    }
+
+    /// Take up a reloaded configuration's `[audit] fsync`.
+    pub fn reconfigure(&self, config: &Config) {
+        if let Ok(j) = &self.journal {
+            j.set_fsync(config.audit.fsync);
         }
     }
 
@@ -321,6 +331,49 @@ mod tests {
         assert_eq!(u.host_paths("shared:/z"), [PathBuf::from("/w/sh/z")]);
         assert!(u.host_paths("public:/z").is_empty());
         assert_eq!(u.host_paths("/w/q"), [PathBuf::from("/w/q")]);
+    }
+
+    /// One captured call that writes a file in `w`; the journal's flush count after it.
+    fn flushes_for_one_call(j: &Journal, w: &Path, name: &str) -> u64 {
+        let info = CallInfo {
+            call: format!("s1:{name}"),
+            session: "s1".into(),
+            trace: None,
+            tool: "run_command".into(),
+        };
+        let id = j.begin(info, None).unwrap();
+        std::fs::write(w.join(name), name).unwrap();
+        assert_eq!(j.finish(id), Value::Bool(true));
+        j.sync_count()
+    }
+
+    #[test]
+    fn the_audit_fsync_setting_reaches_the_journal_at_start_and_reload() {
+        let d = tempfile::tempdir().unwrap();
+        let w = d.path().join("w");
+        std::fs::create_dir_all(&w).unwrap();
+        let config =
+            |fsync: &str| Config::parse(&format!("[audit]\nfsync = \"{fsync}\"\n"), "t").unwrap();
+        let roots = Roots {
+            private: w.clone(),
+            shared: None,
+            public: None,
+        };
+        let undo = Undo::open(&d.path().join("state"), roots, &config("never"));
+        let j = undo.journal.clone().unwrap();
+        assert_eq!(
+            flushes_for_one_call(&j, &w, "a"),
+            0,
+            "fsync = never: no flush"
+        );
+        undo.reconfigure(&config("always"));
+        assert!(
+            flushes_for_one_call(&j, &w, "b") > 0,
+            "fsync = always: flushed"
+        );
+        undo.reconfigure(&config("never"));
+        let before = j.sync_count();
+        assert_eq!(flushes_for_one_call(&j, &w, "c"), before, "never again");
     }
 
     #[test]

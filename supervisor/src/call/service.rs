@@ -152,11 +152,8 @@ impl Service {
             order.push(group.name.clone());
             pools.insert(group.name, pool);
         }
-        let undo = crate::call::journaling::Undo::open(
-            &paths.state_dir,
-            init.roots.clone(),
-            config.undo.max_bytes,
-        );
+        let undo =
+            crate::call::journaling::Undo::open(&paths.state_dir, init.roots.clone(), &config);
         let service = Arc::new(Service {
             undo,
             paths,

@@ -72,6 +72,7 @@ pub async fn reload_and_restart(service: &Arc<Service>) {
     }
     service.grants().set_scopes(policy.scopes().clone());
     service.audit().reconfigure(&cfg.audit);
+    service.undo().reconfigure(&cfg);
     service.replace_config(cfg, policy);
     let digest = file_sha256(&service.paths().config_file);
     service.audit().record_detached(&ConfigReloaded {

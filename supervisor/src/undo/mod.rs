@@ -6,8 +6,9 @@
 //! tool, the named paths for an edit tool), keeping the content of every file it has
 //! not kept yet; [`Journal::finish`] takes it again when the call ends (a background
 //! job's when the job ends) and records the difference. [`Journal::undo`] puts paths
-//! back ([`restore`]). Pieces: [`node`] (one path's state), [`snapshot`] (walking and
-//! diffing), [`store`] (contents by hash), [`records`] (the journal file).
+//! back ([`restore`]). Pieces: [`node`] (one path's state), [`snapshot`] (snapshots and
+//! diffing), [`walk`] (listing and `lstat`ing the tree), [`store`] (contents by hash),
+//! [`records`] (the journal file).
 
 mod changes;
 pub mod node;
@@ -17,6 +18,7 @@ pub mod safe;
 pub mod snapshot;
 pub mod store;
 mod upkeep;
+mod walk;
 
 use std::collections::{HashMap, HashSet};
 use std::io;
@@ -25,6 +27,8 @@ use std::sync::Mutex;
 
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
+
+use crate::config::Fsync;
 
 use node::{Node, same_state};
 use records::{CallEntry, Record, RecordFile};
@@ -99,6 +103,11 @@ struct Inner {
     file: RecordFile,
     open: HashMap<u64, Open>,
     next_open: u64,
+    /// Whether records (and the contents they name) are flushed to disk: the audit
+    /// log's `fsync` setting.
+    fsync: Fsync,
+    /// How many flushes the journal asked for (tests read it).
+    syncs: u64,
 }
 
 /// Keep contents in the store while they fit under the bound.
@@ -136,8 +145,9 @@ fn lock(m: &Mutex<Inner>) -> std::sync::MutexGuard<'_, Inner> {
 impl Journal {
     /// Open the journal under `dir` (`<state>/undo`): read the records, record what
     /// calls cut short by the daemon's end changed, finish an undo cut short, and take
-    /// the first snapshot.
-    pub fn open(dir: &Path, scope: Scope, max_bytes: u64) -> io::Result<Journal> {
+    /// the first snapshot. `fsync` says whether what it writes is flushed to disk
+    /// before a call goes on (`[audit] fsync`).
+    pub fn open(dir: &Path, scope: Scope, max_bytes: u64, fsync: Fsync) -> io::Result<Journal> {
         std::fs::create_dir_all(dir.join("open"))?;
         let store = Store::open(&dir.join("blobs"))?;
         let (file, records) = RecordFile::open(&dir.join("journal.jsonl"))?;
@@ -155,6 +165,8 @@ impl Journal {
             file,
             open: HashMap::new(),
             next_open: 1,
+            fsync,
+            syncs: 0,
         };
         inner.recover_open();
         inner.finish_cut_undos();
@@ -169,6 +181,16 @@ impl Journal {
     /// for it.
     pub fn warm(&self) {
         lock(&self.inner).refresh_index();
+    }
+
+    /// Flush (or not) from now on, as `[audit] fsync` now says.
+    pub fn set_fsync(&self, fsync: Fsync) {
+        lock(&self.inner).fsync = fsync;
+    }
+
+    /// How many times the journal flushed to disk so far.
+    pub fn sync_count(&self) -> u64 {
+        lock(&self.inner).syncs
     }
 
     /// Begin capturing `info` over `paths` (`None`: the whole journaled workspace).
@@ -255,10 +277,11 @@ impl Inner {
             started_ms: now_ms(),
             records_at_begin: self.records.len(),
         };
-        self.store.sync()?;
         let bytes = rmp_serde::to_vec_named(&open).map_err(io::Error::other)?;
         let path = self.open_path(id);
         std::fs::write(&path, bytes)?;
+        // The first snapshot and the contents it names, on disk before the call runs.
+        self.sync_store()?;
         self.open.insert(id, open);
         Ok(id)
     }
@@ -271,8 +294,7 @@ impl Inner {
         let Some(open) = self.open.remove(&id) else {
             return Value::from("not undoable: its changes were not captured");
         };
-        let after = self.snapshot(open.paths.as_deref());
-        let changes = self.attribute(snapshot::diff(&open.before, &after), open.records_at_begin);
+        let changes = self.changes_since(&open);
         let not_undoable = not_undoable(&changes, &self.store);
         let undo = match &not_undoable {
             None => Value::Bool(true),
@@ -302,6 +324,19 @@ impl Inner {
         undo
     }
 
+    /// What changed since `open` began (what later calls recorded left out).
+    fn changes_since(&mut self, open: &Open) -> Vec<Change> {
+        let changes = match open.paths.as_deref() {
+            // The index is the whole new snapshot: compared in place, not copied.
+            None => {
+                self.refresh_index();
+                snapshot::diff(&open.before, &self.index)
+            }
+            Some(paths) => snapshot::diff(&open.before, &self.snapshot(Some(paths))),
+        };
+        self.attribute(changes, open.records_at_begin)
+    }
+
     /// Leave out of `changes` what calls recorded since the capture began made, and
     /// end a path's change where such a call took it over.
     fn attribute(&self, changes: Vec<Change>, since: usize) -> Vec<Change> {
@@ -329,10 +364,22 @@ impl Inner {
     }
 
     fn append(&mut self, r: Record) -> io::Result<()> {
-        self.store.sync()?;
-        self.file.append(&r)?;
+        // The contents a record names reach the disk before the record.
+        self.sync_store()?;
+        let sync = self.fsync == Fsync::Always;
+        self.file.append(&r, sync)?;
+        self.syncs += u64::from(sync);
         self.records.push(r);
         Ok(())
+    }
+
+    /// Flush what was written in the state directory's file system, when `fsync` asks.
+    fn sync_store(&mut self) -> io::Result<()> {
+        if self.fsync == Fsync::Never {
+            return Ok(());
+        }
+        self.syncs += 1;
+        self.store.sync()
     }
 
     fn entries(&self) -> impl DoubleEndedIterator<Item = &CallEntry> {

@@ -76,7 +76,7 @@ impl Ctx<'_> {
         match node {
             Node::Dir { mode } => at.make_dir(*mode),
             Node::File { sha256, mode, .. } => {
-                at.replace_with_file(&mut self.store.read(sha256)?, *mode)
+                at.replace_with_file(&mut self.store.read_checked(sha256)?, *mode)
             }
             Node::Symlink { target } => at.replace_with_symlink(target),
             Node::Other => Err(io::Error::other("a special file cannot be made again")),

@@ -83,28 +83,30 @@ impl Scope {
     }
 
     /// Snapshot the whole scope, reusing what `prev` knew of unchanged paths.
+    ///
+    /// The walk is put in path order, so `prev` is read alongside it in one pass (no
+    /// lookup per path) and the new tree is built from a sorted list.
     pub fn take(&self, prev: &Tree, keeper: &mut dyn Keeper) -> Tree {
         let started = SystemTime::now();
-        let mut out = BTreeMap::new();
-        for root in &self.roots {
-            for (path, stamp) in self.list(root) {
-                let before = prev.0.get(&path);
-                // Unchanged since the last look (the walk's own `lstat` says so): what
-                // was seen then stands, without reaching the path again. Anything else
-                // is looked at safely (`At`), which is where contents are read.
-                if let (Some(p), Some(stamp)) = (before, stamp)
-                    && p.stamp == stamp
-                    && !p.racy
-                {
-                    out.insert(path, p.clone());
-                    continue;
-                }
-                if let Some(seen) = look(&self.roots, &path, before, keeper, started) {
-                    out.insert(path, seen);
-                }
+        let mut prev_seen = prev.0.iter().peekable();
+        let mut out = Vec::new();
+        for (path, stamp) in super::walk::list(&self.roots, &self.skip) {
+            let before = seek(&mut prev_seen, &path);
+            // Unchanged since the last look (the walk's own `lstat` says so): what
+            // was seen then stands, without reaching the path again. Anything else
+            // is looked at safely (`At`), which is where contents are read.
+            if let (Some(p), Some(stamp)) = (before, stamp)
+                && p.stamp == stamp
+                && !p.racy
+            {
+                out.push((path, p.clone()));
+                continue;
+            }
+            if let Some(seen) = look(&self.roots, &path, before, keeper, started) {
+                out.push((path, seen));
             }
         }
-        Tree(out)
+        Tree(out.into_iter().collect())
     }
 
     /// `paths` and, for each, its missing ancestors up to the first that exists: a
@@ -134,33 +136,33 @@ impl Scope {
         }
         Tree(out)
     }
+}
 
-    /// The journaled paths under `root` (the root itself left out), each with the
-    /// stamp of the walk's `lstat` of it when it had one.
-    fn list(&self, root: &Path) -> Vec<(PathBuf, Option<Stamp>)> {
-        let skip = self.skip.clone();
-        let walk = ignore::WalkBuilder::new(root)
-            .hidden(false)
-            .require_git(false)
-            .follow_links(false)
-            .filter_entry(move |e| {
-                let p = e.path();
-                !skip.iter().any(|s| p.starts_with(s)) && !in_object_store(p)
-            })
-            .build();
-        walk.flatten()
-            .filter(|e| e.depth() > 0)
-            .map(|e| {
-                let stamp = e.metadata().ok().map(|m| Stamp::of(&m));
-                (e.into_path(), stamp)
-            })
-            .collect()
+/// The entry of `prev` for `path`, moving `prev` past every path before it (both go in
+/// path order).
+fn seek<'a>(
+    prev: &mut std::iter::Peekable<std::collections::btree_map::Iter<'a, PathBuf, Seen>>,
+    path: &Path,
+) -> Option<&'a Seen> {
+    while let Some((p, seen)) = prev.peek() {
+        match super::walk::path_order(p, path) {
+            std::cmp::Ordering::Less => {
+                prev.next();
+            }
+            std::cmp::Ordering::Equal => {
+                let seen = *seen;
+                prev.next();
+                return Some(seen);
+            }
+            std::cmp::Ordering::Greater => return None,
+        }
     }
+    None
 }
 
 /// Whether `path` is in a git object database (immutable, content-addressed: new
 /// objects are harmless to leave, and copying packs would cost more than it saves).
-fn in_object_store(path: &Path) -> bool {
+pub(super) fn in_object_store(path: &Path) -> bool {
     let mut prev: Option<&std::ffi::OsStr> = None;
     for c in path.components() {
         let c = c.as_os_str();
@@ -232,20 +234,40 @@ pub struct Change {
 
 /// The paths whose state differs between `before` and `after`, in path order.
 pub fn diff(before: &Tree, after: &Tree) -> Vec<Change> {
-    let mut out = Vec::new();
-    let paths: std::collections::BTreeSet<&PathBuf> =
-        before.0.keys().chain(after.0.keys()).collect();
-    for p in paths {
-        let (b, a) = (before.0.get(p), after.0.get(p));
-        if !super::node::same_state(b.map(|s| &s.node), a.map(|s| &s.node)) {
-            out.push(Change {
-                path: p.clone(),
-                before: b.map(|s| s.node.clone()),
-                after: a.map(|s| s.node.clone()),
-            });
+    paired(before, after)
+        .filter(|(_, b, a)| !super::node::same_state(b.map(|s| &s.node), a.map(|s| &s.node)))
+        .map(|(path, b, a)| Change {
+            path: path.clone(),
+            before: b.map(|s| s.node.clone()),
+            after: a.map(|s| s.node.clone()),
+        })
+        .collect()
+}
+
+/// What one path was in each of two trees.
+type Pair<'a> = (&'a PathBuf, Option<&'a Seen>, Option<&'a Seen>);
+
+/// Every path of `before` and `after` once, in path order, with what each tree has
+/// of it: one pass over both (they are sorted alike).
+fn paired<'a>(before: &'a Tree, after: &'a Tree) -> impl Iterator<Item = Pair<'a>> {
+    use std::cmp::Ordering;
+    let (mut b, mut a) = (before.0.iter().peekable(), after.0.iter().peekable());
+    std::iter::from_fn(move || {
+        let order = match (b.peek(), a.peek()) {
+            (None, None) => return None,
+            (Some(_), None) => Ordering::Less,
+            (None, Some(_)) => Ordering::Greater,
+            (Some((bp, _)), Some((ap, _))) => bp.cmp(ap),
+        };
+        match order {
+            Ordering::Less => b.next().map(|(p, s)| (p, Some(s), None)),
+            Ordering::Greater => a.next().map(|(p, s)| (p, None, Some(s))),
+            Ordering::Equal => b
+                .next()
+                .zip(a.next())
+                .map(|((p, x), (_, y))| (p, Some(x), Some(y))),
         }
-    }
-    out
+    })
 }
 
 mod tree_serde {
@@ -351,6 +373,31 @@ mod tests {
                 ("new".into(), false, true)
             ]
         );
+    }
+
+    #[test]
+    fn a_root_inside_another_is_walked_once_and_in_path_order() {
+        let d = tempfile::tempdir().unwrap();
+        let store = Store::open(&d.path().join("blobs")).unwrap();
+        let w = d.path().join("w");
+        for p in ["b/x", "a.b", "a/z", "sh/c"] {
+            std::fs::create_dir_all(w.join(p).parent().unwrap()).unwrap();
+            std::fs::write(w.join(p), p).unwrap();
+        }
+        let s = Scope {
+            roots: vec![w.join("sh"), w.clone()],
+            skip: vec![],
+        };
+        let t = s.take(&Tree::default(), &mut KeepAll(&store));
+        let names: Vec<_> =
+            t.0.keys()
+                .map(|p| p.strip_prefix(&w).unwrap().to_string_lossy().into_owned())
+                .collect();
+        assert_eq!(names, ["a", "a/z", "a.b", "b", "b/x", "sh", "sh/c"]);
+        std::fs::write(w.join("sh/c"), "changed").unwrap();
+        let again = s.take(&t, &mut KeepAll(&store));
+        let changed: Vec<_> = diff(&t, &again).into_iter().map(|c| c.path).collect();
+        assert_eq!(changed, [w.join("sh/c")]);
     }
 
     #[test]

@@ -31,7 +31,7 @@ impl Fixture {
             roots: vec![self.w.clone()],
             skip: vec![],
         };
-        Journal::open(&self.state, scope, max).unwrap()
+        Journal::open(&self.state, scope, max, crate::config::Fsync::Always).unwrap()
     }
 }
 
