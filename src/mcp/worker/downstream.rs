@@ -159,11 +159,15 @@ impl ClientHandler for Handler {
         let _ = self.updated.try_send(params.uri);
     }
 
+    /// A sampling request goes on without its `includeContext`: the client's context
+    /// is not the server's to ask for (its client sees toolvisor as the one server
+    /// asking, so "this server" would be every server toolvisor runs).
     async fn create_message(
         &self,
-        params: CreateMessageRequestParams,
+        mut params: CreateMessageRequestParams,
         _context: RequestContext<RoleClient>,
     ) -> Result<CreateMessageResult, ErrorData> {
+        params.include_context = None;
         self.relay("sampling/createMessage", &params).await
     }
 

@@ -21,6 +21,8 @@ use super::lock;
 
 /// Most (URI, session) subscriptions a worker keeps; more are refused.
 const MAX: usize = 1024;
+/// Most subscriptions of one session: one session cannot take every one of [`MAX`].
+const PER_SESSION: usize = 64;
 /// Most update notifications passed on in a second; the rest are dropped.
 const PER_SECOND: u32 = 50;
 
@@ -38,9 +40,10 @@ impl Subscriptions {
     ) -> Result<(), String> {
         let first = {
             let mut map = lock(&self.0);
-            if map.values().map(HashSet::len).sum::<usize>() >= MAX {
-                return Err(format!("more than {MAX} subscriptions on this server"));
+            if map.get(uri).is_some_and(|s| s.contains(session)) {
+                return Ok(());
             }
+            room(&map, session)?;
             let sessions = map.entry(uri.to_owned()).or_default();
             let first = sessions.is_empty();
             sessions.insert(session.to_owned());
@@ -93,6 +96,21 @@ impl Subscriptions {
     fn is_subscribed(&self, uri: &str) -> bool {
         lock(&self.0).contains_key(uri)
     }
+}
+
+/// Whether `session` may subscribe once more: under [`MAX`] on the server and
+/// [`PER_SESSION`] of its own.
+fn room(map: &HashMap<String, HashSet<String>>, session: &str) -> Result<(), String> {
+    if map.values().map(HashSet::len).sum::<usize>() >= MAX {
+        return Err(format!("more than {MAX} subscriptions on this server"));
+    }
+    let own = map.values().filter(|s| s.contains(session)).count();
+    if own >= PER_SESSION {
+        return Err(format!(
+            "this session has {PER_SESSION} subscriptions on this server, the most it may"
+        ));
+    }
+    Ok(())
 }
 
 /// Pass each update of a subscribed URI on until the server's session ends.

@@ -196,3 +196,43 @@ fn a_client_that_never_answers_holds_only_its_own_call() {
         assert_eq!(r.status, Status::Ok, "{r:?}");
     });
 }
+
+#[test]
+fn a_server_cannot_ask_for_the_context_of_the_clients_other_servers() {
+    let s = start_fixtures();
+    block(T, async {
+        let relay = vec![SAMPLING.to_owned()];
+        let mut c = Client::connect_relaying(&s.socket(), "host", false, relay)
+            .await
+            .expect("connect");
+        // The server asks the host's model with the context of "all servers": through
+        // toolvisor that would be every other server's data.
+        let args = json!({"prompt": "summarise what you know", "includeContext": "allServers"});
+        let req = CallRequest::new("c1", "test_sampling", args);
+        c.send(&ClientMessage::Call(req)).await.expect("send");
+        let (request, m) = c
+            .recv_matching(|m| match m {
+                ServerMessage::RelayRequest { request, .. } => Some(*request),
+                _ => None,
+            })
+            .await
+            .expect("relay_request");
+        let ServerMessage::RelayRequest { params, .. } = m else {
+            unreachable!()
+        };
+        assert!(params.get("includeContext").is_none(), "{params}");
+        assert_eq!(
+            params["messages"][0]["content"]["text"],
+            "summarise what you know"
+        );
+        let answer = ClientMessage::RelayAnswer {
+            request,
+            result: Some(json!({"role": "assistant", "model": "m",
+                "content": {"type": "text", "text": "nothing"}})),
+            error: None,
+        };
+        c.send(&answer).await.expect("send");
+        let r = result_of(&mut c, "c1").await;
+        assert_eq!(r.content, "LLM response: nothing");
+    });
+}

@@ -85,3 +85,40 @@ fn a_resource_no_server_has_cannot_be_subscribed() {
         mcp.close().await;
     });
 }
+
+/// The fixture server's templated resource `ID`.
+fn templated(id: usize) -> String {
+    format!("test://template/{id}/data")
+}
+
+#[test]
+fn one_session_cannot_take_every_subscription_of_a_server() {
+    let s = start_fixtures();
+    block(T, async {
+        // A session (a prompt-injected agent, say) subscribes as much as it may...
+        let mut hog = s.client().await;
+        let subscribe =
+            |uri: String| json!({"method": "resources/subscribe", "params": {"uri": uri}});
+        for i in 0..64 {
+            let r = call_on(
+                &mut hog,
+                &format!("h{i}"),
+                REQUEST_TOOL,
+                subscribe(templated(i)),
+            )
+            .await;
+            assert_eq!(r.status, Status::Ok, "{r:?}");
+        }
+        // ...and no more: the 65th is refused, subscribing again to one it has is not.
+        let r = call_on(&mut hog, "h64", REQUEST_TOOL, subscribe(templated(64))).await;
+        assert_ne!(r.status, Status::Ok, "{r:?}");
+        assert!(r.content.contains("64 subscriptions"), "{}", r.content);
+        let r = call_on(&mut hog, "again", REQUEST_TOOL, subscribe(templated(0))).await;
+        assert_eq!(r.status, Status::Ok, "{r:?}");
+
+        // Another session still subscribes.
+        let mut other = s.client().await;
+        let r = call_on(&mut other, "o1", REQUEST_TOOL, subscribe(templated(64))).await;
+        assert_eq!(r.status, Status::Ok, "{r:?}");
+    });
+}
