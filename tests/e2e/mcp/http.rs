@@ -50,13 +50,18 @@ impl HttpMcp {
 
     /// An rmcp client session over HTTP (`token`: its bearer token).
     pub(super) async fn client(&self, token: Option<&str>) -> Mcp0 {
+        self.client_as(token, TestClient::new(None)).await
+    }
+
+    /// An rmcp client session over HTTP of `client` (`token`: its bearer token).
+    pub(super) async fn client_as(&self, token: Option<&str>, client: TestClient) -> Mcp0 {
         let _ = rustls::crypto::ring::default_provider().install_default();
         let mut cfg = StreamableHttpClientTransportConfig::with_uri(self.url.as_str());
         if let Some(t) = token {
             cfg = cfg.auth_header(t);
         }
         let transport = StreamableHttpClientTransport::from_config(cfg);
-        TestClient::new(None)
+        client
             .serve(transport)
             .await
             .expect("MCP session over HTTP")

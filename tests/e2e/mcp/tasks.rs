@@ -119,3 +119,51 @@ fn a_client_without_tasks_gets_the_process_handle() {
         mcp.close().await;
     });
 }
+
+/// `id` with its last hex digit changed: a near miss of a guess.
+fn near(id: &str) -> String {
+    let (head, last) = id.split_at(id.len() - 1);
+    format!("{head}{}", if last == "0" { "1" } else { "0" })
+}
+
+#[test]
+fn over_http_another_client_can_neither_read_nor_cancel_a_task_it_guesses() {
+    let s = Server::start(ALLOW_ALL);
+    let tokens = s.ws().join("tokens");
+    let (a, b) = ("a-token-of-sixteen-chars", "b-token-of-sixteen-chars");
+    std::fs::write(&tokens, format!("{a}\n{b}\n")).unwrap();
+    let http = super::http::HttpMcp::start(s.ws(), &["--token-file", tokens.to_str().unwrap()]);
+    block(T, async {
+        let owner = http.client_as(Some(a), tasks_client()).await;
+        let r = owner
+            .call_tool_once(run("sleep 60"))
+            .await
+            .expect("tools/call");
+        let CallToolResponse::Task(created) = r else {
+            panic!("not a task: {r:?}");
+        };
+        let id = created.task.task_id.clone();
+        // Unguessable: 128 random bits, not a counter.
+        assert_eq!(id.len(), "task-".len() + 32, "{id}");
+
+        let intruder = http.client_as(Some(b), tasks_client()).await;
+        let zeros = format!("task-{}", "0".repeat(31) + "1");
+        for guess in [near(&id), zeros, "task-1".to_owned()] {
+            let got = intruder.get_task(GetTaskParams::new(guess.clone())).await;
+            assert!(got.is_err(), "{guess}: {got:?}");
+            let cancel = intruder
+                .cancel_task(CancelTaskParams::new(guess.clone()))
+                .await;
+            assert!(cancel.is_err(), "{guess}: {cancel:?}");
+        }
+        let got = owner.get_task(GetTaskParams::new(id.clone())).await;
+        assert_eq!(got.expect("tasks/get").task.status(), TaskStatus::Working);
+
+        owner
+            .cancel_task(CancelTaskParams::new(id.clone()))
+            .await
+            .expect("tasks/cancel");
+        drop(intruder.cancel().await);
+        drop(owner.cancel().await);
+    });
+}
