@@ -85,6 +85,7 @@ pub const KNOWN_TO_WORKER: &[&str] = &[
     "shutdown",
     "connect_answer",
     "relay_answer",
+    "session_ended",
 ];
 /// The message types the supervisor decodes from a worker.
 pub const KNOWN_FROM_WORKER: &[&str] = &[
@@ -376,6 +377,12 @@ pub enum ToWorker {
         ask: u64,
         /// Whether the connection may be made.
         allow: bool,
+    },
+    /// A client's session ended (sent to MCP servers' workers only): what it held on
+    /// the server (resource subscriptions) is let go.
+    SessionEnded {
+        /// The session's id.
+        session: String,
     },
     /// The answer to a `relay`: the client's MCP result, or why there is none.
     RelayAnswer {

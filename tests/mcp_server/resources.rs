@@ -3,13 +3,14 @@
 //! larger than any message toolvisor takes (`test://huge`, `$TEST_MCP_HUGE_BYTES`
 //! bytes, 64 MiB by default), a template, a prompt with an argument, a tool whose
 //! name is too long for `NAME__TOOL` to fit in 64 characters, and `ping`, which logs
-//! `pinged` (info) before it answers.
+//! `pinged` (info) before it answers. Subscriptions are taken, and each
+//! `subscribe URI` / `unsubscribe URI` written to `$TEST_MCP_LOG`.
 
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, GetPromptRequestParams, GetPromptResponse,
     Implementation, ListPromptsResult, ListResourceTemplatesResult, ListResourcesResult,
     ListToolsResult, PaginatedRequestParams, ReadResourceRequestParams, ReadResourceResponse,
-    ServerCapabilities, ServerConfig,
+    ServerCapabilities, ServerConfig, SubscribeRequestParams, UnsubscribeRequestParams,
 };
 use rmcp::service::RequestContext;
 use rmcp::{ErrorData, RoleServer, ServerHandler};
@@ -25,6 +26,15 @@ pub const LONG_TOOL: &str =
 #[derive(Clone, Default)]
 pub struct ResourceServer;
 
+/// `subscribe URI` or `unsubscribe URI`, a line appended to `$TEST_MCP_LOG` (if set).
+fn note_subscription(what: &str, uri: &str) {
+    let Some(path) = std::env::var_os("TEST_MCP_LOG") else {
+        return;
+    };
+    let old = std::fs::read_to_string(&path).unwrap_or_default();
+    let _ = std::fs::write(&path, format!("{old}{what} {uri}\n"));
+}
+
 fn shaped<T: DeserializeOwned>(v: Value) -> Result<T, ErrorData> {
     serde_json::from_value(v).map_err(|e| ErrorData::internal_error(e.to_string(), None))
 }
@@ -34,6 +44,7 @@ impl ServerHandler for ResourceServer {
         let caps = ServerCapabilities::builder()
             .enable_prompts()
             .enable_resources()
+            .enable_resources_subscribe()
             .enable_tools()
             .build();
         ServerConfig::new(caps)
@@ -50,6 +61,24 @@ impl ServerHandler for ResourceServer {
             {"name": LONG_TOOL, "description": "long", "inputSchema": schema},
             {"name": "ping", "description": "pong", "inputSchema": schema}
         ]}))
+    }
+
+    async fn subscribe(
+        &self,
+        request: SubscribeRequestParams,
+        _c: RequestContext<RoleServer>,
+    ) -> Result<(), ErrorData> {
+        note_subscription("subscribe", &request.uri);
+        Ok(())
+    }
+
+    async fn unsubscribe(
+        &self,
+        request: UnsubscribeRequestParams,
+        _c: RequestContext<RoleServer>,
+    ) -> Result<(), ErrorData> {
+        note_subscription("unsubscribe", &request.uri);
+        Ok(())
     }
 
     async fn call_tool(

@@ -275,8 +275,9 @@ async fn serve(
                 }
             }
             ToWorker::ConnectAnswer { ask, allow } => exec.egress_asks().answer(ask, allow),
-            // Built-in workers run no MCP server: nothing of theirs is relayed.
-            ToWorker::RelayAnswer { .. } => {}
+            // Built-in workers run no MCP server: nothing of theirs is relayed, and no
+            // session holds anything in them.
+            ToWorker::RelayAnswer { .. } | ToWorker::SessionEnded { .. } => {}
             ToWorker::Shutdown => break,
             ToWorker::Init(_) => {
                 tracing::warn!(group = %init.group, "worker: ignoring a second init")

@@ -379,6 +379,10 @@ fn on_message(msg: ToWorker, ctx: &Ctx<'_>) {
             }
         }
         ToWorker::RelayAnswer { ask, result, error } => ctx.pending.answer(ask, result, error),
+        ToWorker::SessionEnded { session } => {
+            let (subs, peer) = (ctx.subs.clone(), ctx.peer.clone());
+            tokio::spawn(async move { subs.drop_session(&peer, &session).await });
+        }
         ToWorker::Init(_) => tracing::warn!("worker: ignoring a second init"),
         // An MCP server's worker runs no command with an egress: no question to answer.
         ToWorker::Shutdown | ToWorker::ConnectAnswer { .. } => {}

@@ -79,6 +79,25 @@ impl Subscriptions {
         done.map_err(|e| e.to_string())
     }
 
+    /// `session` ended: take it off every URI, and end the server's subscription to
+    /// those it was the last on.
+    pub async fn drop_session(&self, peer: &Peer<RoleClient>, session: &str) {
+        let uris: Vec<String> = lock(&self.0)
+            .iter()
+            .filter(|(_, s)| s.contains(session))
+            .map(|(u, _)| u.clone())
+            .collect();
+        for uri in uris {
+            if self.forget(session, &uri) {
+                #[allow(deprecated)] // resources/unsubscribe: the protocol before 2026-07-28.
+                let done = peer.unsubscribe(UnsubscribeRequestParams::new(uri)).await;
+                if let Err(e) = done {
+                    tracing::warn!("resources/unsubscribe after a session ended: {e}");
+                }
+            }
+        }
+    }
+
     /// Take `session` off `uri`; true when no session is left on it.
     fn forget(&self, session: &str, uri: &str) -> bool {
         let mut map = lock(&self.0);

@@ -28,6 +28,10 @@ use crate::events::RelayEvent;
 /// (a server cannot flood its client through toolvisor).
 const PER_CALL: usize = 4;
 
+/// Refused requests of one call that are recorded; a server that goes on asking
+/// cannot fill the audit log.
+const REFUSALS_RECORDED: usize = 8;
+
 /// The group name prefix of MCP servers' workers.
 const MCP_GROUP: &str = "mcp:";
 
@@ -42,6 +46,8 @@ struct RelayCall {
     ended: CancellationToken,
     /// Its requests waiting for an answer now.
     waiting: std::sync::atomic::AtomicUsize,
+    /// Its requests refused so far.
+    refused: std::sync::atomic::AtomicUsize,
 }
 
 /// What [`RelayBook::ask`] found: the call, the `relay` record's outcome, the answer.
@@ -99,6 +105,7 @@ impl RelayBook {
             server: server.to_owned(),
             ended: CancellationToken::new(),
             waiting: Default::default(),
+            refused: Default::default(),
         };
         lock(&self.calls).insert(number, Arc::new(call));
         Some(Entered {
@@ -178,7 +185,11 @@ impl Service {
         let service = Arc::clone(self);
         tokio::spawn(async move {
             let (call, outcome, answer) = service.relay_book().ask(&event).await;
-            if let Some(c) = call {
+            let recorded = |c: &RelayCall| {
+                outcome != "refused"
+                    || c.refused.fetch_add(1, Ordering::Relaxed) < REFUSALS_RECORDED
+            };
+            if let Some(c) = call.filter(|c| recorded(c)) {
                 service.audit().record_detached(&Relayed {
                     call_id: &c.call_id,
                     server: &c.server,
@@ -188,6 +199,21 @@ impl Service {
             }
             let _ = event.reply.send(answer);
         });
+    }
+}
+
+impl Service {
+    /// A client's session ended: the MCP servers' workers let go of what it held
+    /// there (its resource subscriptions).
+    pub fn session_ended(&self, session: &str) {
+        let msg = toolvisor_protocol::worker::ToWorker::SessionEnded {
+            session: session.to_owned(),
+        };
+        for (group, pool) in self.pools() {
+            if group.starts_with(MCP_GROUP) {
+                pool.tell_all(&msg);
+            }
+        }
     }
 }
 

@@ -76,6 +76,7 @@ impl Drop for SessionState {
     fn drop(&mut self) {
         self.reader.abort();
         self.service.confirmations().end_session(&self.id);
+        self.service.session_ended(&self.id);
         self.open.cancel_all();
         for token in self.batches.values() {
             token.cancel();

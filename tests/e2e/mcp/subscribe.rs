@@ -122,3 +122,34 @@ fn one_session_cannot_take_every_subscription_of_a_server() {
         assert_eq!(r.status, Status::Ok, "{r:?}");
     });
 }
+
+#[test]
+fn a_session_that_ends_lets_go_of_its_subscriptions() {
+    // The server's log lies in the workspace: a sandboxed server writes nowhere else.
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("server.log");
+    let extra = format!(
+        "risk = \"low\"\nenv = {{ TEST_MCP_LOG = {:?} }}",
+        log.display().to_string()
+    );
+    let config = with_server("res", &["--resources"], &extra);
+    std::fs::write(dir.path().join("toolvisor.toml"), &config).unwrap();
+    let s = Server::start_in(dir);
+    block(T, wait_listed(&s, &["res__ping"]));
+    block(T, async {
+        let mcp = start(s.ws(), &["--no-spawn"], TestClient::new(None)).await;
+        #[allow(deprecated)]
+        mcp.service
+            .subscribe(SubscribeRequestParams::new("test://many/1"))
+            .await
+            .expect("resources/subscribe");
+        // The client goes without unsubscribing: its daemon session ends, and the
+        // server is unsubscribed, since nobody else was subscribed.
+        mcp.close().await;
+    });
+    let said = eventually(T, "the server is unsubscribed", || {
+        let text = std::fs::read_to_string(&log).unwrap_or_default();
+        text.contains("unsubscribe test://many/1").then_some(text)
+    });
+    assert_eq!(said, "subscribe test://many/1\nunsubscribe test://many/1\n");
+}

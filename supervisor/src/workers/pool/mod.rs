@@ -120,6 +120,16 @@ impl Pool {
             .clone()
     }
 
+    /// Send `msg` to every worker of the group that has a process now (a worker
+    /// starting later never heard of what it says).
+    pub fn tell_all(&self, msg: &toolvisor_protocol::worker::ToWorker) {
+        for w in self.workers().iter() {
+            if let Some(link) = w.link() {
+                link.tell(msg);
+            }
+        }
+    }
+
     /// The queue and concurrency limits of a reloaded configuration.
     pub fn set_limits(&self, queue_max: usize, max_in_flight: usize) {
         self.queue_max.store(queue_max, Ordering::SeqCst);

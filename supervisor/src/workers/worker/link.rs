@@ -140,6 +140,11 @@ impl Link {
         self.tx.send(bytes).await
     }
 
+    /// Send `msg` without waiting; false when it cannot be (the connection failed).
+    pub fn tell(&self, msg: &ToWorker) -> bool {
+        frame::encode(msg).is_ok_and(|bytes| self.tx.send_now(bytes))
+    }
+
     /// Send an encoded frame without waiting; false once the connection has failed.
     pub(super) fn try_send(&self, bytes: Vec<u8>) -> bool {
         self.tx.send_now(bytes)
