@@ -67,8 +67,10 @@ pub struct Conn {
     routes: Mutex<HashMap<Id, mpsc::Sender<ServerMessage>>>,
     pub session: String,
     closed: CancellationToken,
-    /// Its bridge is gone: the connection ends with its last request.
-    orphaned: std::sync::atomic::AtomicBool,
+    /// Its holders: the bridge (until it goes or retires the connection) and each
+    /// route. The release that brings it to zero ends the connection: one atomic
+    /// count, so two holders going at once cannot each see the other still there.
+    users: std::sync::atomic::AtomicUsize,
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -98,9 +100,14 @@ impl Bridge {
     pub async fn introduce(&self, name: &str, relay: Vec<String>) {
         *lock(&self.client) = format!("mcp:{name}");
         *lock(&self.relay) = relay;
+        self.retire().await;
+    }
+
+    /// Let go of the connection: it ends once no request holds it (a call parked for
+    /// a second round keeps it); the next request opens another.
+    pub async fn retire(&self) {
         if let Some(old) = self.conn.lock().await.take() {
-            old.orphaned.store(true, Ordering::SeqCst);
-            old.end_if_unused(1);
+            old.release();
         }
     }
 
@@ -198,7 +205,7 @@ impl Bridge {
             routes: Mutex::new(HashMap::new()),
             session,
             closed: CancellationToken::new(),
-            orphaned: std::sync::atomic::AtomicBool::new(false),
+            users: std::sync::atomic::AtomicUsize::new(1),
         });
         tokio::spawn(write_loop(wr, rx, conn.closed.clone()));
         tokio::spawn(read_loop(rd, conn.clone(), self.notices.clone()));
@@ -206,9 +213,14 @@ impl Bridge {
             id: self.id(),
             topics: vec![Topic::Calls, Topic::Confirmations, Topic::Workers],
         };
-        conn.send(&subscribe)
-            .await
-            .map_err(|e| std::io::Error::other(e.0))?;
+        // Queued without waiting: from the tasks' start to the caller's keeping the
+        // connection nothing awaits, so a caller dropped meanwhile (its client went
+        // away) cannot leave a connection that nobody holds and nobody ends.
+        let bytes = frame::encode(&subscribe).map_err(std::io::Error::other)?;
+        if conn.tx.try_send(bytes).is_err() {
+            conn.closed.cancel();
+            return Err(std::io::Error::other("the connection to the daemon ended"));
+        }
         Ok(conn)
     }
 
@@ -234,14 +246,14 @@ impl Bridge {
     }
 }
 
-/// The bridge going (its MCP session ended) ends its daemon connection, and with it
-/// the calls still running on it — once no request holds it any more: a call parked
-/// for a stateless client's second round (which another bridge takes up) keeps it.
+/// The bridge going (its MCP session ended) lets go of its daemon connection, which
+/// ends (and with it the calls still running on it) once no route holds it any more:
+/// a call parked for a stateless client's second round (which another bridge takes
+/// up) keeps it.
 impl Drop for Bridge {
     fn drop(&mut self) {
-        if let Some(c) = self.conn.get_mut() {
-            c.orphaned.store(true, Ordering::SeqCst);
-            c.end_if_unused(1);
+        if let Some(c) = self.conn.get_mut().take() {
+            c.release();
         }
     }
 }
@@ -251,10 +263,9 @@ fn lost() -> Unavailable {
 }
 
 impl Conn {
-    /// End an orphaned connection that nothing but its reader and `holders` holds.
-    fn end_if_unused(self: &Arc<Self>, holders: usize) {
-        // The reader task holds one reference, `self` is one of the holders.
-        if self.orphaned.load(Ordering::SeqCst) && Arc::strong_count(self) <= holders + 1 {
+    /// One holder is done with the connection; the last one ends it.
+    fn release(&self) {
+        if self.users.fetch_sub(1, Ordering::SeqCst) == 1 {
             self.closed.cancel();
         }
     }
@@ -268,6 +279,7 @@ impl Conn {
     fn route(self: &Arc<Self>, id: Id) -> Route {
         let (tx, rx) = mpsc::channel(ROUTE_DEPTH);
         lock(&self.routes).insert(id.clone(), tx);
+        self.users.fetch_add(1, Ordering::SeqCst);
         Route {
             id,
             rx,
@@ -317,7 +329,7 @@ impl Route {
 impl Drop for Route {
     fn drop(&mut self) {
         lock(&self.conn.routes).remove(&self.id);
-        self.conn.end_if_unused(1);
+        self.conn.release();
     }
 }
 

@@ -6,7 +6,7 @@
 //! same arguments), once, and only until the confirmation expires.
 
 use std::collections::{BTreeMap, HashMap};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use rmcp::model::{ElicitResult, InputRequest, InputRequiredResult, InputResponses};
@@ -44,7 +44,7 @@ impl Rounds {
     /// Park a call at its confirmation; the `input_required` answer to send. `None` when
     /// no handle can be made (the call then waits for `toolvisor approve` as it is).
     pub fn park(
-        &self,
+        self: &Arc<Self>,
         route: Route,
         ask: Ask,
         tool: &str,
@@ -52,20 +52,28 @@ impl Rounds {
     ) -> Option<InputRequiredResult> {
         let request = confirm::request(&ask)?;
         let handle = handle()?;
-        let now = Instant::now();
-        let mut parked = self.lock();
-        // Calls whose confirmation expired are gone on the daemon's side too.
-        parked.retain(|_, p| p.until > now);
-        parked.insert(
+        let until = Instant::now() + ask.expires_in + SLACK;
+        self.lock().insert(
             handle.clone(),
             Parked {
                 route,
-                until: now + ask.expires_in + SLACK,
+                until,
                 ask,
                 tool: tool.to_owned(),
                 args: args.clone(),
             },
         );
+        // A second round that never comes: the call is let go at its expiry (its
+        // confirmation is gone on the daemon's side too), and with it the route and
+        // the daemon connection it holds.
+        let rounds = Arc::downgrade(self);
+        let expiring = handle.clone();
+        tokio::spawn(async move {
+            tokio::time::sleep_until(until.into()).await;
+            if let Some(r) = rounds.upgrade() {
+                r.lock().remove(&expiring);
+            }
+        });
         let requests = BTreeMap::from([(KEY.to_owned(), InputRequest::Elicitation(request))]);
         Some(InputRequiredResult::new(Some(requests), Some(handle)))
     }

@@ -78,6 +78,17 @@ impl ToolvisorMcp {
         self
     }
 
+    /// A 2026-07-28 client is served statelessly, each request by an instance of its
+    /// own: once the request is answered the instance's daemon connection is let go
+    /// (a call parked for a second round keeps it until then), not kept for as long
+    /// as the HTTP layer keeps the instance.
+    async fn done_if_stateless(&self, rc: &RequestContext<RoleServer>) {
+        let stateful = rc.protocol_version().is_none_or(|v| v.has_initialize());
+        if !stateful {
+            self.bridge.retire().await;
+        }
+    }
+
     /// Share the tasks with other instances (over HTTP, a stateless client's
     /// `tasks/get` reaches a new one).
     pub fn with_tasks(mut self, tasks: Arc<Tasks>) -> Self {
@@ -266,11 +277,11 @@ impl ServerHandler for ToolvisorMcp {
     async fn list_tools(
         &self,
         _request: Option<PaginatedRequestParams>,
-        _context: RequestContext<RoleServer>,
+        context: RequestContext<RoleServer>,
     ) -> Result<ListToolsResult, ErrorData> {
-        let tools = listing::list(&self.bridge)
-            .await
-            .map_err(|e| ErrorData::internal_error(e.to_string(), None))?;
+        let tools = listing::list(&self.bridge).await;
+        self.done_if_stateless(&context).await;
+        let tools = tools.map_err(|e| ErrorData::internal_error(e.to_string(), None))?;
         Ok(ListToolsResult::with_all_items(tools))
     }
 
@@ -304,6 +315,7 @@ impl ServerHandler for ToolvisorMcp {
                 call::start(&ctx, req).await
             }
         };
+        self.done_if_stateless(&context).await;
         Ok(match step {
             Ok(Step::Done(r)) => match self.as_task(&context, &r) {
                 Some(task) => task,
