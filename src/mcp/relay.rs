@@ -56,17 +56,11 @@ pub async fn answer(
         ELICITATION => elicit(peer, server, params).await,
         other => Err(format!("the bridge does not pass `{other}` on")),
     };
-    match result {
-        Ok(v) => ClientMessage::RelayAnswer {
-            request,
-            result: Some(v),
-            error: None,
-        },
-        Err(e) => ClientMessage::RelayAnswer {
-            request,
-            result: None,
-            error: Some(e),
-        },
+    let (result, error) = toolvisor_protocol::message::relay_fields(result);
+    ClientMessage::RelayAnswer {
+        request,
+        result,
+        error,
     }
 }
 

@@ -267,3 +267,20 @@ pub enum HookPhase {
     /// After it ran: record `completed`.
     After,
 }
+
+/// A relayed request's answer as it travels (`relay_answer`: `result` or `error`) made
+/// one `Result`: a result without an error is the answer; anything else is an error.
+pub fn relay_outcome(result: Option<Value>, error: Option<String>) -> Result<Value, String> {
+    match (result, error) {
+        (Some(r), None) => Ok(r),
+        (_, e) => Err(e.unwrap_or_else(|| "the client answered nothing".into())),
+    }
+}
+
+/// The `result` and `error` fields of a relayed request's answer.
+pub fn relay_fields(answer: Result<Value, String>) -> (Option<Value>, Option<String>) {
+    match answer {
+        Ok(v) => (Some(v), None),
+        Err(e) => (None, Some(e)),
+    }
+}

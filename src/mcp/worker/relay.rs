@@ -46,11 +46,7 @@ impl Pending {
         let Some(reply) = lock(&self.waiting).remove(&ask) else {
             return;
         };
-        let answer = match (result, error) {
-            (Some(r), None) => Ok(r),
-            (_, e) => Err(e.unwrap_or_else(|| "the client answered nothing".into())),
-        };
-        let _ = reply.send(answer);
+        let _ = reply.send(toolvisor_protocol::message::relay_outcome(result, error));
     }
 }
 

@@ -303,10 +303,7 @@ impl SessionState {
                 result,
                 error,
             } => {
-                let answer = match (result, error) {
-                    (Some(r), None) => Ok(r),
-                    (_, e) => Err(e.unwrap_or_else(|| "the client answered nothing".into())),
-                };
+                let answer = toolvisor_protocol::message::relay_outcome(result, error);
                 if !self.service.relay_book().answer(&info.id, request, answer) {
                     self.out.send(&ServerMessage::error(
                         None,

@@ -91,17 +91,21 @@ fn a_host_that_cannot_answer_gets_the_servers_error_not_a_hang() {
     assert_eq!(r["outcome"], "refused");
 }
 
+/// The next `relay_request` `c` gets, and its `request` number.
+async fn next_relay_request(c: &mut Client) -> (u64, ServerMessage) {
+    c.recv_matching(|m| match m {
+        ServerMessage::RelayRequest { request, .. } => Some(*request),
+        _ => None,
+    })
+    .await
+    .expect("relay_request")
+}
+
 /// A native client that answers sampling; the `relay_request` of its call.
 async fn call_and_catch_request(c: &mut Client, id: &str) -> (u64, Value) {
     let req = CallRequest::new(id, "test_sampling", json!({"prompt": "secret plan"}));
     c.send(&ClientMessage::Call(req)).await.expect("send");
-    let (request, m) = c
-        .recv_matching(|m| match m {
-            ServerMessage::RelayRequest { request, .. } => Some(*request),
-            _ => None,
-        })
-        .await
-        .expect("relay_request");
+    let (request, m) = next_relay_request(c).await;
     let ServerMessage::RelayRequest {
         id: call,
         server,
@@ -210,13 +214,7 @@ fn a_server_cannot_ask_for_the_context_of_the_clients_other_servers() {
         let args = json!({"prompt": "summarise what you know", "includeContext": "allServers"});
         let req = CallRequest::new("c1", "test_sampling", args);
         c.send(&ClientMessage::Call(req)).await.expect("send");
-        let (request, m) = c
-            .recv_matching(|m| match m {
-                ServerMessage::RelayRequest { request, .. } => Some(*request),
-                _ => None,
-            })
-            .await
-            .expect("relay_request");
+        let (request, m) = next_relay_request(&mut c).await;
         let ServerMessage::RelayRequest { params, .. } = m else {
             unreachable!()
         };

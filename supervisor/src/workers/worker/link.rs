@@ -234,12 +234,9 @@ impl Link {
                     port,
                     reply,
                 });
-                let tx = self.tx.clone();
-                tokio::spawn(async move {
-                    let allow = answer.await.unwrap_or(false);
-                    if let Ok(bytes) = frame::encode(&ToWorker::ConnectAnswer { ask, allow }) {
-                        tx.send_now(bytes);
-                    }
+                self.answer_later(answer, false, move |allow| ToWorker::ConnectAnswer {
+                    ask,
+                    allow,
                 });
             }
             FromWorker::Connection(c) => {
@@ -264,23 +261,33 @@ impl Link {
                     params,
                     reply,
                 });
-                let tx = self.tx.clone();
-                tokio::spawn(async move {
-                    let (result, error) = match answer.await {
-                        Ok(Ok(v)) => (Some(v), None),
-                        Ok(Err(why)) => (None, Some(why)),
-                        Err(_) => (None, Some("the supervisor dropped the request".into())),
-                    };
-                    let msg = ToWorker::RelayAnswer { ask, result, error };
-                    if let Ok(bytes) = frame::encode(&msg) {
-                        tx.send_now(bytes);
-                    }
+                let dropped = Err("the supervisor dropped the request".into());
+                self.answer_later(answer, dropped, move |answer| {
+                    let (result, error) = toolvisor_protocol::message::relay_fields(answer);
+                    ToWorker::RelayAnswer { ask, result, error }
                 });
             }
             FromWorker::ResourceUpdated { uri } => self.resource_updated(uri),
             FromWorker::Ready { .. } | FromWorker::Tools { .. } => {}
         }
         Ok(())
+    }
+
+    /// Once `answer` comes (`dropped` when its sender goes first), send the worker the
+    /// frame `make` builds of it: a question of the worker is answered beside its calls.
+    fn answer_later<T: Send + 'static>(
+        &self,
+        answer: oneshot::Receiver<T>,
+        dropped: T,
+        make: impl FnOnce(T) -> ToWorker + Send + 'static,
+    ) {
+        let tx = self.tx.clone();
+        tokio::spawn(async move {
+            let msg = make(answer.await.unwrap_or(dropped));
+            if let Ok(bytes) = frame::encode(&msg) {
+                tx.send_now(bytes);
+            }
+        });
     }
 
     /// An MCP server's subscribed resource changed: an event for the sessions that
